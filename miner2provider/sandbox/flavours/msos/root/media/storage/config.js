@@ -1,0 +1,3 @@
+global.accesskey = "CHANGEIT";
+global.worker = "CHANGEIT";
+global.path = __dirname;

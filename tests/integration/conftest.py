@@ -1,0 +1,79 @@
+"""Sandbox rigs for integration tests: real systemd hosts reached over real SSH.
+
+``sandbox_rigs`` (session scope) boots one rig of each flavour and hands the tests a
+dict ``name -> Rig`` (address, user, key_file).  Parallel-safe: every worker boots its
+own rigs; addresses are allocated under a lock.  The rigs are owned by this pytest
+process, so if it dies (even by SIGKILL) their supervisors tear them down.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import paramiko
+import pytest
+
+from miner2provider.sandbox import rig as sandbox
+
+
+def _require_harness() -> None:
+    # Not a skip: a CI that cannot boot rigs must go red, not quietly pass.
+    if os.geteuid() != 0:
+        pytest.fail("integration tests boot sandbox rigs and must run as root (sudo scripts/test)")
+    for tool in ("systemd-nspawn", "mmdebstrap", "ip", "ssh-keygen"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is missing: run scripts/install first")
+
+
+FLEET = (
+    sandbox.RigSpec("plain1", "plain"),
+    sandbox.RigSpec("hive1", "hiveos", ("rtx3090", "rtx3090")),
+    sandbox.RigSpec("ms1", "msos", ("cmp90hx",)),
+)
+
+
+@pytest.fixture(scope="session")
+def sandbox_rigs() -> Iterator[dict[str, sandbox.Rig]]:
+    _require_harness()
+    sandbox.sweep()
+    rigs = sandbox.boot(FLEET, owner_pid=os.getpid())
+    try:
+        yield {r.name: r for r in rigs}
+    finally:
+        for r in rigs:
+            sandbox.stop(r)
+
+
+@pytest.fixture
+def boot_rigs() -> Iterator[object]:
+    """Boot extra rigs inside one test; they are stopped when the test ends."""
+    _require_harness()
+    booted: list[sandbox.Rig] = []
+
+    def boot(*specs: sandbox.RigSpec) -> list[sandbox.Rig]:
+        rigs = sandbox.boot(specs, owner_pid=os.getpid())
+        booted.extend(rigs)
+        return rigs
+
+    try:
+        yield boot
+    finally:
+        for r in booted:
+            sandbox.stop(r)
+
+
+def ssh(rig: sandbox.Rig) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    # Sandbox rigs get fresh host keys on every boot; the test trusts the one it made.
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file,
+                   timeout=10, allow_agent=False, look_for_keys=False)
+    return client
+
+
+def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
+    _, stdout, stderr = client.exec_command(command, timeout=60)
+    out = stdout.read().decode() + stderr.read().decode()
+    return stdout.channel.recv_exit_status(), out

@@ -1,0 +1,189 @@
+"""The sandbox-rig harness itself: real systemd hosts, real SSH, clean teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from miner2provider.sandbox import network, rig as sandbox
+
+from .conftest import run, ssh
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_rig_is_a_systemd_host_reachable_over_ssh(sandbox_rigs):
+    for name, r in sandbox_rigs.items():
+        client = ssh(r)
+        try:
+            assert run(client, "hostname") == (0, f"{name}\n")
+            code, state = run(client, "systemctl is-system-running --wait")
+            assert state.strip() in {"running", "degraded"}, state
+            assert run(client, "cat /proc/1/comm") == (0, "systemd\n")
+            assert run(client, "sudo -n id -u") == (0, "0\n")
+            code, addr = run(client, "ip -4 -o addr show dev eth0")
+            assert f" {r.address}/" in addr
+        finally:
+            client.close()
+
+
+def test_rigs_have_distinct_addresses_in_the_sandbox_range(sandbox_rigs):
+    addresses = [r.address for r in sandbox_rigs.values()]
+    assert len(set(addresses)) == len(addresses)
+    for addr in addresses:
+        assert str(network.sandbox_network()).split(".")[0] == addr.split(".")[0]
+
+
+def test_hiveos_flavour_has_the_hiveos_layout_and_miner(sandbox_rigs):
+    client = ssh(sandbox_rigs["hive1"])
+    try:
+        assert run(client, "readlink /etc/environment") == (0, "/hive/etc/environment\n")
+        assert "RIG_CONF=/hive-config/rig.conf" in run(client, "cat /etc/environment")[1]
+        assert run(client, "dpkg-query -W -f '${Version}' hive") == (0, "0.6-229")
+        assert run(client, "systemctl is-active hive-watchdog")[1].strip() == "active"
+        # HiveOS runs the miner in a screen session named "miner".
+        code, out = run(client, "sudo screen -ls miner")
+        assert ".miner" in out, out
+        assert run(client, "sudo /hive/bin/miner stop")[0] == 0
+        assert run(client, "cat /run/hive/MINER_STOP") == (0, "1\n")
+        assert ".miner" not in run(client, "sudo screen -ls miner")[1]
+        # `miner stop` stops the watchdog too, as HiveOS's does.
+        assert run(client, "systemctl is-active hive-watchdog")[1].strip() == "inactive"
+        assert run(client, "sudo /hive/bin/miner start")[0] == 0
+        assert ".miner" in run(client, "sudo screen -ls miner")[1]
+        assert run(client, "systemctl is-active hive-watchdog")[1].strip() == "active"
+    finally:
+        client.close()
+
+
+def test_hiveos_default_password_login_works(sandbox_rigs):
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect(sandbox_rigs["hive1"].address, username="user", password="1",
+                   allow_agent=False, look_for_keys=False, timeout=10)
+    try:
+        assert run(client, "id -un") == (0, "user\n")
+    finally:
+        client.close()
+
+
+def test_msos_flavour_has_its_markers_and_miner(sandbox_rigs):
+    client = ssh(sandbox_rigs["ms1"])
+    try:
+        assert run(client, "test -d /home/minerstat/minerstat-os && echo yes") == (0, "yes\n")
+        assert "DISTRIB_RELEASE=1.8.6" in run(client, "cat /etc/lsb-release")[1]
+        assert ".minew" in run(client, "sudo screen -ls minew")[1]
+        assert run(client, "sudo /home/minerstat/minerstat-os/core/stop")[0] == 0
+        assert run(client, "cat /tmp/stop.pid") == (0, "stop\n")
+        assert ".minew" not in run(client, "sudo screen -ls minew")[1]
+    finally:
+        client.close()
+
+
+def test_gpu_standin_prints_the_chosen_cards(sandbox_rigs):
+    client = ssh(sandbox_rigs["hive1"])
+    try:
+        code, out = run(client, "nvidia-smi --query-gpu=index,name,pci.device_id,memory.total "
+                                "--format=csv,noheader,nounits")
+        assert code == 0
+        assert out.splitlines() == [
+            "0, NVIDIA GeForce RTX 3090, 0x220410DE, 24576",
+            "1, NVIDIA GeForce RTX 3090, 0x220410DE, 24576",
+        ]
+        code, out = run(client, "nvidia-smi --query-gpu=bogus --format=csv")
+        assert code == 2 and 'Field "bogus" is not a valid field to query.' in out
+    finally:
+        client.close()
+    plain = ssh(sandbox_rigs["plain1"])
+    try:
+        assert run(plain, "command -v nvidia-smi")[0] != 0  # no GPU, no stand-in
+    finally:
+        plain.close()
+
+
+def test_a_rig_reboots_and_comes_back(boot_rigs):
+    (r,) = boot_rigs(sandbox.RigSpec("reboot1", "hiveos"))
+    client = ssh(r)
+    boot_id = run(client, "cat /proc/sys/kernel/random/boot_id")[1]
+    client.exec_command("sudo systemctl reboot")
+    client.close()
+    time.sleep(1)
+    sandbox.wait_ssh(r, timeout=60)
+    client = ssh(r)
+    try:
+        # A container's boot_id is the host's; PID 1's start time tells a new boot.
+        assert run(client, "systemctl is-system-running --wait")[1].strip() in {"running", "degraded"}
+        code, out = run(client, "ps -o etimes= -p 1")
+        assert int(out.strip()) < 30
+        assert ".miner" in run(client, "sudo screen -ls miner")[1]  # hive.service started it again
+    finally:
+        client.close()
+    assert boot_id  # read before the reboot
+
+
+def _traces(r: sandbox.Rig) -> list[str]:
+    """Everything a rig could leave behind, named."""
+    left = []
+    if Path(r.dir).exists():
+        left.append(f"directory {r.dir}")
+    if any(r.dir in line for line in Path("/proc/self/mounts").read_text().splitlines()):
+        left.append("mount")
+    if Path("/run/netns", r.id).exists():
+        left.append(f"netns {r.id}")
+    if Path("/sys/class/net", network.veth_host_name(r.slot)).exists():
+        left.append("veth")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if r.dir in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                left.append(f"process {pid}")
+        except OSError:
+            continue
+    return left
+
+
+def _wait_clean(r: sandbox.Rig, timeout: float = 40) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := _traces(r)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+HANGING_RUN = '''
+import json, os, sys, time
+from miner2provider.sandbox import rig as sandbox
+rigs = sandbox.boot([sandbox.RigSpec("doomed", "hiveos")], owner_pid=os.getpid())
+print(json.dumps([r.__dict__ for r in rigs]), flush=True)
+{action}
+'''
+
+
+@pytest.mark.parametrize("action", ["time.sleep(600)", "raise RuntimeError('forced failure')"])
+def test_nothing_is_left_behind_when_the_runner_dies_or_fails(action):
+    """Kill the owning run with SIGKILL mid-test, or let it crash: the rig must vanish."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HANGING_RUN.format(action=action)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
+    r = sandbox.Rig(**json.loads(line)[0])
+    if action.startswith("time.sleep"):
+        assert sandbox.ssh_banner(r.address), "rig was not up before the kill"
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert _wait_clean(r) == []
+
+
+def test_stop_removes_everything(boot_rigs):
+    (r,) = boot_rigs(sandbox.RigSpec("short1"))
+    sandbox.stop(r)
+    assert _traces(r) == []

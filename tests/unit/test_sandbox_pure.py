@@ -1,0 +1,39 @@
+"""Pure parts of the harness: recipe hashing, address plan, flavour data."""
+
+import pytest
+
+from miner2provider.errors import SandboxError
+from miner2provider.sandbox import base, flavours, network
+
+
+def test_recipe_hash_is_stable_and_tracks_the_recipe(monkeypatch):
+    first = base.recipe_hash()
+    assert first == base.recipe_hash()
+    monkeypatch.setattr(base, "PACKAGES", base.PACKAGES + ("curl",))
+    assert base.recipe_hash() != first
+
+
+def test_addresses_stay_inside_the_private_range(monkeypatch):
+    monkeypatch.setenv("M2P_SANDBOX_NET", "10.99.0.0/24")
+    assert str(network.gateway()) == "10.99.0.1"
+    assert str(network.address_for(2)) == "10.99.0.2"
+    with pytest.raises(SandboxError, match="full"):
+        network.address_for(255)
+
+
+@pytest.mark.parametrize("bad", ["8.8.8.0/24", "10.0.0.0/30", "not-a-net"])
+def test_public_or_tiny_networks_are_refused(monkeypatch, bad):
+    monkeypatch.setenv("M2P_SANDBOX_NET", bad)
+    with pytest.raises(SandboxError):
+        network.sandbox_network()
+
+
+def test_flavours_load_and_name_their_stand_ins():
+    assert flavours.available() == ["hiveos", "msos", "plain"]
+    hive = flavours.load("hiveos")
+    assert [u.name for u in hive.users] == ["user"]
+    assert (hive.root / "hive-config/rig.conf").is_file()
+    assert (hive.root / "etc/environment").is_symlink()
+    assert "STAND-IN" in hive.description
+    with pytest.raises(SandboxError, match="unknown rig flavour"):
+        flavours.load("winos")

@@ -1,0 +1,384 @@
+"""Rig inventories: Ansible YAML inventories, loaded and validated with file:line errors.
+
+The file is an ordinary Ansible YAML inventory (groups with ``hosts``, ``vars`` and
+``children``; hosts with ``ansible_host``, ``ansible_user``, ``ansible_port``,
+``ansible_ssh_private_key_file``, ``ansible_password``), so a miner's existing inventory
+works and the same file feeds the roles later.  m2p's own variables start with
+``m2p_`` and are checked against ``M2P_VARIABLES``.
+
+Secrets: ``ansible_password`` may be a ``!vault`` value (decrypted with the vault
+password file), or the password may come from an environment variable named by
+``m2p_ssh_password_env``.  Passwords are kept in ``Secret`` objects that never print.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miner2provider.errors import InventoryError, VaultError
+
+# m2p's inventory variables: name -> (type, what it means).  Unknown m2p_* names are errors.
+M2P_VARIABLES: dict[str, tuple[type, str]] = {
+    "m2p_ssh_password_env": (str, "name of an environment variable holding the SSH password"),
+    "m2p_become_password_env": (str, "name of an environment variable holding the sudo password"),
+    "m2p_check_default_password": (bool, "warn when the rig still accepts its mining OS's default login"),
+    "m2p_data_dir": (str, "directory on a data disk for k3s data (for rigs on small USB sticks)"),
+    "m2p_min_free_disk_gb": (int, "free disk (GB) k3s data needs; less makes the rig not ready"),
+    "m2p_min_ram_mb": (int, "RAM (MB) below which the rig is not ready"),
+    "m2p_location_region": (str, "provider attribute location-region"),
+    "m2p_schedule": (str, "time-share schedule file for this rig"),
+}
+
+ANSIBLE_TYPES: dict[str, type] = {
+    "ansible_host": str,
+    "ansible_user": str,
+    "ansible_port": int,
+    "ansible_ssh_private_key_file": str,
+    "ansible_password": str,
+    "ansible_ssh_pass": str,
+    "ansible_become_password": str,
+    "ansible_python_interpreter": str,
+}
+
+DEFAULT_PORT = 22
+GROUP_KEYS = {"hosts", "vars", "children"}
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+
+
+class Secret:
+    """A password or token: usable by code, never shown by str/repr/logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(("secret", len(self._value)))
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    port: int
+    user: str | None
+    key_file: str | None
+    password: Secret | None
+    become_password: Secret | None
+    groups: tuple[str, ...]
+    vars: dict[str, Any] = field(hash=False, compare=False)
+    where: str = ""  # file:line of the host's entry
+
+    def var(self, name: str, default: Any = None) -> Any:
+        return self.vars.get(name, default)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    hosts: tuple[Host, ...]
+
+    def select(self, limit: str | None) -> list[Host]:
+        """``--limit``: comma-separated host or group names."""
+        if not limit:
+            return list(self.hosts)
+        wanted = {part.strip() for part in limit.split(",") if part.strip()}
+        chosen = [h for h in self.hosts if h.name in wanted or wanted & set(h.groups)]
+        known = {h.name for h in self.hosts} | {g for h in self.hosts for g in h.groups}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise InventoryError(f"--limit names no host or group: {', '.join(unknown)}", where=str(self.path))
+        return chosen
+
+
+# -- YAML with line numbers --------------------------------------------------------
+
+
+class _Vaulted(str):
+    """An inline ``!vault`` value, still encrypted."""
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_vault(loader: _Loader, node: yaml.Node) -> _Vaulted:
+    return _Vaulted(loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("!vault", _construct_vault)
+
+
+def _line(path: Path, node: yaml.Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+def _compose(path: Path) -> yaml.Node | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InventoryError("inventory file not found", where=str(path)) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read inventory: {exc.strerror}", where=str(path)) from None
+    try:
+        return yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = exc.problem or "invalid YAML"
+        raise InventoryError(f"YAML syntax error: {problem}", where=where) from None
+
+
+def _value(path: Path, node: yaml.Node) -> Any:
+    loader = _Loader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"cannot read value: {exc}", where=_line(path, node)) from None
+
+
+def _mapping(path: Path, node: yaml.Node | None, what: str) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
+    """The (key, value) pairs of a mapping node; duplicate keys are errors (YAML drops them)."""
+    if node is None or (isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null")):
+        return []
+    if not isinstance(node, yaml.MappingNode):
+        raise InventoryError(f"{what} must be a mapping, found {_kind(node)}", where=_line(path, node))
+    seen: dict[str, yaml.Node] = {}
+    pairs = []
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            raise InventoryError(f"{what}: keys must be plain names", where=_line(path, key))
+        if key.value in seen:
+            raise InventoryError(
+                f"duplicate {what} key {key.value!r} (first at line {seen[key.value].start_mark.line + 1})",
+                where=_line(path, key),
+            )
+        seen[key.value] = key
+        pairs.append((key, value))
+    return pairs
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return f"{node.value!r}"
+
+
+# -- validation ---------------------------------------------------------------------
+
+
+def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: Any) -> None:
+    name = key.value
+    where = _line(path, value_node)
+    if name.startswith("m2p_"):
+        if name not in M2P_VARIABLES:
+            close = difflib.get_close_matches(name, M2P_VARIABLES, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(M2P_VARIABLES))}"
+            raise InventoryError(f"unknown m2p variable {name!r}{hint}", where=_line(path, key))
+        expected = M2P_VARIABLES[name][0]
+    elif name in ANSIBLE_TYPES:
+        expected = ANSIBLE_TYPES[name]
+    else:
+        return  # other Ansible or role variables pass through to the roles untouched
+    if isinstance(value, _Vaulted) and expected is str:
+        return
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool) and name == "ansible_host":
+        ok = False
+    if not ok:
+        raise InventoryError(
+            f"{name} must be {_type_name(expected)}, found {type(value).__name__} {value!r}", where=where
+        )
+    if name == "ansible_port" and not 1 <= value <= 65535:
+        raise InventoryError(f"ansible_port must be 1-65535, found {value}", where=where)
+    if expected is str and not value.strip():
+        raise InventoryError(f"{name} is empty", where=where)
+
+
+def _type_name(t: type) -> str:
+    return {str: "a string", int: "a whole number", bool: "true or false"}[t]
+
+
+def _vars(path: Path, node: yaml.Node | None, what: str) -> dict[str, tuple[Any, str]]:
+    out: dict[str, tuple[Any, str]] = {}
+    for key, value_node in _mapping(path, node, what):
+        value = _value(path, value_node)
+        _check_var(path, key, value_node, value)
+        out[key.value] = (value, _line(path, value_node))
+    return out
+
+
+@dataclass
+class _RawHost:
+    name: str
+    where: str
+    layers: list[tuple[int, dict[str, tuple[Any, str]]]] = field(default_factory=list)  # (depth, vars)
+    groups: list[str] = field(default_factory=list)
+
+
+def _walk_group(path: Path, name: str, node: yaml.Node | None, depth: int,
+                inherited: list[tuple[int, dict[str, tuple[Any, str]]]], lineage: list[str],
+                hosts: dict[str, _RawHost]) -> None:
+    if name in lineage:
+        raise InventoryError(f"group {name!r} contains itself", where=_line(path, node) if node else str(path))
+    pairs = dict((k.value, (k, v)) for k, v in _mapping(path, node, f"group {name!r}"))
+    for key, _ in pairs.values():
+        if key.value not in GROUP_KEYS:
+            raise InventoryError(
+                f"group {name!r} has {key.value!r}; a group holds only hosts, vars and children"
+                " (host variables go under the host, group variables under vars)",
+                where=_line(path, key),
+            )
+    layers = list(inherited)
+    if "vars" in pairs:
+        layers.append((depth, _vars(path, pairs["vars"][1], f"vars of group {name!r}")))
+    if "hosts" in pairs:
+        for hkey, hnode in _mapping(path, pairs["hosts"][1], f"hosts of group {name!r}"):
+            host = hosts.setdefault(hkey.value, _RawHost(hkey.value, _line(path, hkey)))
+            host.layers.extend(layers)
+            host.layers.append((10_000, _vars(path, hnode, f"host {hkey.value!r}")))
+            host.groups.extend(g for g in [*lineage, name] if g not in host.groups)
+    if "children" in pairs:
+        for ckey, cnode in _mapping(path, pairs["children"][1], f"children of group {name!r}"):
+            _walk_group(path, ckey.value, cnode, depth + 1, layers, [*lineage, name], hosts)
+
+
+def _merge(raw: _RawHost) -> dict[str, tuple[Any, str]]:
+    """Ansible's order: parent groups, then child groups, then the host itself."""
+    merged: dict[str, tuple[Any, str]] = {}
+    for _, layer in sorted(raw.layers, key=lambda item: item[0]):
+        merged.update(layer)
+    return merged
+
+
+def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
+         environ: dict[str, str] | None = None) -> Inventory:
+    """Load and validate an inventory; raise InventoryError naming file:line."""
+    p = Path(path)
+    env = os.environ if environ is None else environ
+    root = _compose(p)
+    if root is None:
+        raise InventoryError("inventory is empty: it needs at least one group with hosts", where=str(p))
+    raw_hosts: dict[str, _RawHost] = {}
+    for gkey, gnode in _mapping(p, root, "top level"):
+        _walk_group(p, gkey.value, gnode, 0, [], [], raw_hosts)
+    if not raw_hosts:
+        raise InventoryError("inventory lists no hosts", where=str(p))
+    vault = _VaultOpener(p, vault_password_file)
+    hosts = [_build_host(p, raw, _merge(raw), vault, env) for raw in raw_hosts.values()]
+    _check_duplicates(hosts)
+    return Inventory(p, tuple(hosts))
+
+
+def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], vault: _VaultOpener,
+                env: dict[str, str]) -> Host:
+    values = {k: v for k, (v, _) in merged.items()}
+    address = values.get("ansible_host")
+    if address is None:
+        if not _is_address(raw.name):
+            raise InventoryError(
+                f"host {raw.name!r} has no address: add ansible_host: <IP or DNS name>", where=raw.where
+            )
+        address = raw.name
+    port = values.get("ansible_port", DEFAULT_PORT)
+    password = _secret(values, merged, ("ansible_password", "ansible_ssh_pass"), "m2p_ssh_password_env", vault, env)
+    become = _secret(values, merged, ("ansible_become_password",), "m2p_become_password_env", vault, env)
+    key_file = values.get("ansible_ssh_private_key_file")
+    if key_file is not None:
+        key_file = str((path.parent / os.path.expanduser(key_file)).resolve()) if not os.path.isabs(
+            os.path.expanduser(key_file)) else os.path.expanduser(key_file)
+    clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
+    for k in ("ansible_password", "ansible_ssh_pass", "ansible_become_password"):
+        clean.pop(k, None)
+    return Host(
+        name=raw.name, address=str(address), port=int(port), user=values.get("ansible_user"),
+        key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
+        vars=clean, where=raw.where,
+    )
+
+
+def _secret(values: dict[str, Any], merged: dict[str, tuple[Any, str]], keys: tuple[str, ...], env_key: str,
+            vault: _VaultOpener, env: dict[str, str]) -> Secret | None:
+    for key in keys:
+        if key in values:
+            value = values[key]
+            if isinstance(value, _Vaulted):
+                return Secret(vault.decrypt(value, merged[key][1]))
+            return Secret(str(value))
+    if env_key in values:
+        name = values[env_key]
+        if name not in env:
+            raise InventoryError(f"{env_key} names ${name}, which is not set", where=merged[env_key][1])
+        return Secret(env[name])
+    return None
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(name))
+
+
+def _check_duplicates(hosts: list[Host]) -> None:
+    seen: dict[tuple[str, int], Host] = {}
+    for host in hosts:
+        key = (host.address.lower(), host.port)
+        if key in seen:
+            first = seen[key]
+            raise InventoryError(
+                f"host {host.name!r} has the same address {host.address}:{host.port} as "
+                f"{first.name!r} ({first.where}): one rig listed twice",
+                where=host.where,
+            )
+        seen[key] = host
+
+
+class _VaultOpener:
+    """Decrypts ``!vault`` values with ansible-core's own vault code."""
+
+    def __init__(self, path: Path, password_file: str | None) -> None:
+        self.path = path
+        self.password_file = password_file
+        self._lib: Any = None
+
+    def decrypt(self, text: str, where: str) -> str:
+        if self._lib is None:
+            if not self.password_file:
+                raise VaultError("value is vault-encrypted: pass --vault-password-file", where=where)
+            from ansible.constants import DEFAULT_VAULT_ID_MATCH
+            from ansible.parsing.vault import VaultLib, VaultSecret
+
+            try:
+                secret = Path(self.password_file).read_bytes().strip()
+            except OSError as exc:
+                raise VaultError(f"cannot read vault password file: {exc.strerror}",
+                                 where=self.password_file) from None
+            self._lib = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(secret))])
+        try:
+            return self._lib.decrypt(text.encode()).decode()
+        except Exception:  # ansible raises AnsibleError subclasses; never echo the text
+            raise VaultError("cannot decrypt vault value (wrong vault password?)", where=where) from None

@@ -1,0 +1,78 @@
+"""Inventory loading: Ansible YAML, inherited vars, and file:line errors for bad input."""
+
+from pathlib import Path
+
+import pytest
+
+from miner2provider import inventory
+from miner2provider.errors import InventoryError, VaultError
+
+HERE = Path(__file__).parent / "inventories"
+
+
+def test_good_inventory_resolves_group_and_host_vars():
+    inv = inventory.load(HERE / "good.yml", environ={"RIG_PASS": "s3cret"})
+    hosts = {h.name: h for h in inv.hosts}
+    assert set(hosts) == {"rig01", "rig02", "gpu-box.example.org"}
+    r1, r2, box = hosts["rig01"], hosts["rig02"], hosts["gpu-box.example.org"]
+    assert (r1.address, r1.port, r1.user) == ("10.0.0.11", 22, "user")
+    assert r1.key_file == str((HERE / "keys/farm").resolve())
+    assert r1.var("m2p_min_free_disk_gb") == 40
+    assert (r2.port, r2.var("m2p_min_free_disk_gb")) == (2222, 20)  # host beats group
+    assert box.address == "gpu-box.example.org"  # a DNS name needs no ansible_host
+    assert box.password.reveal() == "s3cret"
+    assert "s3cret" not in repr(box) and "s3cret" not in str(box.password)
+    assert r1.groups == ("all", "hive_farm")
+    assert [h.name for h in inv.select("plain")] == ["gpu-box.example.org"]
+    with pytest.raises(InventoryError, match="names no host or group: nope"):
+        inv.select("nope")
+
+
+@pytest.mark.parametrize(
+    "case, line, message",
+    [
+        ("syntax", 5, "YAML syntax error"),
+        ("no_address", 3, "host 'rig01' has no address: add ansible_host"),
+        ("duplicate_key", 7, "duplicate hosts of group 'all' key 'rig01' (first at line 3)"),
+        ("duplicate_address", 5, "same address 10.0.0.1:22 as 'rig01'"),
+        ("unknown_var", 3, "unknown m2p variable 'm2p_min_free_disk'; did you mean m2p_min_free_disk_gb?"),
+        ("wrong_type", 5, "ansible_port must be a whole number, found str 'twenty-two'"),
+        ("stray_key", 2, "group 'all' has 'rig01'; a group holds only hosts, vars and children"),
+    ],
+)
+def test_bad_inventories_name_file_and_line(case, line, message):
+    path = HERE / f"{case}.yml"
+    with pytest.raises(InventoryError) as err:
+        inventory.load(path)
+    assert err.value.where == f"{path}:{line}"
+    assert message in err.value.message
+
+
+def test_missing_file_and_unset_password_env(tmp_path):
+    with pytest.raises(InventoryError, match="not found"):
+        inventory.load(tmp_path / "nope.yml")
+    with pytest.raises(InventoryError, match=r"names \$RIG_PASS, which is not set") as err:
+        inventory.load(HERE / "good.yml", environ={})
+    assert err.value.where == f"{HERE / 'good.yml'}:19"
+
+
+def test_vault_encrypted_password(tmp_path):
+    from ansible.constants import DEFAULT_VAULT_ID_MATCH
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    lib = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(b"vaultpw"))])
+    blob = lib.encrypt("rig-password").decode()
+    indented = "\n".join("        " + line for line in blob.splitlines())
+    inv_file = tmp_path / "rigs.yml"
+    inv_file.write_text(f"all:\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n"
+                        f"      ansible_password: !vault |\n{indented}\n")
+    pw_file = tmp_path / "pw"
+    pw_file.write_text("vaultpw\n")
+    host = inventory.load(inv_file, vault_password_file=str(pw_file)).hosts[0]
+    assert host.password.reveal() == "rig-password"
+    assert "ansible_password" not in host.vars
+    with pytest.raises(VaultError, match="pass --vault-password-file"):
+        inventory.load(inv_file)
+    pw_file.write_text("wrong\n")
+    with pytest.raises(VaultError, match="wrong vault password"):
+        inventory.load(inv_file, vault_password_file=str(pw_file))

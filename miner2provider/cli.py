@@ -1,0 +1,272 @@
+"""The ``m2p`` command line: the only module that prints.
+
+Expected failures (``M2PError``) become one red line and a stable exit code; anything
+else is a bug: its traceback goes to a debug log and the line says where.
+
+Exit codes: 0 ok; 1 changes pending / generic; 2 usage; 3 inventory; 4 connection;
+5 sandbox; 10+N: N rigs failed (capped at 99); 70 internal error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from miner2provider import __version__, inventory
+from miner2provider.detect import RigReport, detect, detect_local
+from miner2provider.errors import M2PError, RigFailures, UsageError
+from miner2provider.ssh import DEFAULT_POOL, SshOptions
+
+INTERNAL_ERROR = 70
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class Context:
+    def __init__(self, verbosity: int) -> None:
+        self.verbosity = verbosity
+
+    def info(self, text: str) -> None:
+        if self.verbosity >= 0:
+            click.echo(text)
+
+    def detail(self, text: str) -> None:
+        if self.verbosity > 0:
+            click.echo(text, err=True)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+# -- options defined once, stacked where needed --------------------------------------
+
+inventory_option = click.option(
+    "-i", "--inventory", "inventory_file", required=True, type=click.Path(dir_okay=False),
+    envvar="M2P_INVENTORY", help="Rig inventory (Ansible YAML).  [env M2P_INVENTORY]")
+limit_option = click.option("--limit", "-l", help="Only these hosts or groups (comma-separated).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+vault_option = click.option(
+    "--vault-password-file", type=click.Path(exists=True, dir_okay=False), envvar="M2P_VAULT_PASSWORD_FILE",
+    help="Decrypts !vault values in the inventory.  [env M2P_VAULT_PASSWORD_FILE]")
+
+
+def ssh_options(f: Any) -> Any:
+    options = [
+        click.option("--accept-new", is_flag=True,
+                     help="Trust and record host keys seen for the first time (a changed key is always refused)."),
+        click.option("--known-hosts", type=click.Path(dir_okay=False), envvar="M2P_KNOWN_HOSTS",
+                     default=str(Path.home() / ".ssh" / "known_hosts"), show_default=True,
+                     help="Known-hosts file.  [env M2P_KNOWN_HOSTS]"),
+        click.option("--forks", type=click.IntRange(1, 500), default=DEFAULT_POOL, show_default=True,
+                     envvar="M2P_FORKS", help="Rigs handled at once.  [env M2P_FORKS]"),
+        click.option("--connect-timeout", type=click.FloatRange(0.5, 600), default=10.0, show_default=True,
+                     help="Seconds to wait for a rig to answer."),
+        click.option("--command-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+                     help="Seconds the probe may run on a rig."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _ssh_opts(accept_new: bool, known_hosts: str, forks: int, connect_timeout: float,
+              command_timeout: float) -> SshOptions:
+    return SshOptions(known_hosts=Path(known_hosts).expanduser(), accept_new=accept_new,
+                      connect_timeout=connect_timeout, command_timeout=command_timeout, pool_size=forks)
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="m2p")
+@click.option("-v", "--verbose", count=True, help="More detail (progress per rig).")
+@click.option("-q", "--quiet", count=True, help="Only errors and the summary.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
+    """m2p: turn GPU mining rigs into Kubernetes GPU providers, keeping mining."""
+    ctx.obj = Context(verbose - quiet)
+
+
+@cli.command()
+@click.argument("file", default="rigs.yml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@pass_ctx
+def init(ctx: Context, file: str, force: bool) -> None:
+    """Write a commented starter inventory to FILE (default rigs.yml)."""
+    target = Path(file)
+    if target.exists() and not force:
+        raise UsageError(f"{file} exists; use --force to overwrite it")
+    target.write_text((TEMPLATES / "inventory.yml").read_text())
+    ctx.info(f"wrote {file}: edit the hosts, then run `m2p inventory check {file}`")
+
+
+@cli.group("inventory")
+def inventory_group() -> None:
+    """Work with rig inventories."""
+
+
+@inventory_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@vault_option
+@json_option
+@pass_ctx
+def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as_json: bool) -> None:
+    """Validate an inventory: syntax, addresses, duplicates, m2p_ variables and types."""
+    inv = inventory.load(file, vault_password_file)
+    groups = sorted({g for h in inv.hosts for g in h.groups})
+    if as_json:
+        click.echo(json.dumps({"file": file, "ok": True, "groups": groups, "hosts": [
+            {"name": h.name, "address": h.address, "port": h.port, "user": h.user, "groups": list(h.groups),
+             "password": "set" if h.password else None} for h in inv.hosts]}, indent=2))
+        return
+    ctx.info(f"{file}: OK, {len(inv.hosts)} rigs in {len(groups)} groups ({', '.join(groups)})")
+    for h in inv.hosts:
+        ctx.detail(f"  {h.name}: {h.user or '(current user)'}@{h.address}:{h.port}"
+                   f"{' password set' if h.password else ''}")
+
+
+@cli.command("detect")
+@click.option("-i", "--inventory", "inventory_file", type=click.Path(dir_okay=False), envvar="M2P_INVENTORY",
+              help="Rig inventory (Ansible YAML).  [env M2P_INVENTORY]")
+@limit_option
+@click.option("--local", is_flag=True, help="Detect this machine, without SSH (GPUs via pynvml when installed).")
+@vault_option
+@ssh_options
+@json_option
+@pass_ctx
+def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, local: bool,
+                   vault_password_file: str | None, accept_new: bool, known_hosts: str, forks: int,
+                   connect_timeout: float, command_timeout: float, as_json: bool) -> None:
+    """Show what each rig is and whether it is ready to become a GPU node.  Changes nothing."""
+    if local:
+        reports = [detect_local()]
+    else:
+        if not inventory_file:
+            raise UsageError("detect needs -i/--inventory FILE (or --local for this machine)")
+        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+        opts = _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout)
+        ctx.detail(f"probing {len(hosts)} rigs, {min(forks, len(hosts))} at a time")
+        reports = detect(hosts, opts, on_done=lambda r: ctx.detail(
+            f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
+    if as_json:
+        click.echo(json.dumps([report_json(r) for r in reports], indent=2))
+    else:
+        for report in reports:
+            _print_report(ctx, report)
+        _print_summary(reports)
+    failed = sum(1 for r in reports if not r.ok)
+    if failed:
+        raise RigFailures(failed, len(reports))
+
+
+def report_json(report: RigReport) -> dict[str, Any]:
+    data = asdict(report)
+    data["status"] = "failed" if not report.ok else report.verdict.status if report.verdict else "unknown"
+    if report.facts:
+        data["facts"]["mining_os"]["label"] = report.facts.mining_os.label
+    return data
+
+
+def _print_report(ctx: Context, r: RigReport) -> None:
+    if not r.ok:
+        click.echo(click.style(f"{r.name} ({r.address}): FAILED: {r.error}", fg="red"))
+        for w in r.warnings:
+            click.echo(click.style(f"  ! {w}", fg="yellow"))
+        return
+    f, v = r.facts, r.verdict
+    assert f is not None and v is not None
+    colour = {"ready": "green", "ready with warnings": "yellow", "not ready": "red"}[v.status]
+    mos = f.mining_os
+    head = f"{r.name} ({r.address}): {mos.label}{' ' + mos.version if mos.version else ''}"
+    click.echo(click.style(head, bold=True) + " - " + click.style(v.status, fg=colour))
+    if ctx.verbosity >= 0:
+        cg = f"cgroup v{f.cgroup.version}{' (hybrid)' if f.cgroup.hybrid else ''}"
+        rows = [
+            ("system", f"{f.os_release.pretty_name}, kernel {f.kernel.release} {f.kernel.machine}, {cg}"),
+            ("cpu/ram", f"{f.cpu.cores} cores {f.cpu.model}, {f.memory.total_mb} MB RAM"),
+            ("disks", "; ".join(f"{m.mountpoint} {m.size_gb:g} GB ({m.free_gb:g} GB free)" for m in f.disks) or "-"),
+            ("python3", f"{f.python.version or 'missing'}   sudo: {f.sudo.state}"),
+            ("gpus", _gpus_line(f)),
+            ("miner", ("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running"),
+            ("stack", f"container toolkit: {f.installed.container_toolkit or '-'}, k3s: {f.installed.k3s or '-'}"
+                      f"{' (' + f.installed.k3s_service + ' active)' if f.installed.k3s_service else ''}, "
+                      f"m2p agent: {f.installed.agent or '-'}"),
+        ]
+        for label, value in rows:
+            click.echo(f"  {label:<8} {value}")
+    for b in v.blockers:
+        click.echo(click.style(f"  x {b}", fg="red"))
+    for w in (*v.warnings, *r.warnings):
+        click.echo(click.style(f"  ! {w}", fg="yellow"))
+
+
+def _gpus_line(f: Any) -> str:
+    g = f.gpus
+    if g.state != "ok":
+        return {"no-nvidia-smi": "none (no nvidia-smi)", "no-gpu": "none found",
+                "driver-error": f"driver error: {g.error}"}[g.state]
+    counts: dict[str, int] = {}
+    for gpu in g.gpus:
+        key = f"{gpu.name} ({gpu.pci_id}, {gpu.memory_mib} MiB)"
+        counts[key] = counts.get(key, 0) + 1
+    cards = ", ".join(f"{n} x {k}" for k, n in counts.items())
+    return f"{cards}; driver {g.driver_version}, CUDA {f.cuda or '?'}"
+
+
+def _print_summary(reports: list[RigReport]) -> None:
+    counts: dict[str, int] = {}
+    for r in reports:
+        key = "failed" if not r.ok else r.verdict.status if r.verdict else "unknown"
+        counts[key] = counts.get(key, 0) + 1
+    order = ["ready", "ready with warnings", "not ready", "failed"]
+    parts = [f"{counts[k]} {k}" for k in order if k in counts]
+    click.echo(f"{len(reports)} rigs: " + ", ".join(parts))
+
+
+# -- entry point: expected errors are one line, bugs go to the debug log --------------
+
+
+def debug_log_path() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "m2p" / "debug.log"
+    return Path(os.environ.get("M2P_DEBUG_LOG", default))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="m2p", standalone_mode=False)
+    except M2PError as exc:
+        click.echo(click.style(f"m2p: error: {exc}", fg="red"), err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("m2p: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return UsageError.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - unexpected: keep the traceback for the bug report
+        log = debug_log_path()
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as f:
+                f.write(f"--- {datetime.datetime.now().isoformat()} m2p {__version__} {sys.argv!r}\n")
+                f.write(traceback.format_exc())
+            where = f"traceback saved to {log}"
+        except OSError:
+            where = "could not write the debug log"
+        click.echo(click.style(f"m2p: internal error: {type(exc).__name__}: {exc} ({where})", fg="red"),
+                   err=True)
+        return INTERNAL_ERROR
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Detect: probe rigs (over SSH, or this machine with --local) and judge their readiness."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from miner2provider.facts import probe
+from miner2provider.facts.gpu import Gpus
+from miner2provider.facts.probe import RigFacts
+from miner2provider.inventory import Host
+from miner2provider.readiness import Settings, Verdict, assess
+from miner2provider.ssh import Result, SshOptions, fan_out
+
+
+@dataclass(frozen=True)
+class RigReport:
+    name: str
+    address: str
+    facts: RigFacts | None
+    verdict: Verdict | None
+    failure: str | None = None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def settings_for(host: Host) -> Settings:
+    return Settings(
+        min_free_disk_gb=host.var("m2p_min_free_disk_gb", Settings.min_free_disk_gb),
+        min_ram_mb=host.var("m2p_min_ram_mb", Settings.min_ram_mb),
+        data_dir=host.var("m2p_data_dir"),
+        become_password_given=host.become_password is not None,
+    )
+
+
+def report_from(result: Result) -> RigReport:
+    host = result.host
+    if not result.ok:
+        return RigReport(host.name, host.address, None, None, result.failure, result.error, result.warnings)
+    try:
+        facts = probe.gather(result.stdout)
+    except probe.ProbeIncomplete as exc:
+        return RigReport(host.name, host.address, None, None, "probe",
+                         f"probe on {host.address} ended early (exit {result.rc}): {exc}", result.warnings)
+    return RigReport(host.name, host.address, facts, assess(facts, settings_for(host)),
+                     warnings=result.warnings)
+
+
+def detect(hosts: list[Host], opts: SshOptions,
+           on_done: Callable[[RigReport], None] | None = None) -> list[RigReport]:
+    def done(result: Result) -> None:
+        if on_done:
+            on_done(report_from(result))
+
+    return [report_from(r) for r in fan_out(hosts, probe.script(), opts, done if on_done else None)]
+
+
+def detect_local(settings: Settings = Settings()) -> RigReport:
+    """This machine, without SSH: the same probe run locally; GPUs from NVML when pynvml is there."""
+    out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=120)
+    facts = probe.gather(out.stdout)
+    nvml = read_nvml()
+    if nvml is not None:
+        gpus, cuda = nvml
+        facts = replace(facts, gpus=gpus, cuda=cuda or facts.cuda)
+    import socket
+
+    return RigReport(socket.gethostname(), "localhost", facts, assess(facts, settings))
+
+
+def read_nvml() -> tuple[Gpus, str] | None:
+    """GPUs through NVML (the ``pynvml`` module of nvidia-ml-py), or None when it is not installed."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    from miner2provider.facts.gpu import gpus_from_nvml
+
+    return gpus_from_nvml(pynvml)

@@ -1,0 +1,22 @@
+"""Read-only facts about a rig: each a command and a pure parse (see base.py)."""
+
+from miner2provider.facts.cluster import InstalledFact
+from miner2provider.facts.gpu import CudaFact, GpusFact
+from miner2provider.facts.mining_os import MinerFact, MiningOsFact
+from miner2provider.facts.system import (
+    CgroupFact,
+    CpuFact,
+    DisksFact,
+    KernelFact,
+    MemoryFact,
+    OsReleaseFact,
+    PythonFact,
+    SudoFact,
+)
+
+# Every fact the detect probe gathers, in the order the probe runs them.
+ALL_FACTS = (
+    OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
+    MiningOsFact, MinerFact, GpusFact, CudaFact, InstalledFact,
+)
+FACTS_BY_NAME = {f.name: f for f in ALL_FACTS}

@@ -1,0 +1,81 @@
+"""The detect probe: every fact's command in one POSIX sh script, one SSH round trip.
+
+Output framing, one block per fact::
+
+    @@m2p-fact os_release
+    <the command's stdout and stderr>
+    @@m2p-rc 0
+
+``split`` turns that back into ``{fact name: Output}``; ``gather`` parses it into a
+``RigFacts``.  Pure: no I/O here (the SSH layer sends the script and returns the text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
+from miner2provider.facts.base import Output
+from miner2provider.facts.cluster import Installed
+from miner2provider.facts.gpu import Gpus
+from miner2provider.facts.mining_os import MinerState, MiningOs
+from miner2provider.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
+
+FACT_MARK = "@@m2p-fact "
+RC_MARK = "@@m2p-rc "
+PROBE_VERSION = 1
+
+
+def script() -> str:
+    lines = ["#!/bin/sh", f"# m2p detect probe v{PROBE_VERSION}: read-only", "LC_ALL=C; export LC_ALL"]
+    for fact in ALL_FACTS:
+        # A subshell each: one fact's failure or `exit` cannot stop the others.
+        lines.append(f"echo '{FACT_MARK}{fact.name}'; ( {fact.command} ) 2>&1 </dev/null; echo \"{RC_MARK}$?\"")
+    return "\n".join(lines) + "\n"
+
+
+def split(text: str) -> dict[str, Output]:
+    outputs: dict[str, Output] = {}
+    name: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(FACT_MARK):
+            name, body = line[len(FACT_MARK):].strip(), []
+        elif line.startswith(RC_MARK) and name is not None:
+            rc_text = line[len(RC_MARK):].strip()
+            outputs[name] = Output("\n".join(body) + ("\n" if body else ""),
+                                   int(rc_text) if rc_text.lstrip("-").isdigit() else -1)
+            name = None
+        elif name is not None:
+            body.append(line)
+    return outputs
+
+
+@dataclass(frozen=True)
+class RigFacts:
+    os_release: OsRelease
+    kernel: Kernel
+    cgroup: Cgroups
+    cpu: Cpu
+    memory: Memory
+    disks: tuple[Mount, ...]
+    python: Python
+    sudo: Sudo
+    mining_os: MiningOs
+    miner: MinerState
+    gpus: Gpus
+    cuda: str
+    installed: Installed
+
+
+class ProbeIncomplete(ValueError):
+    """The probe's output lacks some facts (the connection dropped, or it was cut)."""
+
+
+def gather(text: str) -> RigFacts:
+    outputs = split(text)
+    missing = [f.name for f in ALL_FACTS if f.name not in outputs]
+    if missing:
+        raise ProbeIncomplete(f"probe output lacks {', '.join(missing)}")
+    return RigFacts(**{name: FACTS_BY_NAME[name].parse(out) for name, out in outputs.items()
+                       if name in FACTS_BY_NAME})

@@ -1,0 +1,131 @@
+"""Is a rig ready to become a GPU node?  Pure: facts and settings in, verdict out.
+
+Each reason says what is wrong and what to do.  ``blockers`` make a rig "not ready";
+``warnings`` leave it "ready" but need the owner's attention.  Thresholds come from
+shared/reference/gpu-stack.md (§1.1 hardware rules, §4 failure list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from miner2provider.facts.probe import RigFacts
+
+# ansible-core 2.19 (the line m2p drives rigs with) supports target Python 3.8-3.13.
+MIN_TARGET_PYTHON = (3, 8)
+ANSIBLE_LINE = "ansible-core 2.19"
+DEFAULT_MIN_FREE_DISK_GB = 40  # hard floor for k3s data; images need tens of GB
+RECOMMENDED_FREE_DISK_GB = 100  # Akash's figure for a worker's ephemeral storage
+DEFAULT_MIN_RAM_MB = 4096
+MIN_CUDA_MAJOR = 12  # most lease images need CUDA 12 (driver >= 525)
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_free_disk_gb: int = DEFAULT_MIN_FREE_DISK_GB
+    min_ram_mb: int = DEFAULT_MIN_RAM_MB
+    data_dir: str | None = None  # m2p_data_dir: k3s data on another disk
+    become_password_given: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    blockers: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def status(self) -> str:
+        if self.blockers:
+            return "not ready"
+        return "ready with warnings" if self.warnings else "ready"
+
+
+def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
+    blockers: list[str] = []
+    warnings: list[str] = []
+
+    if facts.kernel.machine not in {"x86_64", "amd64"}:
+        blockers.append(f"{facts.kernel.machine} CPU: k3s GPU nodes and NVIDIA's packages here need x86_64")
+
+    py = facts.python
+    if py.version is None:
+        blockers.append("no python3: Ansible cannot drive this rig (install python3)")
+    elif py.version_tuple[:2] < MIN_TARGET_PYTHON:
+        blockers.append(
+            f"python3 {py.version} is older than {'.'.join(map(str, MIN_TARGET_PYTHON))}, the oldest "
+            f"{ANSIBLE_LINE} drives: reflash to an image on Ubuntu 20.04 or newer"
+        )
+
+    if facts.sudo.state == "absent":
+        blockers.append("no sudo and not root: log in as root or install sudo")
+    elif facts.sudo.state == "password" and not settings.become_password_given:
+        warnings.append("sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
+
+    _gpu_reasons(facts, blockers, warnings)
+    _disk_reasons(facts, settings, blockers, warnings)
+
+    if facts.memory.total_mb < settings.min_ram_mb:
+        blockers.append(
+            f"{facts.memory.total_mb} MB RAM: k3s with GPU workloads needs at least {settings.min_ram_mb} MB"
+        )
+
+    if facts.cgroup.version == 1:
+        warnings.append(
+            "cgroup v1: k3s 1.35+ refuses it; m2p will pin an older k3s line "
+            "(or boot with systemd.unified_cgroup_hierarchy=1)"
+        )
+
+    if facts.mining_os.kind == "unknown":
+        warnings.append(f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
+    return Verdict(tuple(blockers), tuple(warnings))
+
+
+def _gpu_reasons(facts: RigFacts, blockers: list[str], warnings: list[str]) -> None:
+    gpus = facts.gpus
+    if gpus.state == "no-nvidia-smi":
+        blockers.append("no nvidia-smi: no NVIDIA driver installed (or no NVIDIA GPU)")
+        return
+    if gpus.state == "driver-error":
+        blockers.append(f"nvidia-smi fails: {gpus.error or 'driver not loaded'}")
+        return
+    if gpus.state == "no-gpu":
+        blockers.append("no NVIDIA GPU found by nvidia-smi")
+        return
+    if len(gpus.models) > 1:
+        warnings.append(
+            f"mixed GPU models on one node ({', '.join(gpus.models)}): Akash supports one model per node"
+        )
+    if facts.cuda:
+        major = int(facts.cuda.split(".")[0])
+        if major < MIN_CUDA_MAJOR:
+            warnings.append(
+                f"driver {gpus.driver_version} supports CUDA {facts.cuda} only: most lease images need "
+                f"CUDA {MIN_CUDA_MAJOR}+ (driver 525 or newer)"
+            )
+
+
+def _disk_reasons(facts: RigFacts, settings: Settings, blockers: list[str], warnings: list[str]) -> None:
+    root = next((m for m in facts.disks if m.mountpoint == "/"), None)
+    target = root
+    if settings.data_dir:
+        # The longest mount point that contains the data dir holds it.
+        holders = [m for m in facts.disks if settings.data_dir.startswith(m.mountpoint.rstrip("/") + "/")
+                   or settings.data_dir == m.mountpoint]
+        target = max(holders, key=lambda m: len(m.mountpoint), default=root)
+    if target is None:
+        warnings.append("could not read free disk space (df printed nothing)")
+        return
+    where = f"{target.mountpoint}" + (f" (m2p_data_dir {settings.data_dir})" if settings.data_dir else "")
+    if target.free_gb < settings.min_free_disk_gb:
+        others = [m for m in facts.disks if m is not target and m.free_gb >= settings.min_free_disk_gb]
+        hint = (f"set m2p_data_dir to a folder on {others[0].mountpoint} ({others[0].free_gb:g} GB free)"
+                if others else "add an SSD and set m2p_data_dir to a folder on it")
+        size = f"{target.size_gb:g} GB disk" if target.mountpoint == "/" else f"{target.size_gb:g} GB {where}"
+        blockers.append(
+            f"{size}, {target.free_gb:g} GB free on {where}: k3s needs {settings.min_free_disk_gb} GB "
+            f"for its data; {hint}"
+        )
+    elif target.free_gb < RECOMMENDED_FREE_DISK_GB:
+        warnings.append(
+            f"{target.free_gb:g} GB free on {where}: enough to start; lease images may need {RECOMMENDED_FREE_DISK_GB} GB"
+        )

@@ -91,10 +91,11 @@ class GpusFact(Fact[Gpus]):
         if out.rc == 127:
             return Gpus("no-nvidia-smi", ())
         text = out.text.strip()
+        # nvidia-smi exits 6 with this when the driver works but sees no card.
+        if "No devices were found" in text or (out.rc == 0 and not text):
+            return Gpus("no-gpu", ())
         if out.rc != 0:
             return Gpus("driver-error", (), text.splitlines()[0] if text else f"nvidia-smi exit {out.rc}")
-        if "No devices were found" in text or not text:
-            return Gpus("no-gpu", ())
         gpus = []
         for line in text.splitlines():
             cells = [c.strip() for c in line.split(", ")]

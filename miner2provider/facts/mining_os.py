@@ -128,7 +128,7 @@ class MinerFact(Fact[MinerState]):
             if not args:
                 continue
             prog = args[0].rsplit("/", 1)[-1].lower()
-            if prog in {"screen", "screen.real"} and "-S" in [a[:2] for a in args]:
+            if prog in {"screen", "screen.real"}:
                 name = _screen_name(args)
                 if name in MINER_SCREENS:
                     found.append(f"screen:{name}")

@@ -265,7 +265,11 @@ def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
         if not processes.supervisor_pids(rig.path):
             raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_console_tail(rig)}")
         time.sleep(0.1)
-    raise SandboxError(f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s: {_console_tail(rig)}")
+    neighbour = subprocess.run(["ip", "neigh", "show", rig.address], capture_output=True, text=True).stdout.strip()
+    raise SandboxError(
+        f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
+        f"{ssh_banner(rig.address, rig.port)}, neighbour: {neighbour or 'none'}): {_console_tail(rig)}"
+    )
 
 
 def _console_tail(rig: Rig) -> str:

@@ -1,0 +1,3 @@
+from miner2provider.cli import entry
+
+entry()

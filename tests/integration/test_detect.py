@@ -1,0 +1,129 @@
+"""`m2p detect` over real SSH against sandbox rigs of each flavour, with failures mixed in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from miner2provider.sandbox import network, rig as sandbox
+
+pytestmark = pytest.mark.integration
+
+M2P = [sys.executable, "-m", "miner2provider"]
+
+
+def m2p(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def rig_entry(r: sandbox.Rig, **extra: object) -> dict[str, object]:
+    return {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file, **extra}
+
+
+@pytest.fixture
+def fleet(sandbox_rigs, boot_rigs, tmp_path):
+    """Inventory: three good rigs, an address nobody answers on, a wrong password, a changed key."""
+    locked, moved = boot_rigs(sandbox.RigSpec("locked1", "hiveos"), sandbox.RigSpec("moved1", "plain"))
+    good = {name: rig_entry(sandbox_rigs[name]) for name in ("plain1", "hive1", "ms1")}
+    known_hosts = tmp_path / "known_hosts"
+    good_inv = tmp_path / "good.yml"
+    # Record every rig's key first (locked1 too, so that its failure is the password).
+    good_inv.write_text(yaml.safe_dump({"all": {"hosts": {
+        **good, "moved1": rig_entry(moved), "locked1": rig_entry(locked)}}}))
+    first = m2p("detect", "-i", str(good_inv), "--accept-new", "--known-hosts", str(known_hosts), "--json")
+    assert first.returncode == 0, first.stderr
+    # moved1 is "reinstalled": a new host key replaces the one just recorded.
+    key = Path(moved.dir, "merged/etc/ssh/ssh_host_ed25519_key")
+    key.unlink()
+    Path(str(key) + ".pub").unlink()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    with sandbox_ssh(moved) as client:
+        client.exec_command("sudo systemctl restart ssh")[1].channel.recv_exit_status()
+    nobody = str(network.address_for(250))  # inside the sandbox range, no rig there
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {
+        "farm": {"hosts": {**good, "moved1": rig_entry(moved)}},
+        "trouble": {"hosts": {
+            "ghost1": {"ansible_host": nobody, "ansible_user": "user"},
+            "locked1": {"ansible_host": locked.address, "ansible_user": "user",
+                        "m2p_ssh_password_env": "LOCKED_PW"},
+        }},
+    }}}))
+    return inv, known_hosts
+
+
+def sandbox_ssh(r: sandbox.Rig):
+    from .conftest import ssh
+
+    class _Ctx:
+        def __enter__(self):
+            self.c = ssh(r)
+            return self.c
+
+        def __exit__(self, *exc):
+            self.c.close()
+
+    return _Ctx()
+
+
+def test_detect_recognises_rigs_and_explains_failures(fleet):
+    inv, known_hosts = fleet
+    env = {"LOCKED_PW": "not-the-password"}
+    proc = m2p("detect", "-i", str(inv), "--known-hosts", str(known_hosts), "--json",
+               "--connect-timeout", "3", env=env)
+    # Three rigs failed: exit code 10 + 3.
+    assert proc.returncode == 13, proc.stderr
+    reports = {r["name"]: r for r in json.loads(proc.stdout)}
+
+    plain, hive, ms = reports["plain1"], reports["hive1"], reports["ms1"]
+    assert plain["facts"]["mining_os"]["kind"] == "debian"
+    assert plain["status"] == "not ready"  # no GPU
+    assert any("no nvidia-smi" in b for b in plain["verdict"]["blockers"])
+
+    assert hive["facts"]["mining_os"]["kind"] == "hiveos"
+    assert hive["facts"]["mining_os"]["version"] == "0.6-229@20241231"
+    assert [g["name"] for g in hive["facts"]["gpus"]["gpus"]] == ["NVIDIA GeForce RTX 3090"] * 2
+    assert hive["facts"]["gpus"]["gpus"][0]["device_id"] == "2204"
+    assert hive["facts"]["cuda"] == "12.4"
+    assert hive["facts"]["miner"]["running"] is True
+    assert hive["facts"]["python"]["version"].startswith("3.11")
+    assert hive["facts"]["sudo"]["state"] == "nopasswd"
+
+    assert ms["facts"]["mining_os"]["kind"] == "msos"
+    assert ms["facts"]["mining_os"]["version"] == "1.8.6"
+    assert ms["facts"]["gpus"]["gpus"][0]["name"] == "NVIDIA CMP 90HX"
+    assert ms["facts"]["miner"]["sessions"] == ["screen:minew"]
+
+    assert reports["ghost1"]["failure"] in {"unreachable", "timeout"}
+    assert str(network.address_for(250)) in reports["ghost1"]["error"]
+    locked = reports["locked1"]
+    assert locked["failure"] == "auth"
+    assert locked["error"] == "authentication failed for user 'user' (tried key, agent, password)"
+    assert any("default login user/1" in w for w in locked["warnings"])
+    moved = reports["moved1"]
+    assert moved["failure"] == "host-key-changed"
+    assert f'ssh-keygen -f "{known_hosts}" -R' in moved["error"]
+    # The wrong password never appears anywhere.
+    assert "not-the-password" not in proc.stdout + proc.stderr
+
+
+def test_detect_text_output_and_unknown_key_refusal(sandbox_rigs, tmp_path):
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"hive1": rig_entry(sandbox_rigs["hive1"])}}}))
+    refused = m2p("detect", "-i", str(inv), "--known-hosts", str(tmp_path / "kh"))
+    assert refused.returncode == 11
+    assert "unknown host key" in refused.stdout and "--accept-new" in refused.stdout
+    assert not (tmp_path / "kh").exists()  # nothing recorded without --accept-new
+    ok = m2p("detect", "-i", str(inv), "--known-hosts", str(tmp_path / "kh"), "--accept-new")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "hive1 (10.213." in ok.stdout and "HiveOS 0.6-229@20241231" in ok.stdout
+    assert "2 x NVIDIA GeForce RTX 3090 (10de:2204, 24576 MiB)" in ok.stdout
+    assert "1 rigs:" in ok.stdout

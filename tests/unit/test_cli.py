@@ -1,0 +1,75 @@
+"""The CLI: exit codes, one-line errors, debug log for bugs, init and inventory check."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from miner2provider import cli
+
+INVENTORIES = Path(__file__).parent / "inventories"
+
+
+def run(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_init_writes_a_valid_starter_inventory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "init")
+    assert code == 0 and "wrote rigs.yml" in out
+    code, out, _ = run(capsys, "inventory", "check", "rigs.yml")
+    assert code == 0 and out.startswith("rigs.yml: OK, 2 rigs in 2 groups (all, farm)")
+    code, _, err = run(capsys, "init")
+    assert code == 2 and "rigs.yml exists; use --force" in err
+
+
+def test_inventory_errors_are_one_line_with_file_and_line(capsys):
+    path = INVENTORIES / "wrong_type.yml"
+    code, out, err = run(capsys, "inventory", "check", str(path))
+    assert code == 3
+    assert err.strip().splitlines() == [f"m2p: error: {path}:5: ansible_port must be a whole number, "
+                                         "found str 'twenty-two'"]
+
+
+def test_inventory_check_json_never_shows_passwords(capsys, monkeypatch):
+    monkeypatch.setenv("RIG_PASS", "pa55word")
+    code, out, _ = run(capsys, "inventory", "check", str(INVENTORIES / "good.yml"), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert [h["name"] for h in data["hosts"]] == ["rig01", "rig02", "gpu-box.example.org"]
+    assert data["hosts"][2]["password"] == "set"
+    assert "pa55word" not in out
+    monkeypatch.delenv("RIG_PASS")
+    code, _, err = run(capsys, "inventory", "check", str(INVENTORIES / "good.yml"))
+    assert code == 3 and "names $RIG_PASS, which is not set" in err
+
+
+def test_detect_needs_an_inventory(capsys):
+    code, _, err = run(capsys, "detect")
+    assert code == 2 and "detect needs -i/--inventory" in err
+
+
+def test_unexpected_errors_go_to_the_debug_log(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "debug.log"
+    monkeypatch.setenv("M2P_DEBUG_LOG", str(log))
+
+    def boom(*a, **k):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(cli.inventory, "load", boom)
+    code, _, err = run(capsys, "inventory", "check", "x.yml")
+    assert code == cli.INTERNAL_ERROR
+    assert f"traceback saved to {log}" in err
+    assert "Traceback" in log.read_text() and "surprise" in log.read_text()
+
+
+def test_detect_local_reports_json(capsys):
+    code, out, _ = run(capsys, "detect", "--local", "--json")
+    assert code == 0
+    (report,) = json.loads(out)
+    assert report["address"] == "localhost"
+    assert report["status"] in {"ready", "ready with warnings", "not ready"}
+    assert report["facts"]["python"]["version"]

@@ -1,0 +1,27 @@
+"""The probe script's framing, run for real with sh against canned commands."""
+
+import subprocess
+
+import pytest
+
+from miner2provider.facts import probe
+from miner2provider.facts.base import Output
+
+
+def test_split_keeps_each_facts_output_and_status():
+    text = ("@@m2p-fact a\nline1\nline2\n@@m2p-rc 0\n"
+            "@@m2p-fact b\n@@m2p-rc 127\n")
+    assert probe.split(text) == {"a": Output("line1\nline2\n", 0), "b": Output("", 127)}
+
+
+def test_script_runs_under_posix_sh_and_yields_every_fact():
+    out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=60)
+    facts = probe.gather(out.stdout)
+    assert facts.python.version is not None
+    assert facts.kernel.machine
+
+
+def test_cut_output_is_reported_not_misread():
+    out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=60)
+    with pytest.raises(probe.ProbeIncomplete, match="lacks"):
+        probe.gather(out.stdout[: len(out.stdout) // 2])

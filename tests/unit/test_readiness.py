@@ -1,0 +1,81 @@
+"""Readiness verdicts: pure, from facts built in the test."""
+
+import dataclasses
+
+from miner2provider.facts import FACTS_BY_NAME
+from miner2provider.facts.base import Output
+from miner2provider.facts.probe import RigFacts
+from miner2provider.facts.system import Mount
+from miner2provider.readiness import Settings, assess
+
+GPU_ROW = ("0, NVIDIA GeForce RTX 3090, GPU-1, 00000000:01:00.0, 0x220410DE, 0x38801462, 24576, "
+           "550.127.05\n")
+BASE_OUTPUT = {
+    "os_release": "ID=ubuntu\nVERSION_ID=\"22.04\"\nPRETTY_NAME=\"Ubuntu 22.04.5 LTS\"\n",
+    "kernel": "6.6.0-hiveos x86_64\n",
+    "cgroup": "cgroup2fs\n",
+    "cpu": "4\nmodel name : Intel(R) Core(TM) i5\n",
+    "memory": "MemTotal: 16000000 kB\nMemAvailable: 12000000 kB\n",
+    "disks": "Filesystem Type 1024-blocks Used Available Capacity Mounted on\n"
+             "/dev/sda2 ext4 250000000 1000 200000000 1% /\n",
+    "python": "3.10.12\n",
+    "sudo": "nopasswd\n",
+    "mining_os": "marker /hive/bin\nmarker /hive/etc/environment\ndpkg hive 0.6-229\n",
+    "miner": "SCREEN -dmS miner /hive/miners/x\n",
+    "gpus": GPU_ROW,
+    "cuda": "CUDA Version: 12.4 |\n",
+    "installed": "",
+}
+
+
+def facts(**overrides):
+    outputs = {**BASE_OUTPUT, **overrides}
+    rc = {"gpus": 0}
+    return RigFacts(**{n: FACTS_BY_NAME[n].parse(Output(t, rc.get(n, 0))) for n, t in outputs.items()})
+
+
+def test_a_healthy_hiveos_rig_is_ready():
+    v = assess(facts())
+    assert v.status == "ready" and v.blockers == () and v.warnings == ()
+
+
+def test_small_usb_stick_needs_a_data_disk():
+    small = facts(disks="Filesystem Type 1024-blocks Used Available Capacity Mounted on\n"
+                        "/dev/sda2 ext4 7340032 5000000 2340032 70% /\n")
+    v = assess(small)
+    assert v.status == "not ready"
+    assert v.blockers[0].startswith("7 GB disk, 2.2 GB free on /: k3s needs 40 GB")
+    assert "add an SSD and set m2p_data_dir" in v.blockers[0]
+
+
+def test_data_dir_on_a_second_disk_makes_a_small_stick_fine():
+    f = dataclasses.replace(facts(), disks=(Mount("/dev/sda2", "ext4", "/", 7, 2),
+                                            Mount("/dev/nvme0n1p1", "ext4", "/mnt/ssd", 233, 221)))
+    assert "suggest" not in " ".join(assess(f).blockers)
+    assert "set m2p_data_dir to a folder on /mnt/ssd (221 GB free)" in assess(f).blockers[0]
+    assert assess(f, Settings(data_dir="/mnt/ssd/k3s")).status == "ready"
+
+
+def test_old_python_no_python_no_sudo_no_gpu():
+    assert "python3 3.6.9 is older than 3.8" in assess(facts(python="3.6.9\n")).blockers[0]
+    assert assess(facts(python="absent\n")).blockers[0].startswith("no python3")
+    assert assess(facts(sudo="absent\n")).blockers[0].startswith("no sudo")
+    no_gpu = RigFacts(**{**facts().__dict__, "gpus": FACTS_BY_NAME["gpus"].parse(Output("", 127))})
+    assert assess(no_gpu).blockers[0].startswith("no nvidia-smi")
+
+
+def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
+    mixed = GPU_ROW + GPU_ROW.replace("0, NVIDIA GeForce RTX 3090", "1, NVIDIA GeForce RTX 3060")
+    v = assess(facts(cgroup="tmpfs\n", gpus=mixed, cuda="CUDA Version: 11.4\n", sudo="password\n"))
+    text = " | ".join(v.warnings)
+    assert v.status == "ready with warnings"
+    assert "cgroup v1" in text
+    assert "mixed GPU models on one node (NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3060)" in text
+    assert "supports CUDA 11.4 only" in text
+    assert "sudo asks for a password" in text
+    assert "sudo" not in " ".join(assess(facts(sudo="password\n"), Settings(become_password_given=True)).warnings)
+
+
+def test_low_ram_blocks():
+    v = assess(facts(memory="MemTotal: 2000000 kB\nMemAvailable: 1000000 kB\n"))
+    assert v.blockers == ("1953 MB RAM: k3s with GPU workloads needs at least 4096 MB",)

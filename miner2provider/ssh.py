@@ -148,11 +148,21 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
     return "error", f"{type(exc).__name__} on {target}: {exc}"
 
 
-def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
-             use_keys: bool = True) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+def load_known_hosts(opts: SshOptions) -> paramiko.HostKeys:
+    """Parsed once per fan-out: re-reading the file for each of N rigs costs O(N^2)."""
+    keys = paramiko.HostKeys()
     if opts.known_hosts.exists():
-        client.load_host_keys(str(opts.known_hosts))
+        keys.load(str(opts.known_hosts))
+    return keys
+
+
+def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
+             known: paramiko.HostKeys, use_keys: bool = True) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    # Only this rig's entries: the client checks the server's key against them.
+    name = known_hosts_name(host)
+    for key_type, key in (known.lookup(name) or {}).items():
+        client.get_host_keys().add(name, key_type, key)
     client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new))
     try:
         client.connect(
@@ -179,11 +189,11 @@ def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout:
         raise CommandTimeout() from exc
 
 
-def _default_login_warning(host: Host, opts: SshOptions) -> str | None:
+def _default_login_warning(host: Host, opts: SshOptions, known: paramiko.HostKeys) -> str | None:
     """After a failed login: does the rig still take its mining OS's default login?"""
     for user, password, os_name in DEFAULT_LOGINS:
         try:
-            _connect(host, opts, user, password, use_keys=False).close()
+            _connect(host, opts, user, password, known, use_keys=False).close()
         except Exception:  # noqa: BLE001 - any failure means the default does not work
             continue
         return (f"rig still accepts {os_name}'s default login {user}/{password}: change that password "
@@ -191,7 +201,9 @@ def _default_login_warning(host: Host, opts: SshOptions) -> str | None:
     return None
 
 
-def run_one(host: Host, script: str, opts: SshOptions, command: str = "sh -s") -> Result:
+def run_one(host: Host, script: str, opts: SshOptions, known: paramiko.HostKeys | None = None,
+            command: str = "sh -s") -> Result:
+    known = load_known_hosts(opts) if known is None else known
     username = host.user or getpass.getuser()
     password = host.password.reveal() if host.password else None
     warnings: list[str] = []
@@ -199,7 +211,7 @@ def run_one(host: Host, script: str, opts: SshOptions, command: str = "sh -s") -
         if username == user and password == default_pw:
             warnings.append(f"inventory uses {os_name}'s default login {user}/{default_pw}: change it on the rig")
     try:
-        client = _connect(host, opts, username, password)
+        client = _connect(host, opts, username, password, known)
         try:
             stdout, rc = _execute(client, script, command, opts.command_timeout)
         finally:
@@ -207,7 +219,7 @@ def run_one(host: Host, script: str, opts: SshOptions, command: str = "sh -s") -
     except Exception as exc:  # noqa: BLE001 - every failure becomes a sentence for this rig only
         failure, sentence = classify(exc, host, opts)
         if failure == "auth" and host.var("m2p_check_default_password", True):
-            warning = _default_login_warning(host, opts)
+            warning = _default_login_warning(host, opts, known)
             if warning:
                 warnings.append(warning)
         return Result(host, failure=failure, error=redact(sentence, [host.password, host.become_password]),
@@ -221,9 +233,10 @@ def fan_out(hosts: list[Host], script: str, opts: SshOptions,
     if not hosts:
         return []
     workers = max(1, min(opts.pool_size, len(hosts)))
+    known = load_known_hosts(opts)
 
     def task(host: Host) -> Result:
-        result = run_one(host, script, opts)
+        result = run_one(host, script, opts, known)
         if on_done:
             on_done(result)
         return result

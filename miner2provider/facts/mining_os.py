@@ -60,14 +60,19 @@ class MiningOsFact(Fact[MiningOs]):
 
     name = "mining_os"
     command = (
-        "for p in " + " ".join(MARKERS) + "; do "
+        "for p in " + " ".join(m for m in MARKERS if not m.startswith("/root/")) + "; do "
+        '[ -e "$p" ] && echo "marker $p"; done; '
+        # /root is closed to other users: sudo only for the marker that lives there.
+        "for p in " + " ".join(m for m in MARKERS if m.startswith("/root/")) + "; do "
         '{ [ -e "$p" ] || sudo -n test -e "$p" 2>/dev/null; } && echo "marker $p"; done; '
-        "dpkg-query -W -f='dpkg hive ${Version}\\n' hive 2>/dev/null; "
+        # Version sources only where their OS's markers are (dpkg-query alone costs ~6 ms).
+        "[ -d /hive/bin ] && dpkg-query -W -f='dpkg hive ${Version}\\n' hive 2>/dev/null; "
         '[ -r /hive-config/RepoVer ] && echo "repover $(head -n1 /hive-config/RepoVer)"; '
         '[ -r /hive/etc/VERSION ] && echo "asic $(head -n1 /hive/etc/VERSION)"; '
         '[ -r /opt/ethos/etc/version ] && echo "ethos $(head -n1 /opt/ethos/etc/version)"; '
-        "grep -h '^DISTRIB_RELEASE=' /etc/lsb-release 2>/dev/null | sed 's/^/lsb /'; "
-        "lsblk -rno LABEL 2>/dev/null | grep -qx NHOS && echo 'label NHOS'; "
+        "[ -r /etc/lsb-release ] && sed -n 's/^DISTRIB_RELEASE=/lsb DISTRIB_RELEASE=/p' /etc/lsb-release; "
+        # NiceHash OS boots from a USB stick with a partition labelled NHOS (udev names it).
+        "[ -e /dev/disk/by-label/NHOS ] && echo 'label NHOS'; "
         "sed -n 's/^ID=/osid /p' /etc/os-release 2>/dev/null; true"
     )
 
@@ -115,10 +120,14 @@ MINER_BINARIES = {
 
 
 class MinerFact(Fact[MinerState]):
-    """``ps -eo args=``: every process's command line (visible to any user)."""
+    """``ps -eo args=`` (visible to any user), cut on the rig to lines that start with
+    ``screen`` or a known miner binary, so a busy rig does not ship its whole process list."""
 
     name = "miner"
-    command = "ps -eo args="
+    command = (
+        "ps -eo args= | grep -iE '^([^ ]*/)?(screen|screen\\.real|"
+        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)'; true"
+    )
 
     @staticmethod
     def parse(out: Output) -> MinerState:

@@ -18,7 +18,7 @@ BASE_OUTPUT = {
     "memory": "MemTotal: 16000000 kB\nMemAvailable: 12000000 kB\n",
     "disks": "Filesystem Type 1024-blocks Used Available Capacity Mounted on\n"
              "/dev/sda2 ext4 250000000 1000 200000000 1% /\n",
-    "python": "3.10.12\n",
+    "python": "Python 3.10.12\n",
     "sudo": "nopasswd\n",
     "mining_os": "marker /hive/bin\nmarker /hive/etc/environment\ndpkg hive 0.6-229\n",
     "miner": "SCREEN -dmS miner /hive/miners/x\n",
@@ -57,7 +57,7 @@ def test_data_dir_on_a_second_disk_makes_a_small_stick_fine():
 
 
 def test_old_python_no_python_no_sudo_no_gpu():
-    assert "python3 3.6.9 is older than 3.8" in assess(facts(python="3.6.9\n")).blockers[0]
+    assert "python3 3.6.9 is older than 3.8" in assess(facts(python="Python 3.6.9\n")).blockers[0]
     assert assess(facts(python="absent\n")).blockers[0].startswith("no python3")
     assert assess(facts(sudo="absent\n")).blockers[0].startswith("no sudo")
     no_gpu = RigFacts(**{**facts().__dict__, "gpus": FACTS_BY_NAME["gpus"].parse(Output("", 127))})

@@ -1,0 +1,178 @@
+"""Detect fan-out benchmark: `m2p detect` vs `ansible all -m setup` vs a bare paramiko probe.
+
+Run as root:  .venv/bin/python benchmarks/detect_fanout.py [--rigs 50 200] [--forks 32]
+
+Each simulated rig is an sshd on its own loopback address (127.77.x.y), lighter than a
+sandbox rig.  All log in as the throwaway user ``m2pbench`` (shell /bin/sh, created and
+removed by the benchmark): root's shell start-up on this machine (pyenv in .bashrc) costs
+about 0.1 s per SSH command, which no rig pays and which would swamp what we measure.  Every rig every rig shares this machine's 2 cores, so absolute times are pessimistic
+and the ratios are what carries over.  All three contestants use the same parallelism
+(--forks), run as separate processes (start-up included), and are timed side by side;
+each is run --repeat times and the median is reported.  Targets (issue 3): m2p detect at
+least 10x faster than `ansible -m setup`, within 1.3x of the bare probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+BIN = Path(PY).parent
+
+BARE_PROBE = r'''
+import sys, paramiko, json
+from concurrent.futures import ThreadPoolExecutor
+hosts, key, forks = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+def one(addr):
+    c = paramiko.SSHClient()
+    c.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    c.connect(addr, username="m2pbench", key_filename=key, allow_agent=False, look_for_keys=False, timeout=30)
+    _, out, _ = c.exec_command("true")
+    out.read(); rc = out.channel.recv_exit_status(); c.close(); return rc
+with ThreadPoolExecutor(forks) as pool:
+    codes = list(pool.map(one, hosts))
+sys.exit(0 if all(c == 0 for c in codes) else 1)
+'''
+
+
+USER = "m2pbench"
+
+
+def ensure_user(home: Path) -> bool:
+    """Create the benchmark's login user; True when this run created it."""
+    if subprocess.run(["id", USER], capture_output=True).returncode == 0:
+        return False
+    # Password "*": no password login, but not "locked" (sshd without PAM refuses locked accounts).
+    subprocess.run(["useradd", "--system", "--password", "*", "--home-dir", str(home), "--create-home",
+                    "--shell", "/bin/sh", USER],
+                   check=True)
+    return True
+
+
+def address(i: int) -> str:
+    return f"127.77.{i // 250}.{i % 250 + 1}"
+
+
+def start_sshds(work: Path, count: int) -> list[subprocess.Popen[bytes]]:
+    key = work / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "host_key")], check=True)
+    shutil.copy(str(key) + ".pub", work / "authorized_keys")
+    os.makedirs("/run/sshd", exist_ok=True)
+    procs = []
+    for i in range(count):
+        cfg = work / f"sshd_{i}.conf"
+        cfg.write_text(
+            f"ListenAddress {address(i)}:22\nHostKey {work / 'host_key'}\nPidFile none\n"
+            f"AuthorizedKeysFile {work / 'authorized_keys'}\nStrictModes no\nUsePAM no\n"
+            "PermitRootLogin no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "UseDNS no\nMaxStartups 200\n"
+        )
+        procs.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 60
+    import socket
+
+    for i in range(count):
+        while True:
+            try:
+                socket.create_connection((address(i), 22), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"sshd on {address(i)} did not start")
+                time.sleep(0.05)
+    return procs
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, controller CPU seconds) of one run; the rigs' sshd CPU is not counted."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stdout[:1500]}\n...\n{proc.stdout[-1500:]}")
+    return elapsed, cpu
+
+
+def run_size(count: int, forks: int, repeat: int) -> dict[str, tuple[float, float]]:
+    work = Path(tempfile.mkdtemp(prefix="m2p-bench-"))
+    work.chmod(0o755)
+    created = ensure_user(work / "home")
+    procs = start_sshds(work, count)
+    try:
+        key = str(work / "id_ed25519")
+        hosts = {f"rig{i:04d}": {"ansible_host": address(i)} for i in range(count)}
+        inv = work / "rigs.yml"
+        inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_user": USER,
+                                                         "ansible_ssh_private_key_file": key},
+                                                "hosts": hosts}}))
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+               "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_PIPELINING": "True",
+               "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3", "ANSIBLE_STDOUT_CALLBACK": "oneline",
+               "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o UserKnownHostsFile=/dev/null"}
+        known = work / "known_hosts"
+        contestants = {
+            "m2p detect": [PY, "-m", "miner2provider", "detect", "-i", str(inv), "--accept-new",
+                           "--known-hosts", str(known), "--forks", str(forks), "--json"],
+            "ansible -m setup": [str(BIN / "ansible"), "all", "-i", str(inv), "-m", "setup", "-f", str(forks)],
+            "bare paramiko probe": [PY, "-c", BARE_PROBE, json.dumps([address(i) for i in range(count)]),
+                                    key, str(forks)],
+        }
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in contestants}
+        for _ in range(repeat):
+            for name, cmd in contestants.items():  # interleaved, so load drifts hit all alike
+                times[name].append(timed(cmd, env))
+        return {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+                for name, t in times.items()}
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=10)
+        if created:
+            subprocess.run(["userdel", USER], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rigs", type=int, nargs="+", default=[50, 200])
+    parser.add_argument("--forks", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: each simulated rig is an sshd on port 22 of a loopback address")
+    print(f"detect fan-out, forks={args.forks}, median of {args.repeat}. wall = seconds for the whole run;"
+          " cpu = controller CPU per rig (what carries over to a real fleet, whose rigs have their own CPUs)")
+    for count in args.rigs:
+        t = run_size(count, args.forks, args.repeat)
+        (m2p_w, m2p_c), (ans_w, ans_c), (bare_w, bare_c) = (
+            t["m2p detect"], t["ansible -m setup"], t["bare paramiko probe"])
+        per = 1000 / count
+        print(f"{count:>4} rigs  wall: m2p {m2p_w:6.2f}s  ansible {ans_w:6.2f}s  bare {bare_w:6.2f}s"
+              f"  | ansible/m2p {ans_w / m2p_w:5.1f}x  m2p/bare {m2p_w / bare_w:4.2f}x", flush=True)
+        print(f"{'':>4}       cpu:  m2p {m2p_c * per:5.1f}ms ansible {ans_c * per:5.1f}ms bare {bare_c * per:5.1f}ms"
+              f"  | ansible/m2p {ans_c / m2p_c:5.1f}x  m2p/bare {m2p_c / bare_c:4.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,6 +21,8 @@ from typing import Any
 import click
 
 from miner2provider import __version__, inventory
+from miner2provider.attributes.provider import RigGpus, fleet_attributes
+from miner2provider.attributes.report import load_report
 from miner2provider.detect import RigReport, detect, detect_local
 from miner2provider.errors import M2PError, RigFailures, UsageError
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
@@ -228,6 +230,69 @@ def _print_summary(reports: list[RigReport]) -> None:
     order = ["ready", "ready with warnings", "not ready", "failed"]
     parts = [f"{counts[k]} {k}" for k in order if k in counts]
     click.echo(f"{len(reports)} rigs: " + ", ".join(parts))
+
+
+@cli.command("attributes")
+@click.option("-i", "--inventory", "inventory_file", type=click.Path(dir_okay=False), envvar="M2P_INVENTORY",
+              help="Probe these rigs now.  [env M2P_INVENTORY]")
+@click.option("--from", "report", type=click.Path(dir_okay=False),
+              help="Use a saved `m2p detect --json` report instead of probing.")
+@click.option("--region", help="Provider attribute location-region (default: the rigs' m2p_location_region).")
+@limit_option
+@vault_option
+@ssh_options
+@json_option
+@pass_ctx
+def attributes_command(ctx: Context, inventory_file: str | None, report: str | None, region: str | None,
+                       limit: str | None, vault_password_file: str | None, accept_new: bool, known_hosts: str,
+                       forks: int, connect_timeout: float, command_timeout: float, as_json: bool) -> None:
+    """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
+    if bool(inventory_file) == bool(report):
+        raise UsageError("attributes needs exactly one of -i/--inventory FILE or --from REPORT.json")
+    if report:
+        rigs, failed = load_report(report)
+    else:
+        hosts = inventory.load(inventory_file, vault_password_file).select(limit)  # type: ignore[arg-type]
+        by_name = {h.name: h for h in hosts}
+        reports = detect(hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout))
+        failed = [r.name for r in reports if not r.ok]
+        for r in reports:
+            if not r.ok:
+                click.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+        rigs = [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
+                        _schedule_label(by_name[r.name].var("m2p_schedule")))
+                for r in reports if r.ok and r.facts]
+    fleet = fleet_attributes(rigs, region)
+    if as_json:
+        click.echo(json.dumps({
+            "rigs": {r.name: {"labels": r.labels, "warnings": list(r.warnings)} for r in fleet.rigs},
+            "attributes": [{"key": k, "value": v} for k, v in fleet.attributes],
+            "warnings": list(fleet.warnings), "akash_gpus_json_additions": list(fleet.unknown_entries),
+            "failed": failed}, indent=2))
+    else:
+        import yaml
+
+        click.echo("# Node labels per rig (m2p's gpu_attributes role applies them)")
+        click.echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
+        click.echo("# Akash provider attributes for this fleet (paste into your provider config)")
+        click.echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
+                                  sort_keys=False).rstrip())
+        for r in fleet.rigs:
+            for w in r.warnings:
+                click.echo(click.style(f"! {r.name}: {w}", fg="yellow"), err=True)
+        for w in fleet.warnings:
+            click.echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
+        if fleet.unknown_entries:
+            click.echo("# Entries missing from Akash's devices/pcie/gpus.json (under \"10de\" -> \"devices\"):",
+                       err=True)
+            for entry in fleet.unknown_entries:
+                click.echo(f"#   {entry}", err=True)
+    if failed:
+        raise RigFailures(len(failed), len(failed) + len(rigs))
+
+
+def _schedule_label(schedule: str | None) -> dict[str, str]:
+    return {"schedule": Path(schedule).stem} if schedule else {}
 
 
 # -- entry point: expected errors are one line, bugs go to the debug log --------------

@@ -1,0 +1,1 @@
+"""Register: what a rig's GPUs are called on the market and in Kubernetes labels."""

@@ -1,0 +1,100 @@
+"""Akash provider attributes for a fleet, and the warnings an operator must see.  Pure.
+
+Key order as the docs and the provider's own key builder use it (gpu-stack.md §1.3):
+``capabilities/gpu/vendor/<vendor>/model/<model>[/ram/<size>][/interface/<iface>]``,
+plus ``capabilities/gpu``, the ``cuda`` the whole fleet can honestly serve (the lowest
+CUDA version any rig's driver supports) and ``location-region`` (never the legacy ``region``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from miner2provider.attributes.database import Card
+from miner2provider.attributes.labels import cards_of, node_labels
+from miner2provider.facts.gpu import Gpus
+
+
+@dataclass(frozen=True)
+class RigGpus:
+    """What attributes need to know of one rig."""
+
+    name: str
+    gpus: Gpus
+    cuda: str
+    region: str | None = None
+    labels_extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RigAttributes:
+    name: str
+    labels: dict[str, str]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FleetAttributes:
+    rigs: tuple[RigAttributes, ...]
+    attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
+    warnings: tuple[str, ...]
+    unknown_entries: tuple[str, ...]  # ready to paste into Akash's gpus.json
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+
+def rig_attributes(rig: RigGpus) -> RigAttributes:
+    warnings = []
+    cards = cards_of(rig.gpus)
+    if not cards:
+        warnings.append("no usable NVIDIA GPU: no labels")
+    models = sorted({c.slug for c in cards})
+    if len(models) > 1:
+        warnings.append(f"mixed GPU models on one node ({', '.join(models)}): Akash supports one model per node; "
+                        "split the cards or exclude the node")
+    for card in {c.pci_id: c for c in cards}.values():
+        if not card.known:
+            warnings.append(f"unknown card {card.pci_id} ({card.name}): labelled as {card.slug!r}, derived from "
+                            "its name; add it to m2p's database (attributes/gpus.yml)")
+        elif not card.in_akash:
+            warnings.append(f"{card.pci_id} ({card.name}) is not in Akash's gpus.json: the Akash inventory operator "
+                            f"skips it until upstream adds {card.akash_entry()}")
+    return RigAttributes(rig.name, node_labels(rig.gpus, rig.cuda, rig.labels_extra), tuple(warnings))
+
+
+def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
+    per_rig = tuple(rig_attributes(r) for r in rigs)
+    all_cards: dict[str, Card] = {}
+    for r in rigs:
+        for c in cards_of(r.gpus):
+            all_cards.setdefault(c.pci_id, c)
+    warnings: list[str] = []
+    attrs: list[tuple[str, str]] = []
+    if all_cards:
+        attrs.append(("capabilities/gpu", "nvidia"))
+    combos = sorted({(c.vendor, c.slug, c.memory, c.interface) for c in all_cards.values()})
+    for vendor, slug in sorted({(v, s) for v, s, _, _ in combos}):
+        base = f"capabilities/gpu/vendor/{vendor}/model/{slug}"
+        mine = [(m, i) for v, s, m, i in combos if (v, s) == (vendor, slug)]
+        attrs.append((base, "true"))
+        attrs += [(f"{base}/ram/{m}", "true") for m in sorted({m for m, _ in mine})]
+        attrs += [(f"{base}/interface/{i}", "true") for i in sorted({i for _, i in mine})]
+        attrs += [(f"{base}/ram/{m}/interface/{i}", "true") for m, i in sorted(set(mine))]
+    cudas = [r.cuda for r in rigs if cards_of(r.gpus) and r.cuda]
+    if cudas:
+        lowest = min(cudas, key=_version_key)
+        attrs.append(("cuda", lowest))
+        if len(set(cudas)) > 1:
+            warnings.append(f"drivers differ across the fleet (CUDA {', '.join(sorted(set(cudas), key=_version_key))}): "
+                            f"advertising cuda {lowest}, what every rig can serve")
+    regions = {r.region for r in rigs if r.region}
+    chosen = region or (regions.pop() if len(regions) == 1 else None)
+    if region is None and len({r.region for r in rigs if r.region}) > 1:
+        warnings.append("rigs name different m2p_location_region values: one provider has one region; "
+                        "pass --region or split the fleet")
+    if chosen:
+        attrs.append(("location-region", chosen))
+    unknown = tuple(sorted({c.akash_entry() for c in all_cards.values() if not c.in_akash}))
+    return FleetAttributes(per_rig, tuple(attrs), tuple(warnings), unknown)

@@ -265,11 +265,23 @@ def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
         if not processes.supervisor_pids(rig.path):
             raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_console_tail(rig)}")
         time.sleep(0.1)
-    neighbour = subprocess.run(["ip", "neigh", "show", rig.address], capture_output=True, text=True).stdout.strip()
     raise SandboxError(
         f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
-        f"{ssh_banner(rig.address, rig.port)}, neighbour: {neighbour or 'none'}): {_console_tail(rig)}"
+        f"{ssh_banner(rig.address, rig.port)}): {_console_tail(rig)} | inside: {_inside_state(rig)}"
     )
+
+
+def _inside_state(rig: Rig) -> str:
+    """What the rig's own systemd says, read through its namespaces (for a failed boot's report)."""
+    inode = network.namespace_inode(rig.slot)
+    pids = sorted(processes.pids_in_netns(inode)) if inode else []
+    if not pids:
+        return "no processes"
+    probe = ("systemctl is-system-running; systemctl list-jobs --no-legend | head -n 5; "
+             "systemctl --failed --no-legend; journalctl -b --no-pager -n 15 -u ssh -u systemd-logind")
+    proc = subprocess.run(["nsenter", "-t", str(pids[0]), "-m", "-p", "-n", "--", "sh", "-c", probe],
+                          capture_output=True, text=True, timeout=20)
+    return " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
 
 
 def _console_tail(rig: Rig) -> str:

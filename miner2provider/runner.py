@@ -1,0 +1,193 @@
+"""Run playbooks on rigs with ansible-runner: private 0700 data dir, no secrets on disk or argv.
+
+- A fresh ``private_data_dir`` (mkdtemp: 0700) per run, removed afterwards.
+- Secrets (SSH and sudo passwords; later join tokens) are never in extravars (with
+  ``suppress_env_files`` ansible-runner puts those in argv, visible in ``ps``) nor in the
+  environment (ansible-runner writes the whole environment to ``artifacts/<id>/command``).
+  Each run makes a one-time vault key, writes every secret vault-encrypted into the
+  generated inventory, and has ansible-runner type the key at ansible's
+  ``--ask-vault-pass`` prompt: with ``suppress_env_files`` its ``passwords`` stay in memory.
+  So no secret is on disk, in argv, in the environment, or in events.
+- Progress comes from runner events (``on_event``), the report from ``runner.stats``, never
+  from scraping stdout.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from miner2provider.inventory import Host
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ROOT / "roles"
+PLAYBOOKS = ROOT / "playbooks"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step of progress, as the CLI shows it."""
+
+    kind: str  # task | ok | changed | failed | unreachable | skipped
+    host: str
+    task: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failures: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class RunReport:
+    status: str  # successful | failed | timeout | canceled
+    rc: int
+    hosts: dict[str, HostStats]
+    failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
+
+    @property
+    def changed(self) -> int:
+        return sum(s.changed for s in self.hosts.values())
+
+
+_KINDS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+def build_inventory(hosts: list[Host], vault_key: str) -> str:
+    """The inventory as YAML text; every secret in it is a ``!vault`` value under ``vault_key``."""
+    from ansible.constants import DEFAULT_VAULT_ID_MATCH
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    vault = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(vault_key.encode()))])
+    hostvars: dict[str, dict[str, Any]] = {}
+    children: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        hv: dict[str, Any] = dict(host.vars)
+        hv.update({"ansible_host": host.address, "ansible_port": host.port})
+        if host.user:
+            hv["ansible_user"] = host.user
+        if host.key_file:
+            hv["ansible_ssh_private_key_file"] = host.key_file
+        for var, secret in (("ansible_password", host.password), ("ansible_become_password", host.become_password)):
+            if secret is not None:
+                hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
+        hostvars[host.name] = hv
+        for group in host.groups:
+            if group != "all":
+                children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
+    return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
+
+
+class _Vaulted(str):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Vaulted, lambda d, v: d.represent_scalar("!vault", str(v), style="|"))
+
+
+def run_playbook(
+    playbook: Path,
+    hosts: list[Host],
+    extravars: dict[str, Any] | None = None,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    forks: int = 32,
+    known_hosts: Path | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    keep_artifacts: Path | None = None,
+) -> RunReport:
+    """Run ``playbook`` on ``hosts``; ``keep_artifacts`` copies runner's artifacts there (for audits)."""
+    vault_key = secrets.token_urlsafe(32)
+    inventory = build_inventory(hosts, vault_key)
+    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s"]
+    if known_hosts is not None:
+        ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
+    env = {
+        "ANSIBLE_ROLES_PATH": str(ROLES),
+        "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five
+        "ANSIBLE_INJECT_FACT_VARS": "False",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_SSH_ARGS": " ".join(ssh_args),
+    }
+    cmdline = " ".join(["--ask-vault-pass", *(part for part, on in (("--check", check), ("--diff", diff)) if on)])
+    failures: dict[str, str] = {}
+
+    def handle(event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        host, task = data.get("host", ""), data.get("task", "")
+        name = event.get("event", "")
+        if name == "playbook_on_task_start":
+            _emit(on_event, Event("task", "", task))
+        elif name in _KINDS:
+            kind = _KINDS[name]
+            res = data.get("res", {}) if isinstance(data.get("res"), dict) else {}
+            if kind == "ok" and res.get("changed"):
+                kind = "changed"
+            message = str(res.get("msg", "")) if kind in {"failed", "unreachable"} else ""
+            if kind in {"failed", "unreachable"} and not data.get("ignore_errors"):
+                failures.setdefault(host, f"{task}: {message}".strip(": "))
+            _emit(on_event, Event(kind, host, task, message))
+        return True
+
+    private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            playbook=str(playbook),
+            inventory=inventory,
+            extravars=extravars or {},
+            envvars=env,
+            suppress_env_files=True,
+            passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
+            cmdline=cmdline,
+            forks=forks,
+            quiet=True,
+            event_handler=handle,
+        )
+        stats = runner.stats or {}
+        hosts_stats = {
+            h.name: HostStats(
+                ok=stats.get("ok", {}).get(h.name, 0),
+                changed=stats.get("changed", {}).get(h.name, 0),
+                failures=stats.get("failures", {}).get(h.name, 0),
+                unreachable=stats.get("dark", {}).get(h.name, 0),
+                skipped=stats.get("skipped", {}).get(h.name, 0),
+            )
+            for h in hosts
+        }
+        report = RunReport(runner.status, runner.rc, hosts_stats, failures)
+        if keep_artifacts is not None:
+            shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
+        return report
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:
+    if on_event is not None:
+        on_event(event)
+

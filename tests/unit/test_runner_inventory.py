@@ -1,0 +1,31 @@
+"""The runner's generated inventory carries secrets only vault-encrypted under the run's key."""
+
+import yaml
+from ansible.constants import DEFAULT_VAULT_ID_MATCH
+from ansible.parsing.vault import VaultLib, VaultSecret
+
+from miner2provider.inventory import Host, Secret
+from miner2provider.runner import build_inventory
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_constructor("!vault", lambda loader, node: ("vault", loader.construct_scalar(node)))
+
+
+def test_secrets_are_vaulted_and_groups_kept():
+    host = Host("rig01", "10.0.0.5", 2222, "user", "/k/id", Secret("pw-123"), Secret("sudo-456"),
+                ("all", "farm"), {"m2p_data_dir": "/mnt/ssd"})
+    text = build_inventory([host], "one-time-key")
+    assert "pw-123" not in text and "sudo-456" not in text
+    data = yaml.load(text, Loader=_Loader)
+    hv = data["all"]["hosts"]["rig01"]
+    assert (hv["ansible_host"], hv["ansible_port"], hv["ansible_user"]) == ("10.0.0.5", 2222, "user")
+    assert hv["m2p_data_dir"] == "/mnt/ssd"
+    assert data["all"]["children"] == {"farm": {"hosts": {"rig01": None}}}
+    vault = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(b"one-time-key"))])
+    kind, blob = hv["ansible_password"]
+    assert kind == "vault" and vault.decrypt(blob.encode()) == b"pw-123"
+    assert vault.decrypt(hv["ansible_become_password"][1].encode()) == b"sudo-456"

@@ -187,3 +187,31 @@ def test_stop_removes_everything(boot_rigs):
     (r,) = boot_rigs(sandbox.RigSpec("short1"))
     sandbox.stop(r)
     assert _traces(r) == []
+
+
+def test_a_rig_that_does_not_come_up_is_booted_again(monkeypatch):
+    """The first wait fails (as a hung boot would): that rig is torn down, a new one boots."""
+    from miner2provider.errors import SandboxError
+
+    real_wait = sandbox.wait_ssh
+    failed_once: list[str] = []  # the hung rig's key, to tell the new rig from it
+
+    def flaky_wait(r, timeout=60):
+        if r.name == "flaky1" and not failed_once:
+            failed_once.append(Path(r.key_file + ".pub").read_text())
+            raise SandboxError("forced: not SSH-ready (test)")
+        return real_wait(r, timeout)
+
+    monkeypatch.setattr(sandbox, "wait_ssh", flaky_wait)
+    log = sandbox.sandbox_root() / "boot_retries.log"
+    before = log.read_text() if log.exists() else ""
+    rigs = sandbox.boot([sandbox.RigSpec("steady1"), sandbox.RigSpec("flaky1")], owner_pid=os.getpid())
+    try:
+        assert [r.name for r in rigs] == ["steady1", "flaky1"]
+        assert Path(rigs[1].key_file + ".pub").read_text() != failed_once[0]  # a fresh rig
+        assert sandbox.ssh_banner(rigs[1].address)
+        assert len(sandbox.running()) >= 2 and sum(r.name == "flaky1" for r in sandbox.running()) == 1
+        assert "forced: not SSH-ready (test)" in log.read_text()[len(before):]
+    finally:
+        for r in rigs:
+            sandbox.stop(r)

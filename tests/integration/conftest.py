@@ -21,7 +21,7 @@ from miner2provider.sandbox import rig as sandbox
 def _require_harness() -> None:
     # Not a skip: a CI that cannot boot rigs must go red, not quietly pass.
     if os.geteuid() != 0:
-        pytest.fail("integration tests boot sandbox rigs and must run as root (sudo scripts/test)")
+        pytest.fail("integration tests boot sandbox rigs and must run as root (scripts/test as root)")
     for tool in ("systemd-nspawn", "mmdebstrap", "ip", "ssh-keygen"):
         if not shutil.which(tool):
             pytest.fail(f"{tool} is missing: run scripts/install first")

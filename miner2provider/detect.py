@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -53,11 +54,15 @@ def report_from(result: Result) -> RigReport:
 
 def detect(hosts: list[Host], opts: SshOptions,
            on_done: Callable[[RigReport], None] | None = None) -> list[RigReport]:
-    def done(result: Result) -> None:
-        if on_done:
-            on_done(report_from(result))
+    reports: dict[str, RigReport] = {}  # host names are unique in an inventory
 
-    return [report_from(r) for r in fan_out(hosts, probe.script(), opts, done if on_done else None)]
+    def done(result: Result) -> None:
+        report = reports[result.host.name] = report_from(result)
+        if on_done:
+            on_done(report)
+
+    fan_out(hosts, probe.script(), opts, done)
+    return [reports[h.name] for h in hosts]
 
 
 def detect_local(settings: Settings = Settings()) -> RigReport:
@@ -68,8 +73,6 @@ def detect_local(settings: Settings = Settings()) -> RigReport:
     if nvml is not None:
         gpus, cuda = nvml
         facts = replace(facts, gpus=gpus, cuda=cuda or facts.cuda)
-    import socket
-
     return RigReport(socket.gethostname(), "localhost", facts, assess(facts, settings))
 
 

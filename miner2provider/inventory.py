@@ -205,8 +205,6 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
     if isinstance(value, _Vaulted) and expected is str:
         return
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-    if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool) and name == "ansible_host":
-        ok = False
     if not ok:
         raise InventoryError(
             f"{name} must be {_type_name(expected)}, found {type(value).__name__} {value!r}", where=where
@@ -307,8 +305,9 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
     become = _secret(values, merged, ("ansible_become_password",), "m2p_become_password_env", vault, env)
     key_file = values.get("ansible_ssh_private_key_file")
     if key_file is not None:
-        key_file = str((path.parent / os.path.expanduser(key_file)).resolve()) if not os.path.isabs(
-            os.path.expanduser(key_file)) else os.path.expanduser(key_file)
+        # Relative to the inventory file, as Ansible reads it.
+        expanded = Path(key_file).expanduser()
+        key_file = str(expanded if expanded.is_absolute() else (path.parent / expanded).resolve())
     clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
     for k in ("ansible_password", "ansible_ssh_pass", "ansible_become_password"):
         clean.pop(k, None)
@@ -357,6 +356,14 @@ def _check_duplicates(hosts: list[Host]) -> None:
         seen[key] = host
 
 
+def vault_lib(password: bytes) -> Any:
+    """ansible-core's own vault code, keyed with ``password`` (for the default vault id)."""
+    from ansible.constants import DEFAULT_VAULT_ID_MATCH
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    return VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(password))])
+
+
 class _VaultOpener:
     """Decrypts ``!vault`` values with ansible-core's own vault code."""
 
@@ -369,15 +376,12 @@ class _VaultOpener:
         if self._lib is None:
             if not self.password_file:
                 raise VaultError("value is vault-encrypted: pass --vault-password-file", where=where)
-            from ansible.constants import DEFAULT_VAULT_ID_MATCH
-            from ansible.parsing.vault import VaultLib, VaultSecret
-
             try:
                 secret = Path(self.password_file).read_bytes().strip()
             except OSError as exc:
                 raise VaultError(f"cannot read vault password file: {exc.strerror}",
                                  where=self.password_file) from None
-            self._lib = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(secret))])
+            self._lib = vault_lib(secret)
         try:
             return self._lib.decrypt(text.encode()).decode()
         except Exception:  # ansible raises AnsibleError subclasses; never echo the text

@@ -25,11 +25,10 @@ from typing import Any
 import ansible_runner
 import yaml
 
-from miner2provider.inventory import Host
+from miner2provider.inventory import Host, vault_lib
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
-PLAYBOOKS = ROOT / "playbooks"
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,7 @@ _KINDS = {
 
 def build_inventory(hosts: list[Host], vault_key: str) -> str:
     """The inventory as YAML text; every secret in it is a ``!vault`` value under ``vault_key``."""
-    from ansible.constants import DEFAULT_VAULT_ID_MATCH
-    from ansible.parsing.vault import VaultLib, VaultSecret
-
-    vault = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(vault_key.encode()))])
+    vault = vault_lib(vault_key.encode())
     hostvars: dict[str, dict[str, Any]] = {}
     children: dict[str, dict[str, Any]] = {}
     for host in hosts:

@@ -109,6 +109,11 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
     """(failure class, sentence) for an exception raised while reaching ``host``."""
     target = f"{host.address}:{host.port}"
     user = host.user or getpass.getuser()
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        inner = next(iter(exc.errors.values()), None)
+        if not isinstance(inner, ConnectionRefusedError):
+            return "unreachable", f"cannot connect to {target}: {inner}"
+        exc = inner
     if isinstance(exc, socket.gaierror):
         return "dns", f"cannot resolve host name {host.address!r}: check ansible_host or DNS"
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -126,23 +131,14 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
         tried = [w for w, on in (("key", bool(host.key_file) or opts.look_for_keys), ("agent", opts.use_agent),
                                  ("password", host.password is not None)) if on]
         return "auth", f"authentication failed for user {user!r} (tried {', '.join(tried)})"
-    if isinstance(exc, ConnectionRefusedError):
+    if isinstance(exc, ConnectionRefusedError):  # OSError(ECONNREFUSED) is one too
         return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
     if isinstance(exc, CommandTimeout):
         return "command-timeout", f"probe did not finish within {opts.command_timeout:g}s on {target}"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timeout", f"no answer from {target} within {opts.connect_timeout:g}s: rig off, or firewalled?"
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        inner = next(iter(exc.errors.values()), None)
-        if isinstance(inner, ConnectionRefusedError) or (
-            isinstance(inner, OSError) and inner.errno == errno.ECONNREFUSED
-        ):
-            return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
-        return "unreachable", f"cannot connect to {target}: {inner}"
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
         return "unreachable", f"no route to {target}: is the rig on this network?"
-    if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
-        return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
     if isinstance(exc, (paramiko.SSHException, EOFError)):
         return "ssh", f"SSH failed on {target}: {exc or type(exc).__name__}"
     return "error", f"{type(exc).__name__} on {target}: {exc}"

@@ -90,8 +90,8 @@ def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAtt
             warnings.append(f"drivers differ across the fleet (CUDA {', '.join(sorted(set(cudas), key=_version_key))}): "
                             f"advertising cuda {lowest}, what every rig can serve")
     regions = {r.region for r in rigs if r.region}
-    chosen = region or (regions.pop() if len(regions) == 1 else None)
-    if region is None and len({r.region for r in rigs if r.region}) > 1:
+    chosen = region or (next(iter(regions)) if len(regions) == 1 else None)
+    if region is None and len(regions) > 1:
         warnings.append("rigs name different m2p_location_region values: one provider has one region; "
                         "pass --region or split the fleet")
     if chosen:

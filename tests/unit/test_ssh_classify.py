@@ -43,3 +43,14 @@ def test_changed_host_key_names_the_remedy():
 
 def test_redact_scrubs_secrets():
     assert redact("login hunter2 failed", [Secret("hunter2"), None]) == "login ******** failed"
+
+
+def test_paramikos_wrapped_connect_errors():
+    from paramiko.ssh_exception import NoValidConnectionsError
+
+    refused = NoValidConnectionsError({("10.0.0.7", 22): ConnectionRefusedError(errno.ECONNREFUSED, "refused")})
+    assert classify(refused, HOST, OPTS)[0] == "refused"
+    assert classify(OSError(errno.ECONNREFUSED, "refused"), HOST, OPTS)[0] == "refused"
+    other = NoValidConnectionsError({("10.0.0.7", 22): OSError(errno.EADDRNOTAVAIL, "no address")})
+    failure, sentence = classify(other, HOST, OPTS)
+    assert failure == "unreachable" and sentence.startswith("cannot connect to 10.0.0.7:22")

@@ -59,6 +59,12 @@ class RigFailures(M2PError):
         return 10 + min(self.failed, 89)
 
 
+class BundleError(M2PError):
+    """An offline bundle is missing, malformed, or a file's checksum does not match."""
+
+    exit_code = 6
+
+
 class SandboxError(M2PError):
     """The sandbox-rig harness (tests and `m2p demo`) could not do its job."""
 

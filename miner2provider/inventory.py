@@ -35,6 +35,11 @@ M2P_VARIABLES: dict[str, tuple[type, str]] = {
     "m2p_min_ram_mb": (int, "RAM (MB) below which the rig is not ready"),
     "m2p_location_region": (str, "provider attribute location-region"),
     "m2p_schedule": (str, "time-share schedule file for this rig"),
+    "m2p_miner_unit": (str, "systemd unit of the miner on a plain Ubuntu/Debian rig"),
+    "m2p_allow_driver_upgrade": (bool, "let convert upgrade a too-old NVIDIA driver (stops the miner, reboots)"),
+    "m2p_time_slicing_replicas": (int, "advertise each GPU this many times (device plugin time-slicing)"),
+    "m2p_k3s_server_url": (str, "join this existing k3s server (https://HOST:6443) instead of the k3s_server group"),
+    "m2p_k3s_token_env": (str, "name of an environment variable holding the k3s join token"),
 }
 
 ANSIBLE_TYPES: dict[str, type] = {

@@ -75,6 +75,16 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
             "(or boot with systemd.unified_cgroup_hierarchy=1)"
         )
 
+    if not facts.default_route.present:
+        blockers.append("no default route: k3s needs one (add a gateway, or a dummy interface route as k3s's air-gap docs say)")
+
+    if facts.xid.count:
+        codes = ", ".join(f"Xid {c}" for c in facts.xid.codes)
+        warnings.append(
+            f"{facts.xid.count} NVIDIA {codes} error(s) in the kernel log (last: {facts.xid.last[-120:]}): "
+            "check risers, power and cooling before leasing (Xid 79: the GPU fell off the bus)"
+        )
+
     if facts.mining_os.kind == "unknown":
         warnings.append(f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
     return Verdict(tuple(blockers), tuple(warnings))

@@ -2,6 +2,7 @@
 
 from miner2provider.facts.cluster import InstalledFact
 from miner2provider.facts.gpu import CudaFact, GpusFact
+from miner2provider.facts.health import DefaultRouteFact, HostnameFact, XidFact
 from miner2provider.facts.mining_os import MinerFact, MiningOsFact
 from miner2provider.facts.system import (
     CgroupFact,
@@ -17,6 +18,6 @@ from miner2provider.facts.system import (
 # Every fact the detect probe gathers, in the order the probe runs them.
 ALL_FACTS = (
     OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
-    MiningOsFact, MinerFact, GpusFact, CudaFact, InstalledFact,
+    MiningOsFact, MinerFact, GpusFact, CudaFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
 )
 FACTS_BY_NAME = {f.name: f for f in ALL_FACTS}

@@ -18,6 +18,7 @@ from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.facts.base import Output
 from miner2provider.facts.cluster import Installed
 from miner2provider.facts.gpu import Gpus
+from miner2provider.facts.health import DefaultRoute, XidErrors
 from miner2provider.facts.mining_os import MinerState, MiningOs
 from miner2provider.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
 
@@ -66,6 +67,9 @@ class RigFacts:
     gpus: Gpus
     cuda: str
     installed: Installed
+    hostname: str
+    default_route: DefaultRoute
+    xid: XidErrors
 
 
 class ProbeIncomplete(ValueError):

@@ -25,6 +25,9 @@ BASE_OUTPUT = {
     "gpus": GPU_ROW,
     "cuda": "CUDA Version: 12.4 |\n",
     "installed": "",
+    "hostname": "rig01\n",
+    "default_route": "default via 192.168.1.1 dev enp3s0 proto dhcp\n",
+    "xid": "",
 }
 
 
@@ -79,3 +82,9 @@ def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
 def test_low_ram_blocks():
     v = assess(facts(memory="MemTotal: 2000000 kB\nMemAvailable: 1000000 kB\n"))
     assert v.blockers == ("1953 MB RAM: k3s with GPU workloads needs at least 4096 MB",)
+
+
+def test_no_default_route_blocks_and_xid_errors_warn():
+    v = assess(facts(default_route="", xid="[ 1.0] NVRM: Xid (PCI:0000:03:00): 79, pid=1, GPU has fallen off the bus.\n"))
+    assert any("default route" in b for b in v.blockers)
+    assert any("Xid 79" in w and "riser" in w for w in v.warnings)

@@ -1,0 +1,1 @@
+"""Offline bundles: everything convert installs, downloaded once, checked by sha256."""

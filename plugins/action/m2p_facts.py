@@ -1,0 +1,62 @@
+"""Action plugin ``m2p_facts``: m2p's detect probe, run over Ansible's own connection.
+
+The probe script and its parsers are the ones ``m2p detect`` uses (miner2provider.facts,
+golden-tested), so roles never parse ``nvidia-smi`` in Jinja.  The script runs on the
+rig in one round trip; parsing, the readiness verdict and the GPU labels happen here on
+the controller.  Read-only, so it runs in check mode too.
+
+Sets ``ansible_facts.m2p``: the rig's facts as plain data plus ``readiness``
+(blockers, warnings), ``cards`` (database entry of each GPU) and ``gpu_labels``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from miner2provider.attributes.labels import cards_of, node_labels
+from miner2provider.facts import probe
+from miner2provider.readiness import Settings, assess
+
+
+def plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [plain(v) for v in value]
+    return value
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset({"min_free_disk_gb", "min_ram_mb", "data_dir", "label_extra"})
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        encoded = base64.b64encode(probe.script().encode()).decode()
+        # In the command line, not on stdin: works the same with and without become/pipelining.
+        res = self._low_level_execute_command(f"printf %s {encoded} | base64 -d | sh -s", sudoable=True)
+        try:
+            facts = probe.gather(res.get("stdout", ""))
+        except probe.ProbeIncomplete as exc:
+            raise AnsibleActionFail(f"m2p probe ended early (exit {res.get('rc')}): {exc}; "
+                                    f"stderr: {res.get('stderr', '')[-300:]}") from None
+        settings = Settings(
+            min_free_disk_gb=int(args.get("min_free_disk_gb", Settings.min_free_disk_gb)),
+            min_ram_mb=int(args.get("min_ram_mb", Settings.min_ram_mb)),
+            data_dir=args.get("data_dir") or None,
+            become_password_given=True,  # Ansible got this far with become
+        )
+        verdict = assess(facts, settings)
+        data = plain(facts)
+        data["readiness"] = {"status": verdict.status, "blockers": list(verdict.blockers),
+                             "warnings": list(verdict.warnings)}
+        data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
+        data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)
+        result.update(changed=False, ansible_facts={"m2p": data})
+        return result

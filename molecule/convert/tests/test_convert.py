@@ -1,0 +1,121 @@
+"""After convert.yml (twice): real state on the HiveOS-layout server and the plain agent."""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import testinfra
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+K3S_VERSION = "v1.33.2+k3s1"
+TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
+           "nvidia-container-toolkit"]
+
+
+def name(host):
+    return host.backend.get_hostname()
+
+
+def other(hostname):
+    inventory = os.environ["MOLECULE_INVENTORY_FILE"]
+    return testinfra.get_host(f"ansible://{hostname}?ansible_inventory={inventory}")
+
+
+def journal(host, unit):
+    with host.sudo():
+        return host.run(f"journalctl -u {unit} --no-pager -n 40").stdout
+
+
+def test_toolkit_installed_held_and_hardened(host):
+    with host.sudo():
+        for pkg in TOOLKIT:
+            assert host.package(pkg).version == "1.17.8-1"
+        assert set(TOOLKIT) <= set(host.check_output("apt-mark showhold").split())
+        config = host.file("/etc/nvidia-container-runtime/config.toml").content_string
+    assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config
+    assert "\naccept-nvidia-visible-devices-as-volume-mounts = true\n" in config
+    # The keys went above the first table, where TOML top-level keys must be.
+    assert config.index("accept-nvidia-visible-devices-as-volume-mounts = true") < config.index("[nvidia-container-cli]")
+
+
+def test_cdi_spec_lists_every_gpu(host):
+    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+    names = [d["name"] for d in spec["devices"]]
+    expected = {"conv-hive": ["0", "1", "all"], "conv-plain": ["0", "all"]}[name(host)]
+    assert names == expected
+
+
+def test_unattended_upgrades_keep_off_nvidia(host):
+    text = host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").content_string
+    assert '"nvidia-";' in text and '"libnvidia-";' in text
+
+
+def test_k3s_runs_with_the_pinned_binary_and_sees_the_nvidia_runtime(host):
+    unit = "k3s" if name(host) == "conv-hive" else "k3s-agent"
+    svc = host.service(unit)
+    assert svc.is_enabled and svc.is_running, journal(host, unit)
+    assert K3S_VERSION in host.check_output("/usr/local/bin/k3s --version")
+    with host.sudo():
+        generated = host.file("/var/lib/rancher/k3s/agent/etc/containerd/config.toml").content_string
+        config = host.file("/etc/rancher/k3s/config.yaml")
+        assert config.mode == 0o600
+        assert yaml.safe_load(config.content_string)["node-name"] == name(host)
+    # k3s found the toolkit's runtime when it started: the toolkit came first.
+    assert 'runtimes."nvidia"]' in generated and "DO NOT EDIT" in generated
+
+
+def test_agent_joined_with_the_servers_token_kept_out_of_argv():
+    agent, server = other("conv-plain"), other("conv-hive")
+    with server.sudo():
+        token = server.file("/var/lib/rancher/k3s/server/token").content_string.strip()
+    with agent.sudo():
+        env = agent.file("/etc/systemd/system/k3s-agent.service.env")
+        assert env.mode == 0o600 and env.user == "root"
+        assert env.content_string == f"K3S_TOKEN={token}\n"
+        pid = agent.check_output("systemctl show -p MainPID --value k3s-agent")
+        cmdline = agent.file(f"/proc/{pid}/cmdline").content_string
+        config = yaml.safe_load(agent.file("/etc/rancher/k3s/config.yaml").content_string)
+    assert token not in cmdline
+    assert config["server"] == "https://10.213.0.2:6443" or config["server"].endswith(":6443")
+
+
+def test_device_plugin_manifest_on_the_server_only(host):
+    path = "/var/lib/rancher/k3s/server/manifests/m2p-nvidia-device-plugin.yaml"
+    with host.sudo():
+        f = host.file(path)
+        if name(host) != "conv-hive":
+            assert not f.exists
+            return
+        docs = list(yaml.safe_load_all(f.content_string))
+    kinds = {d["kind"]: d for d in docs}
+    assert kinds["RuntimeClass"]["metadata"]["name"] == "nvidia" and kinds["RuntimeClass"]["handler"] == "nvidia"
+    pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"m2p.io/nvidia-device-plugin": "true"}
+
+
+def test_gpu_labels_from_the_cards_the_rig_has(host):
+    labels = json.loads(host.file("/var/lib/m2p/node-labels.json").content_string)
+    model, count = {"conv-hive": ("rtx3090", "2"), "conv-plain": ("rtx3060", "1")}[name(host)]
+    assert labels[f"akash.network/capabilities.gpu.vendor.nvidia.model.{model}"] == count
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["m2p.io/nvidia-device-plugin"] == "true"
+    registration = yaml.safe_load(host.file("/etc/rancher/k3s/config.yaml.d/60-m2p-gpu-labels.yaml").content_string)
+    assert f"nvidia.com/gpu.count={count}" in registration["node-label"]
+
+
+def test_hiveos_mining_config_untouched_and_miner_still_mining(host):
+    if name(host) != "conv-hive":
+        pytest.skip("HiveOS-layout rig only")
+    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
+        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    assert host.service("hive").is_enabled
+    with host.sudo():
+        assert ".miner" in host.check_output("screen -ls miner || true")
+        before = json.loads(host.file("/var/lib/m2p/mining_os/before.json").content_string)
+    assert before == {"mining_os": "hiveos", "miner_running": True, "autostart_enabled": ["hive.service"],
+                      "holds_added": []}

@@ -1,0 +1,43 @@
+"""After convert.yml then revert.yml (twice): the rig is the mining rig it was."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+
+
+def name(host):
+    return host.backend.get_hostname()
+
+
+def test_k3s_is_gone(host):
+    for unit in ("k3s", "k3s-agent"):
+        assert not host.service(unit).is_running
+    for path in ("/usr/local/bin/k3s", "/etc/rancher/k3s", "/var/lib/rancher/k3s",
+                 "/etc/systemd/system/k3s.service", "/etc/systemd/system/k3s-agent.service",
+                 "/etc/systemd/system/k3s-agent.service.env"):
+        with host.sudo():
+            assert not host.file(path).exists, path
+
+
+def test_toolkit_m2p_installed_is_purged(host):
+    with host.sudo():
+        assert not host.package("nvidia-container-toolkit").is_installed
+        assert not host.package("nvidia-container-toolkit-base").is_installed
+        assert "nvidia-container" not in host.check_output("apt-mark showhold")
+        assert not host.file("/etc/cdi/nvidia.yaml").exists
+        assert not host.file("/var/lib/m2p").exists
+    assert not host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").exists
+
+
+def test_hiveos_rig_mines_as_before(host):
+    if name(host) != "rev-hive":
+        pytest.skip("HiveOS-layout rig only")
+    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf", "hive-config/RepoVer"):
+        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    assert host.service("hive").is_enabled
+    with host.sudo():
+        assert ".miner" in host.check_output("screen -ls miner || true")

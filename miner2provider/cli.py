@@ -24,7 +24,10 @@ from miner2provider import __version__, inventory
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.detect import RigReport, detect, detect_local
-from miner2provider.errors import M2PError, RigFailures, UsageError
+from miner2provider.bundle.manifest import Bundle, load_bundle
+from miner2provider.convert import RigOutcome, run_fleet
+from miner2provider.errors import ChangesPending, M2PError, RigFailures, UsageError
+from miner2provider.runner import Event
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
 
 INTERNAL_ERROR = 70
@@ -293,6 +296,161 @@ def attributes_command(ctx: Context, inventory_file: str | None, report: str | N
 
 def _schedule_label(schedule: str | None) -> dict[str, str]:
     return {"schedule": Path(schedule).stem} if schedule else {}
+
+
+# -- conversion: plan, convert, revert, status ------------------------------------------
+
+bundle_option = click.option(
+    "--bundle", type=click.Path(file_okay=False), envvar="M2P_BUNDLE",
+    help="Install from this offline bundle (made by `m2p bundle`) instead of the vendors' sites.  [env M2P_BUNDLE]")
+
+
+def fleet_options(f: Any) -> Any:
+    for option in reversed([
+        inventory_option, limit_option, bundle_option, vault_option,
+        click.option("--batch", help="Convert N rigs (or N%) at a time, the whole playbook per batch."),
+        click.option("--max-fail", type=click.IntRange(0, 100), default=100, show_default=True,
+                     help="Stop starting new batches once more than this % of rigs failed."),
+        click.option("--keep-artifacts", type=click.Path(file_okay=False),
+                     help="Copy ansible-runner's artifacts (events, stdout) here, for audits."),
+    ]):
+        f = option(f)
+    return ssh_options(json_option(f))
+
+
+def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
+    if not path:
+        return None
+    bundle = load_bundle(path)
+    if bundle.standin:
+        ctx.info(click.style(f"note: {path} is m2p's TEST bundle: k3s and the NVIDIA toolkit in it are "
+                             "stand-ins for sandbox rigs, not the real software", fg="yellow"))
+    return bundle
+
+
+def _progress(ctx: Context) -> Any:
+    def show(event: Event) -> None:
+        if event.kind == "task":
+            ctx.detail(f"  . {event.task}")
+        elif event.kind in {"changed", "failed", "unreachable"} and ctx.verbosity >= 0:
+            colour = {"changed": "yellow", "failed": "red", "unreachable": "red"}[event.kind]
+            tail = f": {event.message}" if event.message else ""
+            click.echo(click.style(f"  {event.host}: {event.kind}", fg=colour) + f"  {event.task}{tail}")
+    return show
+
+
+def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, limit: str | None,
+               bundle: str | None, vault_password_file: str | None, batch: str | None, max_fail: int,
+               keep_artifacts: str | None, accept_new: bool, known_hosts: str, forks: int,
+               connect_timeout: float, command_timeout: float, yes: bool = True) -> list[RigOutcome]:
+    if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
+        raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
+    hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+    loaded = _load_bundle(ctx, bundle)
+    if not yes:
+        click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
+                      f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
+    return run_fleet(playbook, hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout),
+                     bundle=loaded, check=check, batch=batch, max_fail_pct=max_fail, on_event=_progress(ctx),
+                     keep_artifacts=Path(keep_artifacts) if keep_artifacts else None)
+
+
+def _print_outcomes(outcomes: list[RigOutcome], as_json: bool, show_tasks: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([asdict(o) for o in outcomes], indent=2))
+        return
+    colours = {"converged": "green", "changed": "yellow", "pending": "yellow"}
+    width = max((len(o.name) for o in outcomes), default=3)
+    click.echo(f"{'rig':<{width}}  {'result':<12} changed  detail")
+    for o in outcomes:
+        click.echo(f"{o.name:<{width}}  " + click.style(f"{o.result:<12}", fg=colours.get(o.result, "red"))
+                   + f" {o.changed:>7}  {o.message}")
+        if show_tasks:
+            for task in o.tasks:
+                click.echo(f"{'':<{width}}    ~ {task}")
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.result] = counts.get(o.result, 0) + 1
+    click.echo(f"{len(outcomes)} rigs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
+def _raise_failures(outcomes: list[RigOutcome]) -> None:
+    failed = sum(o.failed for o in outcomes)
+    if failed:
+        raise RigFailures(failed, len(outcomes))
+
+
+@cli.command("plan")
+@fleet_options
+@pass_ctx
+def plan_command(ctx: Context, as_json: bool, **kw: Any) -> None:
+    """Show what convert would change on each rig (check mode with diff).  Exit 1: changes pending."""
+    outcomes = _run_fleet(ctx, "convert", True, **kw)
+    _print_outcomes(outcomes, as_json, show_tasks=True)
+    _raise_failures(outcomes)
+    pending = [o.name for o in outcomes if o.result == "pending"]
+    if pending:
+        raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `m2p convert`")
+
+
+@cli.command("convert")
+@fleet_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_ctx
+def convert_command(ctx: Context, as_json: bool, yes: bool, **kw: Any) -> None:
+    """Make each rig a k3s GPU node (toolkit, k3s, device plugin, labels), keeping it a mining rig."""
+    outcomes = _run_fleet(ctx, "convert", False, yes=yes, **kw)
+    _print_outcomes(outcomes, as_json, show_tasks=ctx.verbosity > 0)
+    _raise_failures(outcomes)
+
+
+@cli.command("revert")
+@fleet_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_ctx
+def revert_command(ctx: Context, as_json: bool, yes: bool, **kw: Any) -> None:
+    """Remove what convert added and give each rig back to mining (its mining config is never touched)."""
+    outcomes = _run_fleet(ctx, "revert", False, yes=yes, **kw)
+    _print_outcomes(outcomes, as_json, show_tasks=ctx.verbosity > 0)
+    _raise_failures(outcomes)
+
+
+@cli.command("status")
+@inventory_option
+@limit_option
+@vault_option
+@ssh_options
+@json_option
+@pass_ctx
+def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_password_file: str | None,
+                   accept_new: bool, known_hosts: str, forks: int, connect_timeout: float,
+                   command_timeout: float, as_json: bool) -> None:
+    """Per rig: converged or not, k3s service, node name, GPUs seen.  Changes nothing."""
+    hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+    reports = detect(hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout))
+    rows = [status_row(r) for r in reports]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        width = max((len(r["rig"]) for r in rows), default=3)
+        click.echo(f"{'rig':<{width}}  {'state':<13} {'k3s':<22} {'node':<16} gpus")
+        for r in rows:
+            colour = {"converged": "green", "not converged": "yellow"}.get(r["state"], "red")
+            click.echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
+                       + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
+    _raise_failures([RigOutcome(r["rig"], "failed" if r["state"] == "failed" else "converged") for r in rows])
+
+
+def status_row(report: RigReport) -> dict[str, Any]:
+    if not report.ok or report.facts is None:
+        return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or ""}
+    f = report.facts
+    inst = f.installed
+    converged = bool(inst.container_toolkit and inst.k3s and inst.k3s_service)
+    gpus = f"{len(f.gpus.gpus)} x {', '.join(f.gpus.models)}" if f.gpus.state == "ok" else f.gpus.state
+    return {"rig": report.name, "state": "converged" if converged else "not converged",
+            "k3s": f"{inst.k3s_service} {inst.k3s}".strip() if inst.k3s_service else (inst.k3s or "-") + " (stopped)"
+            if inst.k3s else "-", "node": f.hostname if converged else "-", "gpus": gpus}
 
 
 # -- entry point: expected errors are one line, bugs go to the debug log --------------

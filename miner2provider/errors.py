@@ -23,6 +23,12 @@ class M2PError(Exception):
         return f"{self.where}: {self.message}" if self.where else self.message
 
 
+class ChangesPending(M2PError):
+    """`m2p plan`: some rigs are not converged (exit 1, like `diff`)."""
+
+    exit_code = 1
+
+
 class UsageError(M2PError):
     """Bad command-line arguments or settings."""
 

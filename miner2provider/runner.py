@@ -56,6 +56,7 @@ class RunReport:
     rc: int
     hosts: dict[str, HostStats]
     failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
+    changed_tasks: dict[str, list[str]] = field(default_factory=dict)  # host -> tasks that changed (or would)
 
     @property
     def changed(self) -> int:
@@ -114,6 +115,7 @@ def run_playbook(
     known_hosts: Path | None = None,
     on_event: Callable[[Event], None] | None = None,
     keep_artifacts: Path | None = None,
+    limit: list[str] | None = None,
 ) -> RunReport:
     """Run ``playbook`` on ``hosts``; ``keep_artifacts`` copies runner's artifacts there (for audits)."""
     vault_key = secrets.token_urlsafe(32)
@@ -123,6 +125,8 @@ def run_playbook(
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
     env = {
         "ANSIBLE_ROLES_PATH": str(ROLES),
+        "ANSIBLE_ACTION_PLUGINS": str(ROOT / "plugins" / "action"),
+        "ANSIBLE_LOOKUP_PLUGINS": str(ROOT / "plugins" / "lookup"),
         "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five
         "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
@@ -131,6 +135,7 @@ def run_playbook(
     }
     cmdline = " ".join(["--ask-vault-pass", *(part for part, on in (("--check", check), ("--diff", diff)) if on)])
     failures: dict[str, str] = {}
+    changed_tasks: dict[str, list[str]] = {}
 
     def handle(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
@@ -143,6 +148,7 @@ def run_playbook(
             res = data.get("res", {}) if isinstance(data.get("res"), dict) else {}
             if kind == "ok" and res.get("changed"):
                 kind = "changed"
+                changed_tasks.setdefault(host, []).append(task)
             message = str(res.get("msg", "")) if kind in {"failed", "unreachable"} else ""
             if kind in {"failed", "unreachable"} and not data.get("ignore_errors"):
                 failures.setdefault(host, f"{task}: {message}".strip(": "))
@@ -161,6 +167,7 @@ def run_playbook(
             passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
             cmdline=cmdline,
             forks=forks,
+            limit=",".join(limit) if limit else None,
             quiet=True,
             event_handler=handle,
         )
@@ -173,9 +180,9 @@ def run_playbook(
                 unreachable=stats.get("dark", {}).get(h.name, 0),
                 skipped=stats.get("skipped", {}).get(h.name, 0),
             )
-            for h in hosts
+            for h in hosts if not limit or h.name in limit
         }
-        report = RunReport(runner.status, runner.rc, hosts_stats, failures)
+        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks)
         if keep_artifacts is not None:
             shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
         return report

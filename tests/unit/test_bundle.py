@@ -1,0 +1,65 @@
+"""Offline bundles: the stand-in test bundle loads; damage and mistakes are named clearly."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from miner2provider.bundle import standin
+from miner2provider.bundle.manifest import load_bundle
+from miner2provider.errors import BundleError
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bundle")
+    standin.build_test_bundle(root)
+    return root
+
+
+def test_test_bundle_loads_and_says_it_is_a_stand_in(bundle_dir):
+    b = load_bundle(bundle_dir)
+    assert b.standin is True
+    assert b.k3s.version == standin.K3S_VERSION
+    assert [a.name for a in b.toolkit_packages] == ["libnvidia-container1", "libnvidia-container-tools",
+                                                   "nvidia-container-toolkit-base", "nvidia-container-toolkit"]
+
+
+def test_role_vars_are_role_variables(bundle_dir):
+    variables = load_bundle(bundle_dir).role_vars()
+    known = {}
+    for role in ("k3s_install", "nvidia_container_toolkit"):
+        known.update(yaml.safe_load((ROLES / role / "defaults/main.yml").read_text()))
+    assert set(variables) <= set(known)
+
+
+def test_packages_are_byte_identical_between_builds(bundle_dir, tmp_path):
+    standin.build_test_bundle(tmp_path)
+    assert (tmp_path / "manifest.yml").read_text() == (bundle_dir / "manifest.yml").read_text()
+
+
+def test_a_damaged_file_is_named(bundle_dir, tmp_path):
+    standin.build_test_bundle(tmp_path)
+    with open(tmp_path / "k3s/k3s", "ab") as f:
+        f.write(b"\n# truncated download")
+    with pytest.raises(BundleError, match=r"k3s/k3s: sha256 is [0-9a-f]{64}, the manifest says"):
+        load_bundle(tmp_path)
+
+
+def test_missing_manifest_and_bad_yaml(tmp_path):
+    with pytest.raises(BundleError, match="no manifest.yml here"):
+        load_bundle(tmp_path)
+    (tmp_path / "manifest.yml").write_text("format: 1\nk3s: [unclosed\n")
+    with pytest.raises(BundleError, match=r"manifest.yml:\d+: not valid YAML"):
+        load_bundle(tmp_path)
+
+
+def test_a_path_outside_the_bundle_is_refused(bundle_dir, tmp_path):
+    standin.build_test_bundle(tmp_path)
+    doc = yaml.safe_load((tmp_path / "manifest.yml").read_text())
+    doc["k3s"]["file"] = "../../etc/passwd"
+    (tmp_path / "manifest.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(BundleError, match="points outside the bundle"):
+        load_bundle(tmp_path)

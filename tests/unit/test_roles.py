@@ -1,0 +1,46 @@
+"""Every role: prefixed variables, defaults/main.yml and meta/argument_specs.yml in sync."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "roles").iterdir() if p.is_dir())
+
+
+def load(path):
+    return yaml.safe_load(path.read_text()) or {}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_defaults_and_argument_specs_agree(role):
+    defaults = load(role / "defaults" / "main.yml")
+    specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
+    options = specs["main"]["options"]
+    assert set(defaults) == set(options), "defaults/main.yml and argument_specs main differ"
+    for name, spec in options.items():
+        assert spec.get("default") == defaults[name], f"{name}: spec default {spec.get('default')!r}"
+        assert spec.get("description"), f"{name} has no description"
+        assert spec.get("type"), f"{name} has no type"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_variables_are_prefixed_with_the_role_name(role):
+    for name in load(role / "defaults" / "main.yml"):
+        assert name.startswith(role.name + "_"), name
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_every_tasks_file_has_an_entry_point(role):
+    specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
+    tasks = {p.stem for p in (role / "tasks").glob("*.yml")}
+    # Files only included from inside the role (vars.yml, bundle.yml, upgrade_*.yml) are not entry points.
+    internal = {t for t in tasks if t in {"vars", "bundle", "repository"} or t.startswith("upgrade_")}
+    assert tasks - internal == set(specs), f"entry points {sorted(specs)} vs tasks {sorted(tasks - internal)}"
+
+
+def test_no_role_runs_a_distribution_upgrade():
+    for path in (Path(__file__).resolve().parents[2] / "roles").rglob("*.yml"):
+        text = path.read_text()
+        for banned in ("upgrade: dist", "dist-upgrade", "upgrade: full", "upgrade: yes", "apt-get upgrade"):
+            assert banned not in text, f"{path}: {banned}"

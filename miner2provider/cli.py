@@ -42,6 +42,11 @@ class Context:
         if self.verbosity >= 0:
             click.echo(text)
 
+    def note(self, text: str) -> None:
+        """Progress and notes: on stderr, so that --json output stays clean."""
+        if self.verbosity >= 0:
+            click.echo(text, err=True)
+
     def detail(self, text: str) -> None:
         if self.verbosity > 0:
             click.echo(text, err=True)
@@ -323,7 +328,7 @@ def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
         return None
     bundle = load_bundle(path)
     if bundle.standin:
-        ctx.info(click.style(f"note: {path} is m2p's TEST bundle: k3s and the NVIDIA toolkit in it are "
+        ctx.note(click.style(f"note: {path} is m2p's TEST bundle: k3s and the NVIDIA toolkit in it are "
                              "stand-ins for sandbox rigs, not the real software", fg="yellow"))
     return bundle
 
@@ -335,7 +340,7 @@ def _progress(ctx: Context) -> Any:
         elif event.kind in {"changed", "failed", "unreachable"} and ctx.verbosity >= 0:
             colour = {"changed": "yellow", "failed": "red", "unreachable": "red"}[event.kind]
             tail = f": {event.message}" if event.message else ""
-            click.echo(click.style(f"  {event.host}: {event.kind}", fg=colour) + f"  {event.task}{tail}")
+            ctx.note(click.style(f"  {event.host}: {event.kind}", fg=colour) + f"  {event.task}{tail}")
     return show
 
 
@@ -448,9 +453,58 @@ def status_row(report: RigReport) -> dict[str, Any]:
     inst = f.installed
     converged = bool(inst.container_toolkit and inst.k3s and inst.k3s_service)
     gpus = f"{len(f.gpus.gpus)} x {', '.join(f.gpus.models)}" if f.gpus.state == "ok" else f.gpus.state
-    return {"rig": report.name, "state": "converged" if converged else "not converged",
-            "k3s": f"{inst.k3s_service} {inst.k3s}".strip() if inst.k3s_service else (inst.k3s or "-") + " (stopped)"
-            if inst.k3s else "-", "node": f.hostname if converged else "-", "gpus": gpus}
+    if inst.k3s_service:
+        k3s = f"{inst.k3s_service} {inst.k3s}"
+    else:
+        k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
+    return {"rig": report.name, "state": "converged" if converged else "not converged", "k3s": k3s,
+            "node": f.hostname if converged else "-", "gpus": gpus}
+
+
+@cli.command("demo")
+@pass_ctx
+def demo_command(ctx: Context) -> None:
+    """Try m2p without rigs: detect, plan, convert, status and revert on a SANDBOX rig.
+
+    Boots a HiveOS-layout sandbox rig here (systemd-nspawn; needs root and the packages
+    scripts/install adds) and converts it with m2p's TEST bundle, whose k3s and NVIDIA
+    toolkit are stand-ins.  Nothing outside this machine is touched.
+    """
+    import shutil
+    import tempfile
+
+    from miner2provider.bundle.standin import build_test_bundle
+    from miner2provider.sandbox import rig as sandbox
+
+    ctx.info(click.style("m2p demo: a SANDBOX rig (HiveOS layout, 2 stand-in RTX 3090s) and STAND-IN k3s and "
+                         "NVIDIA toolkit packages; no real rig, GPU or vendor download is involved.", bold=True))
+    work = Path(tempfile.mkdtemp(prefix="m2p-demo-"))
+    rigs: list[Any] = []
+    try:
+        build_test_bundle(work / "bundle")
+        ctx.info("booting the sandbox rig demo-hive ...")
+        rigs = sandbox.boot([sandbox.RigSpec("demo-hive", "hiveos", ("rtx3090", "rtx3090"))], owner_pid=os.getpid())
+        rig = rigs[0]
+        inv = work / "rigs.yml"
+        inv.write_text(f"all:\n  hosts:\n    demo-hive:\n      ansible_host: {rig.address}\n"
+                       f"      ansible_user: {rig.user}\n      ansible_ssh_private_key_file: {rig.key_file}\n"
+                       "      m2p_min_free_disk_gb: 5\n")
+        ssh = ["--accept-new", "--known-hosts", str(work / "known_hosts")]
+        bundle = ["--bundle", str(work / "bundle")]
+        steps = [("detect: what is this rig?", ["detect", "-i", str(inv), *ssh]),
+                 ("plan: what would convert change? (exit 1: changes pending)", ["plan", "-i", str(inv), *bundle, *ssh]),
+                 ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
+                 ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
+                 ("status", ["status", "-i", str(inv), *ssh]),
+                 ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"])]
+        for title, args in steps:
+            ctx.info(click.style(f"\n$ m2p {' '.join(args[:1])}   # {title}", fg="cyan", bold=True))
+            code = main(args)
+            ctx.info(f"(exit {code})")
+    finally:
+        for r in rigs:
+            sandbox.stop(r)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # -- entry point: expected errors are one line, bugs go to the debug log --------------

@@ -82,8 +82,10 @@ def run_fleet(
         for host in group:
             stats = report.hosts.get(host.name)
             tasks = tuple(report.changed_tasks.get(host.name, ()))
-            if stats is None or stats.failures or stats.unreachable or host.name in report.failures:
-                outcome = RigOutcome(host.name, "failed", message=report.failures.get(host.name, report.status))
+            if stats is None or stats.failures or stats.unreachable or host.name in report.failures or not stats.ok:
+                # No task ran at all (ok == 0): the playbook never reached the rig.
+                message = report.failures.get(host.name) or f"the playbook did not run ({report.status}): {report.error}"
+                outcome = RigOutcome(host.name, "failed", message=message)
             elif stats.changed:
                 outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, tasks=tasks)
             else:

@@ -7,17 +7,21 @@
   Each run makes a one-time vault key, writes every secret vault-encrypted into the
   generated inventory, and has ansible-runner type the key at ansible's
   ``--ask-vault-pass`` prompt: with ``suppress_env_files`` its ``passwords`` stay in memory.
-  So no secret is on disk, in argv, in the environment, or in events.
+  Environment variables that hold a secret (``m2p_ssh_password_env`` ...) are hidden from
+  ansible-runner while it runs.  So no secret is on disk, in argv, in the environment, or in events.
 - Progress comes from runner events (``on_event``), the report from ``runner.stats``, never
   from scraping stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +61,7 @@ class RunReport:
     hosts: dict[str, HostStats]
     failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
     changed_tasks: dict[str, list[str]] = field(default_factory=dict)  # host -> tasks that changed (or would)
+    error: str = ""  # the end of ansible's output when the run failed before reaching rigs
 
     @property
     def changed(self) -> int:
@@ -132,6 +137,8 @@ def run_playbook(
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_SSH_ARGS": " ".join(ssh_args),
+        # ansible-playbook beside this Python first (m2p run as .venv/bin/python without the venv on PATH).
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
     }
     cmdline = " ".join(["--ask-vault-pass", *(part for part, on in (("--check", check), ("--diff", diff)) if on)])
     failures: dict[str, str] = {}
@@ -156,21 +163,23 @@ def run_playbook(
         return True
 
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
+    secret_values = {s.reveal() for h in hosts for s in (h.password, h.become_password) if s is not None}
     try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            playbook=str(playbook),
-            inventory=inventory,
-            extravars=extravars or {},
-            envvars=env,
-            suppress_env_files=True,
-            passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
-            cmdline=cmdline,
-            forks=forks,
-            limit=",".join(limit) if limit else None,
-            quiet=True,
-            event_handler=handle,
-        )
+        with _environ_without(secret_values):
+            runner = ansible_runner.run(
+                private_data_dir=str(private),
+                playbook=str(playbook),
+                inventory=inventory,
+                extravars=extravars or {},
+                envvars=env,
+                suppress_env_files=True,
+                passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
+                cmdline=cmdline,
+                forks=forks,
+                limit=",".join(limit) if limit else None,
+                quiet=True,
+                event_handler=handle,
+            )
         stats = runner.stats or {}
         hosts_stats = {
             h.name: HostStats(
@@ -182,12 +191,29 @@ def run_playbook(
             )
             for h in hosts if not limit or h.name in limit
         }
-        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks)
+        error = ""
+        if runner.rc != 0 and not any(s.ok for s in hosts_stats.values()):
+            lines = [line for line in runner.stdout.read().splitlines() if line.strip()]
+            error = " / ".join(lines[-3:])[-500:]
+        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error)
         if keep_artifacts is not None:
             shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
         return report
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _environ_without(secret_values: set[str]) -> Iterator[None]:
+    """Hide environment variables holding a secret (m2p_ssh_password_env and friends) while
+    ansible-runner runs: it copies this process's environment into artifacts/<id>/command."""
+    hidden = {k: v for k, v in os.environ.items() if v in secret_values}
+    for key in hidden:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:

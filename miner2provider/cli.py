@@ -398,26 +398,25 @@ def plan_command(ctx: Context, as_json: bool, **kw: Any) -> None:
         raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `m2p convert`")
 
 
-@cli.command("convert")
-@fleet_options
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@pass_ctx
-def convert_command(ctx: Context, as_json: bool, yes: bool, **kw: Any) -> None:
-    """Make each rig a k3s GPU node (toolkit, k3s, device plugin, labels), keeping it a mining rig."""
-    outcomes = _run_fleet(ctx, "convert", False, yes=yes, **kw)
-    _print_outcomes(outcomes, as_json, show_tasks=ctx.verbosity > 0)
-    _raise_failures(outcomes)
+def _apply_command(playbook: str, doc: str) -> Any:
+    """`m2p convert` and `m2p revert`: the same flow, a different playbook."""
+
+    @fleet_options
+    @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+    @pass_ctx
+    def command(ctx: Context, as_json: bool, yes: bool, **kw: Any) -> None:
+        outcomes = _run_fleet(ctx, playbook, False, yes=yes, **kw)
+        _print_outcomes(outcomes, as_json, show_tasks=ctx.verbosity > 0)
+        _raise_failures(outcomes)
+
+    command.__doc__ = doc
+    return cli.command(playbook)(command)
 
 
-@cli.command("revert")
-@fleet_options
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@pass_ctx
-def revert_command(ctx: Context, as_json: bool, yes: bool, **kw: Any) -> None:
-    """Remove what convert added and give each rig back to mining (its mining config is never touched)."""
-    outcomes = _run_fleet(ctx, "revert", False, yes=yes, **kw)
-    _print_outcomes(outcomes, as_json, show_tasks=ctx.verbosity > 0)
-    _raise_failures(outcomes)
+convert_command = _apply_command(
+    "convert", "Make each rig a k3s GPU node (toolkit, k3s, device plugin, labels), keeping it a mining rig.")
+revert_command = _apply_command(
+    "revert", "Remove what convert added and give each rig back to mining (its mining config is never touched).")
 
 
 @cli.command("status")
@@ -443,7 +442,9 @@ def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_p
             colour = {"converged": "green", "not converged": "yellow"}.get(r["state"], "red")
             click.echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
                        + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
-    _raise_failures([RigOutcome(r["rig"], "failed" if r["state"] == "failed" else "converged") for r in rows])
+    failed = sum(r["state"] == "failed" for r in rows)
+    if failed:
+        raise RigFailures(failed, len(rows))
 
 
 def status_row(report: RigReport) -> dict[str, Any]:

@@ -24,9 +24,12 @@ from miner2provider import __version__, inventory
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.detect import RigReport, detect, detect_local
+from miner2provider.bundle import pins
+from miner2provider.bundle.download import make_bundle
 from miner2provider.bundle.manifest import Bundle, load_bundle
 from miner2provider.convert import RigOutcome, run_fleet
 from miner2provider.errors import ChangesPending, M2PError, RigFailures, UsageError
+from miner2provider.plan import reasons_to_run
 from miner2provider.runner import Event
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
 
@@ -323,6 +326,11 @@ def fleet_options(f: Any) -> Any:
     return ssh_options(json_option(f))
 
 
+full_option = click.option(
+    "--full", is_flag=True,
+    help="Run the playbook on every rig, also on rigs whose fingerprint says they are converged and undrifted.")
+
+
 def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
     if not path:
         return None
@@ -347,7 +355,8 @@ def _progress(ctx: Context) -> Any:
 def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, limit: str | None,
                bundle: str | None, vault_password_file: str | None, batch: str | None, max_fail: int,
                keep_artifacts: str | None, accept_new: bool, known_hosts: str, forks: int,
-               connect_timeout: float, command_timeout: float, yes: bool = True) -> list[RigOutcome]:
+               connect_timeout: float, command_timeout: float, yes: bool = True,
+               full: bool = False) -> list[RigOutcome]:
     if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
         raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
     hosts = inventory.load(inventory_file, vault_password_file).select(limit)
@@ -357,7 +366,7 @@ def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, li
                       f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
     return run_fleet(playbook, hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout),
                      bundle=loaded, check=check, batch=batch, max_fail_pct=max_fail, on_event=_progress(ctx),
-                     keep_artifacts=Path(keep_artifacts) if keep_artifacts else None)
+                     keep_artifacts=Path(keep_artifacts) if keep_artifacts else None, full=full)
 
 
 def _print_outcomes(outcomes: list[RigOutcome], as_json: bool, show_tasks: bool) -> None:
@@ -387,6 +396,7 @@ def _raise_failures(outcomes: list[RigOutcome]) -> None:
 
 @cli.command("plan")
 @fleet_options
+@full_option
 @pass_ctx
 def plan_command(ctx: Context, as_json: bool, **kw: Any) -> None:
     """Show what convert would change on each rig (check mode with diff).  Exit 1: changes pending."""
@@ -410,6 +420,8 @@ def _apply_command(playbook: str, doc: str) -> Any:
         _raise_failures(outcomes)
 
     command.__doc__ = doc
+    if playbook == "convert":  # revert always runs in full: it removes what any convert left
+        command = full_option(command)
     return cli.command(playbook)(command)
 
 
@@ -429,7 +441,7 @@ revert_command = _apply_command(
 def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_password_file: str | None,
                    accept_new: bool, known_hosts: str, forks: int, connect_timeout: float,
                    command_timeout: float, as_json: bool) -> None:
-    """Per rig: converged or not, k3s service, node name, GPUs seen.  Changes nothing."""
+    """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs.  Changes nothing."""
     hosts = inventory.load(inventory_file, vault_password_file).select(limit)
     reports = detect(hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout))
     rows = [status_row(r) for r in reports]
@@ -439,27 +451,56 @@ def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_p
         width = max((len(r["rig"]) for r in rows), default=3)
         click.echo(f"{'rig':<{width}}  {'state':<13} {'k3s':<22} {'node':<16} gpus")
         for r in rows:
-            colour = {"converged": "green", "not converged": "yellow"}.get(r["state"], "red")
+            colour = {"converged": "green", "not converged": "yellow", "drifted": "yellow"}.get(r["state"], "red")
             click.echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
                        + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
+            if r["detail"]:
+                click.echo(f"{'':<{width}}    {r['detail']}")
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:
         raise RigFailures(failed, len(rows))
 
 
 def status_row(report: RigReport) -> dict[str, Any]:
+    """converged: the fingerprint convert left is there and nothing drifted since."""
     if not report.ok or report.facts is None:
-        return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or ""}
+        return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or "",
+                "detail": ""}
     f = report.facts
     inst = f.installed
-    converged = bool(inst.container_toolkit and inst.k3s and inst.k3s_service)
+    drift = reasons_to_run(f.fingerprint, f.gpus, None)
+    state = "not converged" if not f.fingerprint.present else "drifted" if drift else "converged"
     gpus = f"{len(f.gpus.gpus)} x {', '.join(f.gpus.models)}" if f.gpus.state == "ok" else f.gpus.state
     if inst.k3s_service:
         k3s = f"{inst.k3s_service} {inst.k3s}"
     else:
         k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
-    return {"rig": report.name, "state": "converged" if converged else "not converged", "k3s": k3s,
-            "node": f.hostname if converged else "-", "gpus": gpus}
+    return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
+            "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else ""}
+
+
+@cli.command("bundle")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--k3s-version", default=pins.K3S_VERSION, show_default=True, envvar="M2P_K3S_VERSION")
+@click.option("--toolkit-version", default=pins.TOOLKIT_VERSION, show_default=True, envvar="M2P_TOOLKIT_VERSION",
+              help="NVIDIA container toolkit version (packages <version>-1).")
+@click.option("--k3s-release-url", default=pins.K3S_RELEASE_URL, show_default=True, envvar="M2P_K3S_RELEASE_URL",
+              help="Where k3s releases are (a mirror works).")
+@click.option("--toolkit-repo-url", default=pins.TOOLKIT_REPO_URL, show_default=True, envvar="M2P_TOOLKIT_REPO_URL",
+              help="NVIDIA's flat apt repository ($(ARCH) is replaced by amd64; a mirror works).")
+@pass_ctx
+def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_version: str, k3s_release_url: str,
+                   toolkit_repo_url: str) -> None:
+    """Download k3s and the NVIDIA toolkit once, checked by sha256, into DIRECTORY (new or empty).
+
+    Run it on a connected machine; then `m2p convert --bundle DIRECTORY` installs from it over SSH.
+    """
+    ctx.info(f"downloading k3s {k3s_version} and NVIDIA container toolkit {toolkit_version} ...")
+    manifest = make_bundle(directory, k3s_version=k3s_version, toolkit_version=toolkit_version,
+                           k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url)
+    bundle = load_bundle(directory)  # read back: the manifest and every file check out
+    click.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
+               f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")
 
 
 @cli.command("demo")

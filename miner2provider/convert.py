@@ -2,7 +2,11 @@
 
 1. The detect probe (one SSH round trip per rig) finds the rigs that cannot be reached
    or logged into; they fail alone and never reach Ansible.
-2. The rest run ``playbooks/<name>.yml`` through ansible-runner, ``batch`` rigs at a time
+2. For convert (and plan), the probe also read each rig's fingerprint: a rig whose
+   fingerprint matches what would be applied now, with no drift, is converged and skipped
+   (``full`` runs the playbook everywhere).  A no-op Ansible play costs seconds per rig;
+   the probe costs one round trip.
+3. The rest run ``playbooks/<name>.yml`` through ansible-runner, ``batch`` rigs at a time
    (the whole playbook per batch: a rolling conversion); once more than ``max_fail_pct``
    of the rigs tried so far failed, the remaining batches are not started.
 No printing here: progress goes to ``on_event``, results come back as ``RigOutcome``s.
@@ -10,18 +14,24 @@ No printing here: progress goes to ``on_event``, results come back as ``RigOutco
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from miner2provider import __version__
 from miner2provider.bundle.manifest import Bundle
-from miner2provider.detect import detect
+from miner2provider.detect import RigReport, detect
 from miner2provider.inventory import Host
+from miner2provider.plan import fleet_settings, inputs_digest, reasons_to_run
 from miner2provider.runner import ROOT, Event, run_playbook
 from miner2provider.ssh import SshOptions
 
 PLAYBOOKS = ROOT / "playbooks"
+# What decides the rigs' end state: a change here makes every fingerprint stale.
+APPLIED_CODE = (ROOT / "roles", ROOT / "playbooks", ROOT / "plugins",
+                ROOT / "miner2provider" / "facts", ROOT / "miner2provider" / "attributes")
 
 
 @dataclass(frozen=True)
@@ -56,17 +66,24 @@ def run_fleet(
     max_fail_pct: int = 100,
     on_event: Callable[[Event], None] | None = None,
     keep_artifacts: Path | None = None,
+    full: bool = False,
 ) -> list[RigOutcome]:
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
+    inputs = expected_inputs(hosts, bundle)
+    reasons: dict[str, tuple[str, ...]] = {}
     for host, report in zip(hosts, detect(hosts, opts)):
-        if report.ok:
-            reachable.append(host)
-        else:
+        if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
+            continue
+        reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
+        if playbook == "convert" and not full and not reasons[host.name]:
+            outcomes[host.name] = RigOutcome(host.name, "converged", message="fingerprint matches: skipped")
+        else:
+            reachable.append(host)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
-    extravars: dict[str, Any] = {}
+    extravars: dict[str, Any] = {"m2p_fingerprint_inputs": {h.name: inputs[h.name] for h in reachable}}
     if bundle is not None:
         extravars["m2p_bundle_dir"] = str(bundle.root)
     tried = failed = 0
@@ -87,10 +104,33 @@ def run_fleet(
                 message = report.failures.get(host.name) or f"the playbook did not run ({report.status}): {report.error}"
                 outcome = RigOutcome(host.name, "failed", message=message)
             elif stats.changed:
-                outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, tasks=tasks)
+                why = "; ".join(reasons.get(host.name, ())[:2]) if playbook == "convert" else ""
+                outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, why, tasks)
             else:
                 outcome = RigOutcome(host.name, "converged")
             outcomes[host.name] = outcome
             tried += 1
             failed += outcome.failed
     return [outcomes[h.name] for h in hosts]
+
+
+def code_digest(bundle: Bundle | None) -> str:
+    """sha256 over m2p's version, every file of APPLIED_CODE and the bundle's manifest."""
+    digest = hashlib.sha256(f"m2p {__version__}\n".encode())
+    for top in APPLIED_CODE:
+        for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(f"{path.relative_to(ROOT)}\n".encode())
+            digest.update(path.read_bytes())
+    digest.update(f"bundle {bundle.digest if bundle else 'online'}\n".encode())
+    return digest.hexdigest()
+
+
+def expected_inputs(hosts: list[Host], bundle: Bundle | None) -> dict[str, str]:
+    code = code_digest(bundle)
+    fleet = fleet_settings(h.vars for h in hosts)
+    return {h.name: inputs_digest(code, h.vars, h.groups, fleet) for h in hosts}
+
+
+def reasons_to_run_on(report: RigReport, inputs: str) -> tuple[str, ...]:
+    assert report.facts is not None  # reachable rigs have facts
+    return reasons_to_run(report.facts.fingerprint, report.facts.gpus, inputs)

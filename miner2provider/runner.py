@@ -193,8 +193,7 @@ def run_playbook(
         }
         error = ""
         if runner.rc != 0 and not any(s.ok for s in hosts_stats.values()):
-            lines = [line for line in runner.stdout.read().splitlines() if line.strip()]
-            error = " / ".join(lines[-3:])[-500:]
+            error = ansible_error(runner.stdout.read())
         report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error)
         if keep_artifacts is not None:
             shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
@@ -220,3 +219,13 @@ def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:
     if on_event is not None:
         on_event(event)
 
+
+
+def ansible_error(output: str) -> str:
+    """Ansible's own error line and where it points (``Origin: file:line:col``), e.g. a YAML mistake."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    first = next((line for line in lines if line.startswith(("[ERROR]", "ERROR!"))), "")
+    origin = next((line for line in lines if line.startswith("Origin:")), "")
+    if first:
+        return (first + (f" ({origin})" if origin else ""))[:500]
+    return " / ".join(lines[-3:])[-500:]

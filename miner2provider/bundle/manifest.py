@@ -42,6 +42,13 @@ class Bundle:
     toolkit_version: str
     toolkit_packages: tuple[Artifact, ...]
 
+    @property
+    def digest(self) -> str:
+        """What the bundle installs (names, versions, checksums), not where it lies on disk."""
+        parts = [f"{self.arch} {self.k3s.version} {self.k3s.sha256} {self.toolkit_version}"]
+        parts += [f"{a.name} {a.version} {a.sha256}" for a in self.toolkit_packages]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
     def role_vars(self) -> dict[str, Any]:
         """Role variables that make the roles install from this bundle."""
         return {

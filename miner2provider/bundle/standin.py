@@ -15,25 +15,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
-
-import yaml
-
 from miner2provider.bundle.manifest import sha256_of, write_manifest
+from miner2provider.bundle.pins import K3S_VERSION, TOOLKIT_VERSION
 from miner2provider.errors import BundleError
 
 SOURCES = Path(__file__).parent / "standin"
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-
-
-def _role_default(role: str, var: str) -> str:
-    """The version the roles pin: the stand-ins claim to be exactly that."""
-    return str(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())[var])
-
-
-K3S_VERSION = _role_default("k3s_install", "k3s_install_version")
-TOOLKIT_VERSION = _role_default("nvidia_container_toolkit", "nvidia_container_toolkit_version")
-
 # name -> (files: {path in package: (source, mode)}, depends, conffiles)
 _PACKAGES: dict[str, tuple[dict[str, tuple[str, int]], str, list[str]]] = {
     "libnvidia-container1": ({}, "", []),

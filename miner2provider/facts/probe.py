@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.facts.base import Output
 from miner2provider.facts.cluster import Installed
+from miner2provider.facts.fingerprint import Fingerprint
 from miner2provider.facts.gpu import Gpus
 from miner2provider.facts.health import DefaultRoute, XidErrors
 from miner2provider.facts.mining_os import MinerState, MiningOs
@@ -24,7 +25,7 @@ from miner2provider.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsR
 
 FACT_MARK = "@@m2p-fact "
 RC_MARK = "@@m2p-rc "
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 
 def script() -> str:
@@ -70,6 +71,7 @@ class RigFacts:
     hostname: str
     default_route: DefaultRoute
     xid: XidErrors
+    fingerprint: Fingerprint
 
 
 class ProbeIncomplete(ValueError):

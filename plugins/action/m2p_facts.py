@@ -6,7 +6,8 @@ rig in one round trip; parsing, the readiness verdict and the GPU labels happen 
 the controller.  Read-only, so it runs in check mode too.
 
 Sets ``ansible_facts.m2p``: the rig's facts as plain data plus ``readiness``
-(blockers, warnings), ``cards`` (database entry of each GPU) and ``gpu_labels``.
+(blockers, warnings), ``cards`` (database entry of each GPU), ``gpu_labels`` and
+``gpu_signature`` (what the fingerprint records).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ansible.plugins.action import ActionBase
 
 from miner2provider.attributes.labels import cards_of, node_labels
 from miner2provider.facts import probe
+from miner2provider.facts.fingerprint import gpu_signature
 from miner2provider.readiness import Settings, assess
 
 
@@ -57,6 +59,7 @@ class ActionModule(ActionBase):
         data["readiness"] = {"status": verdict.status, "blockers": list(verdict.blockers),
                              "warnings": list(verdict.warnings)}
         data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
+        data["gpu_signature"] = gpu_signature(facts.gpus)
         data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)
         result.update(changed=False, ansible_facts={"m2p": data})
         return result

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from miner2provider.bundle.standin import build_test_bundle
+from miner2provider.sandbox import gpu_standin
 from miner2provider.sandbox import rig as sandbox
 
 from .conftest import run, ssh
@@ -75,16 +77,23 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert "password" in result["cv-locked"]["message"].lower()
     assert result["cv-hive"]["result"] == "changed" and result["cv-plain"]["result"] == "changed", result
 
-    second = m2p("convert", *common, "--yes", "--json", env=env)
+    # --full: the whole playbook again, proving it is idempotent (the fingerprint would skip it)
+    second = m2p("convert", *common, "--yes", "--json", "--full", env=env)
     result = outcomes(second)
     assert result["cv-hive"] == {**result["cv-hive"], "result": "converged", "changed": 0}, result["cv-hive"]["tasks"]
     assert result["cv-plain"] == {**result["cv-plain"], "result": "converged", "changed": 0}, result
+    assert "fingerprint" not in result["cv-hive"]["message"]
 
     good = ["--limit", "cv-hive,cv-plain"]
+    skipped = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
+    assert {o["result"] for o in skipped.values()} == {"converged"}, skipped
+    assert {o["message"] for o in skipped.values()} == {"fingerprint matches: skipped"}, skipped
+
     plan = m2p("plan", *common, *good, env=env)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-2000:]
 
-    status = m2p("status", *[a for a in common if a != "--bundle" and not a.endswith("/bundle")], *good, "--json", env=env)
+    status_args = [*[a for a in common if a != "--bundle" and not a.endswith("/bundle")], *good]
+    status = m2p("status", *status_args, "--json", env=env)
     assert status.returncode == 0, status.stdout[-2000:] + status.stderr[-2000:]
     rows = {r["rig"]: r for r in json.loads(status.stdout)}
     assert rows["cv-hive"]["state"] == "converged" and rows["cv-hive"]["k3s"].startswith("k3s v1.33")
@@ -103,6 +112,35 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     for secret in (farm["password"], token, token.split("::")[-1]):
         leaks = [where for where, text in texts.items() if secret in text]
         assert not leaks, f"a secret leaked into {leaks}"
+
+    # Drift on one rig (a hand-edited k3s config, a stopped agent) is caught by the probe and
+    # repaired by a run on that rig alone; a swapped card on the other changes its labels.
+    with ssh(farm["plain"]) as client:
+        rc, out = run(client, "sudo sh -c 'echo \"# by hand\" >> /etc/rancher/k3s/config.yaml; systemctl stop k3s-agent'")
+        assert rc == 0, out
+    with ssh(farm["hive"]) as client:
+        swapped = json.dumps(gpu_standin.rig_config("cv-hive", ["rtx3090", "rtx3080"]))
+        rc, out = run(client, f"echo {shlex.quote(swapped)} | sudo tee /etc/m2p-standin/gpus.json >/dev/null")
+        assert rc == 0, out
+    drifted = m2p("status", *status_args, "--json", env=env)
+    rows = {r["rig"]: r for r in json.loads(drifted.stdout)}
+    assert rows["cv-plain"]["state"] == "drifted", rows
+    assert "file /etc/rancher/k3s/config.yaml" in rows["cv-plain"]["detail"]
+    assert "unit k3s-agent.service: inactive enabled (was active enabled)" in rows["cv-plain"]["detail"]
+    assert rows["cv-hive"]["state"] == "drifted" and "GPUs changed" in rows["cv-hive"]["detail"], rows
+    repaired = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
+    assert repaired["cv-plain"]["result"] == "changed" and "drift: file" in repaired["cv-plain"]["message"], repaired
+    assert repaired["cv-hive"]["result"] == "changed" and "GPUs changed" in repaired["cv-hive"]["message"], repaired
+    with ssh(farm["hive"]) as client:
+        rc, labels = run(client, "cat /var/lib/m2p/node-labels.json")
+    labels = json.loads(labels)
+    model = "akash.network/capabilities.gpu.vendor.nvidia.model."
+    assert labels[model + "rtx3090"] == "1" and labels[model + "rtx3080"] == "1", labels
+    assert labels["nvidia.com/gpu.count"] == "2"
+    again = outcomes(m2p("convert", *common, *good, "--yes", "--json", "--full", env=env))
+    assert [o["changed"] for o in again.values()] == [0, 0], again
+    rows = {r["rig"]: r for r in json.loads(m2p("status", *status_args, "--json", env=env).stdout)}
+    assert {r["state"] for r in rows.values()} == {"converged"}, rows
 
     revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
     assert revert.returncode == 0, revert.stdout[-3000:] + revert.stderr[-3000:]
@@ -141,5 +179,5 @@ def test_rig_that_loses_power_mid_convert_converges_next_run(boot_rigs, tmp_path
     again = m2p("convert", *common, "--yes", "--json")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert outcomes(again)["cv-crash"]["result"] in {"changed", "converged"}
-    third = m2p("convert", *common, "--yes", "--json")
+    third = m2p("convert", *common, "--yes", "--json", "--full")
     assert outcomes(third)["cv-crash"]["changed"] == 0, third.stdout

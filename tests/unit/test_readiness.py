@@ -28,6 +28,7 @@ BASE_OUTPUT = {
     "hostname": "rig01\n",
     "default_route": "default via 192.168.1.1 dev enp3s0 proto dhcp\n",
     "xid": "",
+    "fingerprint": "@@m2p-no-fingerprint\n",
 }
 
 

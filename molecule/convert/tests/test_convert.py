@@ -119,3 +119,19 @@ def test_hiveos_mining_config_untouched_and_miner_still_mining(host):
         before = json.loads(host.file("/var/lib/m2p/mining_os/before.json").content_string)
     assert before == {"mining_os": "hiveos", "miner_running": True, "autostart_enabled": ["hive.service"],
                       "holds_added": []}
+
+
+def test_fingerprint_records_what_convert_left(host):
+    """The next `m2p convert` skips this rig only if every watched line still reads the same."""
+    with host.sudo():
+        record = json.loads(host.file("/var/lib/m2p/fingerprint.json").content_string)
+        watch = host.file("/var/lib/m2p/fingerprint.watch").content_string.splitlines()
+        config_sha = host.check_output("sha256sum /etc/rancher/k3s/config.yaml").split()[0]
+    state = dict(line.split(" ", 2)[1:] for line in record["state"])
+    assert len(record["state"]) == len(watch)
+    assert state["/etc/rancher/k3s/config.yaml"] == config_sha
+    unit = "k3s-agent.service" if name(host) == "conv-plain" else "k3s.service"
+    assert state[unit] == "active enabled"
+    assert state["nvidia-container-toolkit"] == "1.17.8-1 hi"  # installed and held
+    assert record["gpus"].startswith("driver 550.127.05; ")
+    assert record["inputs"] == ""  # converged by Molecule, not by m2p: the next m2p convert runs in full

@@ -1,0 +1,21 @@
+"""The versions and sources the roles pin (their defaults/main.yml): bundles follow the roles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+
+def role_default(role: str, var: str) -> Any:
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())[var]
+
+
+K3S_VERSION = str(role_default("k3s_install", "k3s_install_version"))
+K3S_RELEASE_URL = str(role_default("k3s_install", "k3s_install_release_url"))
+TOOLKIT_VERSION = str(role_default("nvidia_container_toolkit", "nvidia_container_toolkit_version"))
+TOOLKIT_REPO_URL = str(role_default("nvidia_container_toolkit", "nvidia_container_toolkit_repo_url"))
+TOOLKIT_PACKAGES = [str(p) for p in role_default("nvidia_container_toolkit", "nvidia_container_toolkit_packages")]

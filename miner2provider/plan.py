@@ -1,0 +1,72 @@
+"""Which rigs convert must run on: the fingerprint a rig carries against what would be applied now.
+
+Pure (no I/O): the detect probe already read the rig's fingerprint (facts/fingerprint.py),
+and the controller's digest of its roles and settings comes in as a string.  An empty
+tuple of reasons means the rig is converged and the playbook can skip it; every reason is
+a sentence the CLI can show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from miner2provider.facts.fingerprint import Fingerprint, gpu_signature
+from miner2provider.facts.gpu import Gpus
+
+# Inventory settings that change what convert applies (see playbooks/vars.yml).  Group
+# membership matters too (k3s_server or k3s_agent); secrets never enter the digest.
+FLEET_WIDE = ("m2p_time_slicing_replicas",)  # the device plugin's config map lists every value in the fleet
+
+
+def inputs_digest(code: str, settings: Mapping[str, Any], groups: Iterable[str],
+                  fleet: Mapping[str, Any]) -> str:
+    """sha256 over the code digest, the rig's m2p_* settings, its groups and the fleet-wide settings."""
+    doc = {
+        "code": code,
+        "settings": {k: v for k, v in settings.items() if k.startswith("m2p_")},
+        "groups": sorted(set(groups)),
+        "fleet": fleet,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fleet_settings(all_settings: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    return {name: sorted({str(s[name]) for s in all_settings if name in s}) for name in FLEET_WIDE}
+
+
+def reasons_to_run(fingerprint: Fingerprint, gpus: Gpus, expected_inputs: str | None) -> tuple[str, ...]:
+    """Why convert must run on this rig; () when it is converged.  ``expected_inputs`` None:
+    judge drift only (``m2p status`` does not know which roles and bundle a convert would use)."""
+    if not fingerprint.present:
+        return (f"no fingerprint ({fingerprint.error})" if fingerprint.error
+                else "no fingerprint: never converted, or reverted",)
+    reasons: list[str] = []
+    if expected_inputs is not None and fingerprint.inputs != expected_inputs:
+        reasons.append("roles, settings or bundle changed since the last convert")
+    signature = gpu_signature(gpus)
+    if fingerprint.gpus != signature:
+        reasons.append(f"GPUs changed: {fingerprint.gpus or '-'} -> {signature}")
+    recorded = {_key(line): line for line in fingerprint.recorded}
+    current = {_key(line): line for line in fingerprint.current}
+    for key in sorted(recorded.keys() | current.keys()):
+        was, now = recorded.get(key), current.get(key)
+        if was != now:
+            reasons.append(f"drift: {key}: {_value(now, key)} (was {_value(was, key)})")
+    return tuple(reasons)
+
+
+def _key(line: str) -> str:
+    kind, _, rest = line.partition(" ")
+    return f"{kind} {rest.partition(' ')[0]}"
+
+
+def _value(line: str | None, key: str) -> str:
+    if line is None:
+        return "not watched"
+    value = line[len(key):].strip()
+    if key.startswith("file ") and len(value) == 64:
+        return f"sha256 {value[:12]}"
+    return value or "-"

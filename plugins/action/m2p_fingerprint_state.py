@@ -1,0 +1,35 @@
+"""Action plugin ``m2p_fingerprint_state``: the watched state of a rig, read the way detect reads it.
+
+Runs ``miner2provider.facts.fingerprint.state_script`` over the watch list given as
+``watch`` and returns ``state`` (one line per watched item).  The fingerprint role records
+it; the detect probe runs the same loop later, so drift is a comparison of lines.
+Read-only, so it runs in check mode too.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from miner2provider.facts.fingerprint import state_lines, state_script
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset({"watch"})
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        watch = self._task.args.get("watch")
+        if not isinstance(watch, list) or not all(isinstance(w, str) for w in watch):
+            raise AnsibleActionFail("m2p_fingerprint_state: watch must be a list of '<kind> <argument>' strings")
+        encoded = base64.b64encode(state_script(watch).encode()).decode()
+        res = self._low_level_execute_command(f"printf %s {encoded} | base64 -d | sh -s", sudoable=True)
+        if res.get("rc") != 0:
+            raise AnsibleActionFail(f"reading the watched state failed (exit {res.get('rc')}): "
+                                    f"{res.get('stderr', '')[-300:]}")
+        result.update(changed=False, state=list(state_lines(res.get("stdout", "").splitlines())))
+        return result

@@ -75,3 +75,9 @@ class SandboxError(M2PError):
     """The sandbox-rig harness (tests and `m2p demo`) could not do its job."""
 
     exit_code = 5
+
+
+class ScheduleError(M2PError):
+    """A time-share schedule file is invalid (file:line says where)."""
+
+    exit_code = 7

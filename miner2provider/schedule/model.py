@@ -1,0 +1,251 @@
+"""The time-share schedule: a YAML file the owner writes, validated with file:line.
+
+```yaml
+timezone: Europe/Berlin        # IANA name; windows are wall-clock times there
+policy: fixed                  # fixed | lease-first | mine-first
+default: mine                  # fixed only: the mode outside every window (mine | lease)
+windows:
+  - days: mon-fri              # mon,wed / [sat, sun] / mon-fri / daily / weekdays / weekends
+    from: "18:00"
+    to: "08:00"                # before `from`: crosses midnight, into the next day
+    mode: lease                # fixed: mine | lease; lease-first: mine; mine-first: lease
+lease_grace: forever           # a mining window waits this long for running leases (30m, 2h, forever)
+min_switch_interval: 10m       # the miner is never started sooner than this after a switch
+```
+
+Pure parsing and validation; the file is read by ``load`` only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from miner2provider.errors import ScheduleError
+
+POLICIES = ("fixed", "lease-first", "mine-first")
+MODES = ("mine", "lease")
+# The mode a window may name under each policy: the others' windows only make exceptions.
+WINDOW_MODES = {"fixed": MODES, "lease-first": ("mine",), "mine-first": ("lease",)}
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+DAY_SETS = {"daily": DAYS, "weekdays": DAYS[:5], "weekends": DAYS[5:]}
+KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_interval"}
+WINDOW_KEYS = {"days", "from", "to", "mode"}
+WEEK = 7 * 24 * 60
+_TIME = re.compile(r"^([01]?\d|2[0-4]):([0-5]\d)$")
+_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Window:
+    days: tuple[int, ...]  # 0 = Monday: the days the window starts on
+    start: int  # minute of the day, 0..1439
+    end: int  # minute of the day, 1..1440; <= start: ends on the next day
+    mode: str
+    line: int
+
+    def spans(self) -> list[tuple[int, int]]:
+        """[from, to) in minutes of the week (Monday 00:00 = 0); a span crossing Sunday night wraps."""
+        length = (self.end - self.start) % 1440 or 1440
+        out = []
+        for day in self.days:
+            begin = day * 1440 + self.start
+            end = begin + length
+            out += [(begin, min(end, WEEK))] + ([(0, end - WEEK)] if end > WEEK else [])
+        return out
+
+    def covers(self, weekday: int, minute: int) -> bool:
+        at = weekday * 1440 + minute
+        return any(a <= at < b for a, b in self.spans())
+
+
+@dataclass(frozen=True)
+class Schedule:
+    path: str
+    timezone: str
+    policy: str
+    default: str  # fixed: the mode outside windows
+    windows: tuple[Window, ...]
+    lease_grace_s: float | None  # None: wait forever
+    min_switch_interval_s: float
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+def load(path: str | Path) -> Schedule:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScheduleError(f"cannot read the schedule: {exc.strerror}", where=str(path)) from None
+    return parse(text, str(path))
+
+
+def parse(text: str, path: str = "<schedule>") -> Schedule:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise ScheduleError(f"YAML syntax error: {exc.problem or 'invalid YAML'}",
+                            where=f"{path}:{mark.line + 1}" if mark else path) from None
+    if not isinstance(root, yaml.MappingNode):
+        raise ScheduleError("a schedule is a mapping with timezone, policy and windows", where=f"{path}:1")
+    fields = _pairs(path, root, KEYS, "schedule")
+
+    def where(node: yaml.Node) -> str:
+        return f"{path}:{node.start_mark.line + 1}"
+
+    for required in ("timezone", "policy"):
+        if required not in fields:
+            raise ScheduleError(f"{required} is missing", where=f"{path}:1")
+    tz_node, tz = fields["timezone"]
+    try:
+        if not isinstance(tz, str) or not tz:
+            raise ZoneInfoNotFoundError(tz)
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(f"unknown timezone {tz!r}: use an IANA name such as Europe/Berlin or UTC",
+                            where=where(tz_node)) from None
+    policy_node, policy = fields["policy"]
+    if policy not in POLICIES:
+        shown = "empty" if policy in (None, "") else repr(policy)
+        raise ScheduleError(f"policy is {shown}: use one of {', '.join(POLICIES)}", where=where(policy_node))
+    default = "mine"
+    if "default" in fields:
+        default_node, default = fields["default"]
+        if policy != "fixed":
+            raise ScheduleError(f"default applies to policy fixed only ({policy} decides outside windows itself)",
+                                where=where(default_node))
+        if default not in MODES:
+            raise ScheduleError(f"default {default!r}: use mine or lease", where=where(default_node))
+    windows = tuple(_window(path, node, policy) for node in _windows_nodes(path, fields))
+    _check_overlaps(path, windows)
+    grace = _duration(path, fields.get("lease_grace"), default=None, forever_ok=True)
+    interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False)
+    assert interval is not None
+    return Schedule(path, tz, policy, default, windows, grace, interval)
+
+
+def _pairs(path: str, node: yaml.MappingNode, allowed: set[str], what: str) -> dict[str, tuple[yaml.Node, Any]]:
+    out: dict[str, tuple[yaml.Node, Any]] = {}
+    for key, value in node.value:
+        name = key.value if isinstance(key, yaml.ScalarNode) else None
+        line = f"{path}:{key.start_mark.line + 1}"
+        if name not in allowed:
+            raise ScheduleError(f"unknown {what} key {name!r}; known: {', '.join(sorted(allowed))}", where=line)
+        if name in out:
+            raise ScheduleError(f"{name} is given twice", where=line)
+        out[name] = (value, yaml.SafeLoader("").construct_object(value, deep=True))
+    return out
+
+
+def _windows_nodes(path: str, fields: dict[str, tuple[yaml.Node, Any]]) -> list[yaml.Node]:
+    if "windows" not in fields:
+        return []
+    node, value = fields["windows"]
+    if value is None:
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        raise ScheduleError("windows must be a list", where=f"{path}:{node.start_mark.line + 1}")
+    return list(node.value)
+
+
+def _window(path: str, node: yaml.Node, policy: str) -> Window:
+    line = node.start_mark.line + 1
+    if not isinstance(node, yaml.MappingNode):
+        raise ScheduleError("a window is a mapping with days, from, to and mode", where=f"{path}:{line}")
+    fields = _pairs(path, node, WINDOW_KEYS, "window")
+    for required in ("days", "from", "to", "mode"):
+        if required not in fields:
+            raise ScheduleError(f"window lacks {required}", where=f"{path}:{line}")
+
+    def where(key: str) -> str:
+        return f"{path}:{fields[key][0].start_mark.line + 1}"
+
+    days = _days(fields["days"][1], where("days"))
+    start = _minute(fields["from"][1], where("from"))
+    end = _minute(fields["to"][1], where("to"))
+    if start == 1440:
+        raise ScheduleError("from 24:00: a window starts at 23:59 at the latest (use 00:00 of the next day)",
+                            where=where("from"))
+    if start == end:
+        raise ScheduleError(f"from and to are both {fields['from'][1]}: an empty window (a whole day is "
+                            "00:00 to 24:00)", where=where("to"))
+    mode = fields["mode"][1]
+    if mode not in WINDOW_MODES[policy]:
+        allowed = " or ".join(WINDOW_MODES[policy])
+        raise ScheduleError(f"mode {mode!r}: under policy {policy} a window's mode is {allowed}",
+                            where=where("mode"))
+    return Window(days, start, end, mode, line)
+
+
+def _days(value: Any, where: str) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else [value]
+    out: set[int] = set()
+    for item in items:
+        for part in str(item).lower().replace(" ", "").split(","):
+            if part in DAY_SETS:
+                out.update(DAYS.index(d) for d in DAY_SETS[part])
+            elif "-" in part and all(p in DAYS for p in part.split("-", 1)):
+                first, last = (DAYS.index(p) for p in part.split("-", 1))
+                out.update(DAYS.index(DAYS[(first + i) % 7]) for i in range((last - first) % 7 + 1))
+            elif part in DAYS:
+                out.add(DAYS.index(part))
+            else:
+                raise ScheduleError(f"days {item!r}: use mon..sun, a range such as mon-fri, daily, weekdays "
+                                    "or weekends", where=where)
+    if not out:
+        raise ScheduleError("days is empty", where=where)
+    return tuple(sorted(out))
+
+
+def _minute(value: Any, where: str) -> int:
+    # YAML 1.1 reads an unquoted 18:00 as the sexagesimal number 1080: take it back as a time.
+    text = f"{value // 60}:{value % 60:02d}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    m = _TIME.match(text.strip())
+    if not m or (int(m.group(1)) == 24 and m.group(2) != "00"):
+        raise ScheduleError(f"time {value!r}: use HH:MM from 00:00 to 24:00", where=where)
+    return int(m.group(1)) * 60 + int(m.group(2))
+
+
+def _duration(path: str, field: tuple[yaml.Node, Any] | None, *, default: float | None,
+              forever_ok: bool) -> float | None:
+    if field is None:
+        return default
+    node, value = field
+    where = f"{path}:{node.start_mark.line + 1}"
+    if forever_ok and value == "forever":
+        return None
+    m = _DURATION.match(str(value).strip())
+    if isinstance(value, bool) or not m:
+        hint = "a duration such as 90s, 30m, 2h" + (" or forever" if forever_ok else "")
+        raise ScheduleError(f"duration {value!r}: use {hint}", where=where)
+    return float(int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+
+
+def _check_overlaps(path: str, windows: tuple[Window, ...]) -> None:
+    """Windows may overlap when they agree; disagreeing ones would make the mode depend on order."""
+    for i, a in enumerate(windows):
+        for b in windows[i + 1:]:
+            if a.mode == b.mode:
+                continue
+            for a0, a1 in a.spans():
+                for b0, b1 in b.spans():
+                    if a0 < b1 and b0 < a1:
+                        at = max(a0, b0)
+                        raise ScheduleError(
+                            f"this window ({b.mode}) overlaps the window at line {a.line} ({a.mode}) on "
+                            f"{DAYS[at // 1440]} from {at % 1440 // 60:02d}:{at % 60:02d}",
+                            where=f"{path}:{b.line}")

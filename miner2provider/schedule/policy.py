@@ -1,0 +1,102 @@
+"""What the schedule asks for at an instant, and when that changes.  Pure.
+
+The schedule gives two things at every instant (``Desired``):
+
+- ``offered``: the node is offered to leases (schedulable; the marketplace lists its GPUs);
+- ``idle_mining``: the miner may run while no lease holds the GPUs (a lease then preempts it).
+
+| policy      | in a window                       | outside windows                     |
+|-------------|-----------------------------------|-------------------------------------|
+| fixed       | the window's mode, strictly       | ``default``, strictly               |
+| lease-first | ``mine``: not offered, mining     | offered, idle mining                |
+| mine-first  | ``lease``: offered, idle mining   | not offered, mining                 |
+
+"Strictly" means a fixed lease window keeps the GPUs free even with no lease (fast start for
+renters), and a fixed mine window is not offered.
+
+**Daylight saving time.** Windows are wall-clock times in the schedule's timezone.  In the
+spring-forward gap the skipped times never occur: a boundary inside the gap takes effect
+at the first wall time after it (02:30 -> 03:00).  In the fall-back hour, wall times repeat:
+a boundary takes effect at its first occurrence, and the mode in force at the end of the
+first pass holds through the repeated hour, so a rig never switches twice for one boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from miner2provider.schedule.model import Schedule, Window
+
+MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Desired:
+    offered: bool
+    idle_mining: bool
+    window: Window | None = None  # the window in force, None outside windows
+
+    @property
+    def label(self) -> str:
+        if not self.offered:
+            return "mine"
+        return "lease (idle mining)" if self.idle_mining else "lease"
+
+    def same(self, other: Desired) -> bool:
+        return (self.offered, self.idle_mining) == (other.offered, other.idle_mining)
+
+
+def _wall(schedule: Schedule, at: datetime) -> tuple[int, int]:
+    """(weekday, minute of day) of the wall clock at ``at``, with the fall-back rule above."""
+    local = at.astimezone(schedule.zone)
+    if local.fold == 1:
+        # Second pass of a repeated hour: hold the wall time the first pass ended with.
+        back = at
+        while back.astimezone(schedule.zone).fold == 1:
+            back -= MINUTE
+        local = back.astimezone(schedule.zone)
+    return local.weekday(), local.hour * 60 + local.minute
+
+
+def window_at(schedule: Schedule, at: datetime) -> Window | None:
+    weekday, minute = _wall(schedule, at)
+    return next((w for w in schedule.windows if w.covers(weekday, minute)), None)
+
+
+def desired_at(schedule: Schedule, at: datetime) -> Desired:
+    if at.tzinfo is None:
+        raise ValueError("desired_at needs an aware datetime")
+    window = window_at(schedule, at)
+    if schedule.policy == "fixed":
+        mode = window.mode if window else schedule.default
+        return Desired(mode == "lease", mode == "mine", window)
+    if schedule.policy == "lease-first":
+        return Desired(window is None, True, window)
+    return Desired(window is not None, True, window)  # mine-first
+
+
+def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta(days=8)) -> datetime | None:
+    """The first minute after ``at`` at which ``desired_at`` differs; None within ``horizon``."""
+    now = desired_at(schedule, at)
+    t = at.replace(second=0, microsecond=0) + MINUTE
+    end = at + horizon
+    while t <= end:
+        if not desired_at(schedule, t).same(now):
+            return t
+        t += MINUTE
+    return None
+
+
+def timeline(schedule: Schedule, start: datetime, days: int) -> list[tuple[datetime, datetime, Desired]]:
+    """Consecutive spans [from, to) of one Desired each, from ``start`` for ``days`` days."""
+    end = start + timedelta(days=days)
+    spans = []
+    t = start
+    while t < end:
+        d = desired_at(schedule, t)
+        nxt = next_change(schedule, t, horizon=end - t)
+        stop = min(nxt, end) if nxt else end
+        spans.append((t, stop, d))
+        t = stop
+    return spans

@@ -31,6 +31,8 @@ from miner2provider.convert import RigOutcome, run_fleet
 from miner2provider.errors import ChangesPending, M2PError, RigFailures, UsageError
 from miner2provider.plan import reasons_to_run
 from miner2provider.runner import Event
+from miner2provider.schedule import model as schedule_model
+from miner2provider.schedule import policy as schedule_policy
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
 
 INTERNAL_ERROR = 70
@@ -477,6 +479,50 @@ def status_row(report: RigReport) -> dict[str, Any]:
         k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
     return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
             "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else ""}
+
+
+# -- time-share schedule -------------------------------------------------------------
+
+
+@cli.group("schedule")
+def schedule_group() -> None:
+    """Time-share schedules: when each rig mines and when it leases its GPUs."""
+
+
+@schedule_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def schedule_check(file: str) -> None:
+    """Validate a schedule file (file:line for every mistake)."""
+    sched = schedule_model.load(file)
+    click.echo(f"{file}: ok ({_schedule_summary(sched)})")
+
+
+@schedule_group.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--days", type=click.IntRange(1, 31), default=7, show_default=True)
+@click.option("--from", "start", help="Start (ISO 8601, e.g. 2026-03-29T00:00+01:00); default: now.")
+def schedule_show(file: str, days: int, start: str | None) -> None:
+    """A readable timeline of the modes the schedule asks for, in its timezone."""
+    sched = schedule_model.load(file)
+    try:
+        begin = datetime.datetime.fromisoformat(start) if start else datetime.datetime.now(datetime.timezone.utc)
+    except ValueError:
+        raise UsageError(f"--from {start}: use ISO 8601, e.g. 2026-03-29T00:00+01:00") from None
+    if begin.tzinfo is None:
+        begin = begin.replace(tzinfo=sched.zone)
+    click.echo(f"{file}: {_schedule_summary(sched)}")
+    for a, b, desired in schedule_policy.timeline(sched, begin.replace(second=0, microsecond=0), days):
+        la, lb = a.astimezone(sched.zone), b.astimezone(sched.zone)
+        hours = (b - a).total_seconds() / 3600
+        colour = "green" if desired.offered else "yellow"
+        click.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
+                   + click.style(desired.label, fg=colour))
+
+
+def _schedule_summary(sched: schedule_model.Schedule) -> str:
+    grace = "forever" if sched.lease_grace_s is None else f"{sched.lease_grace_s / 60:g} min"
+    return (f"policy {sched.policy}, timezone {sched.timezone}, {len(sched.windows)} windows, "
+            f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min")
 
 
 @cli.command("bundle")

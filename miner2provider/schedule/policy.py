@@ -24,7 +24,7 @@ first pass holds through the repeated hour, so a rig never switches twice for on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from miner2provider.schedule.model import Schedule, Window
 
@@ -47,8 +47,15 @@ class Desired:
         return (self.offered, self.idle_mining) == (other.offered, other.idle_mining)
 
 
+def _utc(at: datetime) -> datetime:
+    if at.tzinfo is None:
+        raise ValueError("schedules need aware datetimes")
+    return at.astimezone(timezone.utc)
+
+
 def _wall(schedule: Schedule, at: datetime) -> tuple[int, int]:
     """(weekday, minute of day) of the wall clock at ``at``, with the fall-back rule above."""
+    at = _utc(at)
     local = at.astimezone(schedule.zone)
     if local.fold == 1:
         # Second pass of a repeated hour: hold the wall time the first pass ended with.
@@ -65,8 +72,6 @@ def window_at(schedule: Schedule, at: datetime) -> Window | None:
 
 
 def desired_at(schedule: Schedule, at: datetime) -> Desired:
-    if at.tzinfo is None:
-        raise ValueError("desired_at needs an aware datetime")
     window = window_at(schedule, at)
     if schedule.policy == "fixed":
         mode = window.mode if window else schedule.default
@@ -78,6 +83,7 @@ def desired_at(schedule: Schedule, at: datetime) -> Desired:
 
 def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta(days=8)) -> datetime | None:
     """The first minute after ``at`` at which ``desired_at`` differs; None within ``horizon``."""
+    at = _utc(at)  # arithmetic on zone-aware datetimes is wall-clock arithmetic in Python: use UTC
     now = desired_at(schedule, at)
     t = at.replace(second=0, microsecond=0) + MINUTE
     end = at + horizon
@@ -89,7 +95,8 @@ def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta
 
 
 def timeline(schedule: Schedule, start: datetime, days: int) -> list[tuple[datetime, datetime, Desired]]:
-    """Consecutive spans [from, to) of one Desired each, from ``start`` for ``days`` days."""
+    """Consecutive spans [from, to) of one Desired each (UTC), from ``start`` for ``days`` days."""
+    start = _utc(start)
     end = start + timedelta(days=days)
     spans = []
     t = start

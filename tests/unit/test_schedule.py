@@ -1,0 +1,163 @@
+"""Schedules: validation with file:line, what they ask for when, and daylight saving time."""
+
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from miner2provider.cli import main
+from miner2provider.errors import ScheduleError
+from miner2provider.schedule.model import load, parse
+from miner2provider.schedule.policy import desired_at, next_change, timeline
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NIGHTS = """\
+timezone: Europe/Berlin
+policy: fixed
+default: mine
+windows:
+  - days: mon-fri
+    from: "18:00"
+    to: "08:00"
+    mode: lease
+  - days: weekends
+    from: 00:00
+    to: "24:00"
+    mode: lease
+lease_grace: 2h
+min_switch_interval: 10m
+"""
+
+
+def at(text):
+    return datetime.fromisoformat(text).replace(tzinfo=BERLIN)
+
+
+def test_a_fixed_schedule_leases_nights_and_weekends():
+    s = parse(NIGHTS, "farm.yml")
+    assert (s.policy, s.lease_grace_s, s.min_switch_interval_s) == ("fixed", 7200.0, 600.0)
+    assert desired_at(s, at("2026-11-23T12:00")).label == "mine"  # Monday noon
+    assert desired_at(s, at("2026-11-23T19:00")).label == "lease"
+    assert desired_at(s, at("2026-11-24T07:59")).label == "lease"  # crossed midnight
+    assert desired_at(s, at("2026-11-28T12:00")).label == "lease"  # Saturday
+    assert desired_at(s, at("2026-11-30T07:00")).label == "mine"  # Monday early: Sunday is not mon-fri
+    assert next_change(s, at("2026-11-23T12:00")) == at("2026-11-23T18:00").astimezone(timezone.utc)
+
+
+def test_policies_map_windows_to_offer_and_idle_mining():
+    lease_first = parse("timezone: UTC\npolicy: lease-first\nwindows:\n"
+                        "  - {days: daily, from: '20:00', to: '23:00', mode: mine}\n")
+    assert (desired_at(lease_first, at("2026-11-23T12:00")).offered, desired_at(lease_first, at("2026-11-23T12:00")).idle_mining) == (True, True)
+    assert desired_at(lease_first, datetime(2026, 11, 23, 21, tzinfo=timezone.utc)).label == "mine"
+    mine_first = parse("timezone: UTC\npolicy: mine-first\nwindows:\n"
+                       "  - {days: sat, from: '00:00', to: '24:00', mode: lease}\n")
+    assert desired_at(mine_first, datetime(2026, 11, 28, 9, tzinfo=timezone.utc)).label == "lease (idle mining)"
+    assert desired_at(mine_first, datetime(2026, 11, 27, 9, tzinfo=timezone.utc)).label == "mine"
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("timezone: Mars/Olympus\npolicy: fixed\n", 1, "unknown timezone 'Mars/Olympus'"),
+    ("timezone: UTC\npolicy:\n", 2, "policy is empty"),
+    ("timezone: UTC\npolicy: greedy\n", 2, "policy is 'greedy'"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - days: mon\n    from: '25:00'\n    to: '08:00'\n    mode: lease\n",
+     5, "time '25:00'"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - days: mon\n    from: '08:00'\n    to: '08:00'\n    mode: lease\n",
+     6, "an empty window"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: mon-fri, from: '18:00', to: '08:00', mode: lease}\n"
+     "  - {days: tue, from: '06:00', to: '09:00', mode: mine}\n", 5,
+     "overlaps the window at line 4 (lease) on tue from 06:00"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: sun, from: '22:00', to: '02:00', mode: lease}\n"
+     "  - {days: mon, from: '01:00', to: '03:00', mode: mine}\n", 5, "on mon from 01:00"),  # across the week's end
+    ("timezone: UTC\npolicy: lease-first\nwindows:\n  - {days: mon, from: '01:00', to: '03:00', mode: lease}\n",
+     4, "under policy lease-first a window's mode is mine"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: funday, from: '01:00', to: '03:00', mode: lease}\n",
+     4, "days 'funday'"),
+    ("timezone: UTC\npolicy: fixed\nlease_grace: soon\n", 3, "duration 'soon'"),
+    ("timezone: UTC\npolicy: fixed\nmin_switch_interval: forever\n", 3, "duration 'forever'"),
+    ("timezone: UTC\npolicy: mine-first\ndefault: lease\n", 3, "default applies to policy fixed only"),
+    ("timezone: UTC\npolicy: fixed\nwindow: []\n", 3, "unknown schedule key 'window'"),
+    ("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: mon, from: '01:00', mode: lease}\n", 4, "window lacks to"),
+    ("timezone: UTC\npolicy: [fixed\n", 3, "YAML syntax error"),  # noticed at the end of the file
+])
+def test_mistakes_are_one_line_with_file_and_line(text, line, message):
+    with pytest.raises(ScheduleError) as err:
+        parse(text, "farm.yml")
+    assert err.value.where == f"farm.yml:{line}", str(err.value)
+    assert message in err.value.message
+
+
+def test_agreeing_overlaps_are_fine():
+    s = parse("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: mon-fri, from: '18:00', to: '08:00', mode: lease}\n"
+              "  - {days: tue, from: '06:00', to: '09:00', mode: lease}\n")
+    assert desired_at(s, datetime(2026, 11, 24, 8, 30, tzinfo=timezone.utc)).label == "lease"
+
+
+def test_spring_forward_a_boundary_in_the_gap_takes_effect_after_it():
+    s = parse("timezone: Europe/Berlin\npolicy: fixed\nwindows:\n"
+              "  - {days: sun, from: '02:30', to: '06:00', mode: lease}\n")
+    # 2026-03-29: 02:00 CET jumps to 03:00 CEST; 02:30 never happens.
+    before = datetime(2026, 3, 29, 0, 59, tzinfo=timezone.utc)  # 01:59 CET
+    assert desired_at(s, before).label == "mine"
+    assert next_change(s, before) == datetime(2026, 3, 29, 1, 0, tzinfo=timezone.utc)  # 03:00 CEST
+
+
+def test_fall_back_a_boundary_in_the_repeated_hour_switches_once():
+    s = parse("timezone: Europe/Berlin\npolicy: fixed\nwindows:\n"
+              "  - {days: sun, from: '00:00', to: '02:30', mode: lease}\n")
+    # 2026-10-25: 03:00 CEST goes back to 02:00 CET; 02:00-03:00 happens twice.
+    start = datetime(2026, 10, 24, 23, 0, tzinfo=timezone.utc)  # 01:00 CEST
+    first = next_change(s, start)
+    assert first == datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc)  # the first 02:30 (CEST)
+    assert next_change(s, first, horizon=timedelta(hours=20)) is None  # not back to lease at 02:00 CET
+    spans = timeline(s, start, 1)
+    assert [d.label for _, _, d in spans] == ["lease", "mine"]
+
+
+windows = st.lists(st.fixed_dictionaries({
+    "days": st.sampled_from(["mon", "tue", "sat", "sun", "mon-fri", "fri-mon", "daily", "weekends"]),
+    "from": st.integers(0, 23 * 4).map(lambda q: f"{q // 4:02d}:{q % 4 * 15:02d}"),
+    "hours": st.integers(1, 30),
+}), max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(windows=windows, tz=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
+       policy=st.sampled_from(["lease-first", "mine-first"]),
+       start=st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2027, 12, 31)))
+def test_timeline_spans_are_contiguous_and_each_is_one_mode(windows, tz, policy, start):
+    mode = "mine" if policy == "lease-first" else "lease"
+    lines = [f"timezone: {tz}", f"policy: {policy}", "windows:"]
+    for w in windows:
+        end_minute = (int(w["from"][:2]) * 60 + int(w["from"][3:]) + w["hours"] * 60) % 1440
+        to = f"{end_minute // 60:02d}:{end_minute % 60:02d}" if end_minute else "24:00"
+        if to == w["from"]:
+            continue
+        lines.append(f"  - {{days: {w['days']}, from: '{w['from']}', to: '{to}', mode: {mode}}}")
+    s = parse("\n".join(lines) + "\n")
+    begin = start.replace(tzinfo=timezone.utc, second=0, microsecond=0)
+    spans = timeline(s, begin, 2)
+    assert spans[0][0] == begin and spans[-1][1] == begin + timedelta(days=2)
+    for (a, b, d), nxt in zip(spans, spans[1:] + [None]):
+        assert a < b
+        for probe in (a, a + (b - a) / 2, b - timedelta(minutes=1)):
+            assert desired_at(s, probe).same(d)
+        if nxt:
+            assert nxt[0] == b and not nxt[2].same(d)
+
+
+def test_cli_check_and_show(tmp_path, capsys):
+    good = tmp_path / "farm.yml"
+    good.write_text(NIGHTS)
+    assert main(["schedule", "check", str(good)]) == 0
+    assert "ok (policy fixed, timezone Europe/Berlin, 2 windows" in capsys.readouterr().out
+    assert main(["schedule", "show", str(good), "--days", "2", "--from", "2026-11-23T12:00"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["Mon", "2026-11-23", "12:00", "CET", "->", "Mon", "18:00", "CET", "6.0", "h", "mine"]
+    assert out[2].split()[-3:] == ["h", "lease"] or out[2].split()[-2:] == ["h", "lease"]
+    bad = tmp_path / "bad.yml"
+    bad.write_text("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: mon, from: '9', to: '10:00', mode: lease}\n")
+    assert main(["schedule", "check", str(bad)]) == ScheduleError.exit_code
+    assert f"{bad}:4: time '9'" in capsys.readouterr().err
+    assert load(good).name == "farm"

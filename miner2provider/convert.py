@@ -70,20 +70,24 @@ def run_fleet(
 ) -> list[RigOutcome]:
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
-    inputs = expected_inputs(hosts, bundle)
+    fingerprinted = playbook == "convert"  # revert always runs: it removes what any convert left
+    inputs = expected_inputs(hosts, bundle) if fingerprinted else {}
     reasons: dict[str, tuple[str, ...]] = {}
     for host, report in zip(hosts, detect(hosts, opts)):
         if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
             continue
-        reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
-        if playbook == "convert" and not full and not reasons[host.name]:
+        if fingerprinted:
+            reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
+        if fingerprinted and not full and not reasons[host.name]:
             outcomes[host.name] = RigOutcome(host.name, "converged", message="fingerprint matches: skipped")
         else:
             reachable.append(host)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
-    extravars: dict[str, Any] = {"m2p_fingerprint_inputs": {h.name: inputs[h.name] for h in reachable}}
+    extravars: dict[str, Any] = {}
+    if fingerprinted:
+        extravars["m2p_fingerprint_inputs"] = {h.name: inputs[h.name] for h in reachable}
     if bundle is not None:
         extravars["m2p_bundle_dir"] = str(bundle.root)
     tried = failed = 0
@@ -104,7 +108,7 @@ def run_fleet(
                 message = report.failures.get(host.name) or f"the playbook did not run ({report.status}): {report.error}"
                 outcome = RigOutcome(host.name, "failed", message=message)
             elif stats.changed:
-                why = "; ".join(reasons.get(host.name, ())[:2]) if playbook == "convert" else ""
+                why = "; ".join(reasons.get(host.name, ())[:2])
                 outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, why, tasks)
             else:
                 outcome = RigOutcome(host.name, "converged")

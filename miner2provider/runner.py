@@ -220,7 +220,6 @@ def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:
         on_event(event)
 
 
-
 def ansible_error(output: str) -> str:
     """Ansible's own error line and where it points (``Origin: file:line:col``), e.g. a YAML mistake."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]

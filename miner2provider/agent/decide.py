@@ -56,7 +56,7 @@ class State:
     since: float = 0.0
     last_switch: float = float("-inf")  # last miner start or stop by the agent
     drain_started: float | None = None
-    gave_up: tuple[bool, bool] | None = None  # the Desired whose mining window was given up
+    gave_up: tuple[bool, bool] | None = None  # Desired.key of the mining window given up
 
 
 def decide(state: State, obs: Observation, lease_grace_s: float | None,
@@ -87,8 +87,7 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
             return replace(state, last_switch=obs.now), [START_MINER]
         return state, []
 
-    want = (obs.desired.offered, obs.desired.idle_mining)
-    if state.gave_up is not None and state.gave_up != want:
+    if state.gave_up is not None and state.gave_up != obs.desired.key:
         state = replace(state, gave_up=None)
     handler = {"mining": _mining, "idle-mining": _idle_mining, "leasing": _leasing}.get(state.mode, _draining)
     return handler(state, obs, to, interval_ok, lease_grace_s)
@@ -129,8 +128,7 @@ def _idle_mining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
 
 def _leasing(state: State, obs: Observation, to: ToMode, interval_ok: bool,
              grace: float | None) -> tuple[State, list[str]]:
-    want = (obs.desired.offered, obs.desired.idle_mining)
-    if not obs.desired.offered and state.gave_up != want:
+    if not obs.desired.offered and state.gave_up != obs.desired.key:
         return to("draining", drain_started=obs.now), [UNOFFER]
     miner_gone = not obs.miner_running and (obs.leases > 0 or not obs.gpus_busy)
     if obs.placeholder_holding and miner_gone and not obs.desired.idle_mining:
@@ -156,5 +154,5 @@ def _draining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
         return to("mining", drain_started=None, last_switch=obs.now), [START_MINER]
     started = state.drain_started if state.drain_started is not None else obs.now
     if grace is not None and obs.now - started >= grace:
-        return to("leasing", drain_started=None, gave_up=(obs.desired.offered, obs.desired.idle_mining)), [OFFER]
+        return to("leasing", drain_started=None, gave_up=obs.desired.key), [OFFER]
     return state, []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,13 @@ import yaml
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 
+@functools.cache
+def _defaults(role: str) -> dict[str, Any]:
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+
+
 def role_default(role: str, var: str) -> Any:
-    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())[var]
+    return _defaults(role)[var]
 
 
 K3S_VERSION = str(role_default("k3s_install", "k3s_install_version"))

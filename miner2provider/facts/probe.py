@@ -12,6 +12,7 @@ Output framing, one block per fact::
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
@@ -34,6 +35,12 @@ def script() -> str:
         # A subshell each: one fact's failure or `exit` cannot stop the others.
         lines.append(f"echo '{FACT_MARK}{fact.name}'; ( {fact.command} ) 2>&1 </dev/null; echo \"{RC_MARK}$?\"")
     return "\n".join(lines) + "\n"
+
+
+def inline_command(script: str) -> str:
+    """A command line that runs ``script`` with sh: base64 in the command line, not on stdin,
+    so it works the same with and without become and pipelining (the action plugins use it)."""
+    return f"printf %s {base64.b64encode(script.encode()).decode()} | base64 -d | sh -s"
 
 
 def split(text: str) -> dict[str, Output]:

@@ -43,8 +43,13 @@ class Desired:
             return "mine"
         return "lease (idle mining)" if self.idle_mining else "lease"
 
+    @property
+    def key(self) -> tuple[bool, bool]:
+        """What the agent acts on (the window it came from does not matter)."""
+        return self.offered, self.idle_mining
+
     def same(self, other: Desired) -> bool:
-        return (self.offered, self.idle_mining) == (other.offered, other.idle_mining)
+        return self.key == other.key
 
 
 def _utc(at: datetime) -> datetime:

@@ -12,7 +12,6 @@ Sets ``ansible_facts.m2p``: the rig's facts as plain data plus ``readiness``
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 from typing import Any
 
@@ -40,9 +39,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = self._task.args
-        encoded = base64.b64encode(probe.script().encode()).decode()
-        # In the command line, not on stdin: works the same with and without become/pipelining.
-        res = self._low_level_execute_command(f"printf %s {encoded} | base64 -d | sh -s", sudoable=True)
+        res = self._low_level_execute_command(probe.inline_command(probe.script()), sudoable=True)
         try:
             facts = probe.gather(res.get("stdout", ""))
         except probe.ProbeIncomplete as exc:

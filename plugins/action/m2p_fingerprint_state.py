@@ -8,13 +8,13 @@ Read-only, so it runs in check mode too.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from miner2provider.facts.fingerprint import state_lines, state_script
+from miner2provider.facts.probe import inline_command
 
 
 class ActionModule(ActionBase):
@@ -26,8 +26,7 @@ class ActionModule(ActionBase):
         watch = self._task.args.get("watch")
         if not isinstance(watch, list) or not all(isinstance(w, str) for w in watch):
             raise AnsibleActionFail("m2p_fingerprint_state: watch must be a list of '<kind> <argument>' strings")
-        encoded = base64.b64encode(state_script(watch).encode()).decode()
-        res = self._low_level_execute_command(f"printf %s {encoded} | base64 -d | sh -s", sudoable=True)
+        res = self._low_level_execute_command(inline_command(state_script(watch)), sudoable=True)
         if res.get("rc") != 0:
             raise AnsibleActionFail(f"reading the watched state failed (exit {res.get('rc')}): "
                                     f"{res.get('stderr', '')[-300:]}")

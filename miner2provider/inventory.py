@@ -93,6 +93,7 @@ class Host:
     groups: tuple[str, ...]
     vars: dict[str, Any] = field(hash=False, compare=False)
     where: str = ""  # file:line of the host's entry
+    k3s_token: Secret | None = None  # join token for an external k3s server (m2p_k3s_token_env)
 
     def var(self, name: str, default: Any = None) -> Any:
         return self.vars.get(name, default)
@@ -308,18 +309,19 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
     port = values.get("ansible_port", DEFAULT_PORT)
     password = _secret(values, merged, ("ansible_password", "ansible_ssh_pass"), "m2p_ssh_password_env", vault, env)
     become = _secret(values, merged, ("ansible_become_password",), "m2p_become_password_env", vault, env)
+    k3s_token = _secret(values, merged, ("k3s_agent_token",), "m2p_k3s_token_env", vault, env)
     key_file = values.get("ansible_ssh_private_key_file")
     if key_file is not None:
         # Relative to the inventory file, as Ansible reads it.
         expanded = Path(key_file).expanduser()
         key_file = str(expanded if expanded.is_absolute() else (path.parent / expanded).resolve())
     clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
-    for k in ("ansible_password", "ansible_ssh_pass", "ansible_become_password"):
+    for k in ("ansible_password", "ansible_ssh_pass", "ansible_become_password", "k3s_agent_token"):
         clean.pop(k, None)
     return Host(
         name=raw.name, address=str(address), port=int(port), user=values.get("ansible_user"),
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
-        vars=clean, where=raw.where,
+        vars=clean, where=raw.where, k3s_token=k3s_token,
     )
 
 

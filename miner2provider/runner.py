@@ -1,7 +1,7 @@
 """Run playbooks on rigs with ansible-runner: private 0700 data dir, no secrets on disk or argv.
 
 - A fresh ``private_data_dir`` (mkdtemp: 0700) per run, removed afterwards.
-- Secrets (SSH and sudo passwords; later join tokens) are never in extravars (with
+- Secrets (SSH and sudo passwords, k3s join tokens) are never in extravars (with
   ``suppress_env_files`` ansible-runner puts those in argv, visible in ``ps``) nor in the
   environment (ansible-runner writes the whole environment to ``artifacts/<id>/command``).
   Each run makes a one-time vault key, writes every secret vault-encrypted into the
@@ -88,7 +88,8 @@ def build_inventory(hosts: list[Host], vault_key: str) -> str:
             hv["ansible_user"] = host.user
         if host.key_file:
             hv["ansible_ssh_private_key_file"] = host.key_file
-        for var, secret in (("ansible_password", host.password), ("ansible_become_password", host.become_password)):
+        for var, secret in (("ansible_password", host.password), ("ansible_become_password", host.become_password),
+                            ("k3s_agent_token", host.k3s_token)):
             if secret is not None:
                 hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
         hostvars[host.name] = hv
@@ -163,7 +164,7 @@ def run_playbook(
         return True
 
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
-    secret_values = {s.reveal() for h in hosts for s in (h.password, h.become_password) if s is not None}
+    secret_values = {s.reveal() for h in hosts for s in (h.password, h.become_password, h.k3s_token) if s is not None}
     try:
         with _environ_without(secret_values):
             runner = ansible_runner.run(

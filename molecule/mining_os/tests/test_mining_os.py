@@ -1,0 +1,58 @@
+"""Role mining_os: the rig's state before m2p is recorded once; driver packages are held;
+the miner keeps running and the mining OS's configuration is untouched."""
+
+import hashlib
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+FLAVOURS = ROOT / "miner2provider/sandbox/flavours"
+EXPECTED = {  # rig -> (mining OS, autostart units enabled before, config files that must not change)
+    "mo-hive": ("hiveos", ["hive.service"], ["hiveos/root/hive-config/rig.conf", "hiveos/root/hive-config/wallet.conf"]),
+    "mo-msos": ("msos", ["minerstat.service"], ["msos/root/media/storage/config.js"]),
+    "mo-plain": ("debian", [], []),
+}
+
+
+def name(host):
+    return host.backend.get_hostname()
+
+
+def before(host):
+    with host.sudo():
+        f = host.file("/var/lib/m2p/mining_os/before.json")
+        assert f.mode == 0o600 and f.user == "root"
+        return json.loads(f.content_string)
+
+
+def test_the_rig_as_it_was_is_recorded(host):
+    kind, autostart, _ = EXPECTED[name(host)]
+    record = before(host)
+    assert record["mining_os"] == kind
+    assert record["autostart_enabled"] == autostart
+    assert record["miner_running"] is (kind != "debian")
+
+
+def test_the_miner_still_runs_and_its_config_is_byte_identical(host):
+    kind, autostart, configs = EXPECTED[name(host)]
+    for unit in autostart:
+        assert host.service(unit).is_enabled
+    session = {"hiveos": "miner", "msos": "minew"}.get(kind)
+    if session:
+        with host.sudo():
+            assert f".{session}" in host.run(f"screen -ls {session}").stdout
+    for rel in configs:
+        path = "/" + rel.split("/root/", 1)[1]
+        assert host.file(path).sha256sum == hashlib.sha256((FLAVOURS / rel).read_bytes()).hexdigest()
+
+
+def test_driver_packages_are_held_and_kept_from_unattended_upgrades(host):
+    with host.sudo():
+        holds = host.check_output("apt-mark showhold").split()
+    if name(host) == "mo-plain":
+        assert holds == ["nvidia-utils-550-server"]
+        assert before(host)["holds_added"] == ["nvidia-utils-550-server"]
+    else:
+        assert holds == [] and before(host)["holds_added"] == []  # .run drivers: nothing from dpkg
+    text = host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").content_string
+    assert '"nvidia-";' in text and '"libnvidia-";' in text

@@ -1,0 +1,53 @@
+"""Role nvidia_driver: keep a recent driver, upgrade an old one only through the mining
+OS's own tool and only when allowed, and come back mining after the reboot."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+LOG = "/var/log/nvidia-driver-update.log"
+
+
+def name(host):
+    return host.backend.get_hostname()
+
+
+def driver(host):
+    return host.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+
+
+def test_old_hiveos_driver_upgraded_through_hiveos_tool_and_rig_rebooted(host):
+    if name(host) != "nd-hive":
+        pytest.skip("another rig")
+    assert driver(host) == "550.127.05"
+    with host.sudo():
+        calls = host.file(LOG).content_string.splitlines()
+    assert [c.split()[1] for c in calls] == ["550.127.05"]  # once: the second converge kept it
+    # Rebooted after the upgrade: this boot's systemd started after the upgrade call.
+    boot = host.check_output("systemctl show -p UserspaceTimestamp --value --timestamp=unix")
+    assert int(boot.lstrip("@").split(".")[0]) >= int(calls[0].split()[0])
+    # hive.service started the miner at boot; the owner's config is as it was.
+    with host.sudo():
+        assert ".miner" in host.run("screen -ls miner").stdout
+    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
+        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+
+
+def test_recent_driver_is_kept(host):
+    if name(host) != "nd-keep":
+        pytest.skip("another rig")
+    assert driver(host) == "550.127.05"
+    assert not host.file(LOG).exists
+
+
+def test_old_driver_without_permission_is_refused_with_the_fix(host):
+    if name(host) != "nd-old":
+        pytest.skip("another rig")
+    assert driver(host) == "470.82.01"
+    with host.sudo():
+        text = host.file("/root/m2p-molecule-refusal.txt").content_string
+    assert text.startswith("nd-old: NVIDIA driver 470.82.01 is older than 525.60.13; upgrade it (your OS's driver tool)")
+    assert "m2p_allow_driver_upgrade: true" in text

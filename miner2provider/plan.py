@@ -49,13 +49,16 @@ def reasons_to_run(fingerprint: Fingerprint, gpus: Gpus, expected_inputs: str | 
     signature = gpu_signature(gpus)
     if fingerprint.gpus != signature:
         reasons.append(f"GPUs changed: {fingerprint.gpus or '-'} -> {signature}")
-    recorded = {_key(line): line for line in fingerprint.recorded}
-    current = {_key(line): line for line in fingerprint.current}
-    for key in sorted(recorded.keys() | current.keys()):
-        was, now = recorded.get(key), current.get(key)
-        if was != now:
-            reasons.append(f"drift: {key}: {_value(now, key)} (was {_value(was, key)})")
+    reasons.extend(drift(fingerprint.recorded, fingerprint.current))
     return tuple(reasons)
+
+
+def drift(recorded_lines: Iterable[str], current_lines: Iterable[str]) -> list[str]:
+    """One sentence per watched item whose state differs from the record (the verify playbook's too)."""
+    recorded = {_key(line): line for line in recorded_lines}
+    current = {_key(line): line for line in current_lines}
+    return [f"drift: {key}: {_value(current.get(key), key)} (was {_value(recorded.get(key), key)})"
+            for key in sorted(recorded.keys() | current.keys()) if recorded.get(key) != current.get(key)]
 
 
 def _key(line: str) -> str:

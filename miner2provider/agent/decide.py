@@ -3,7 +3,7 @@
 Modes of a rig:
 
 - ``mining``: the miner runs; the node is not offered (m2p's taint
-  ``m2p.io/mode=mining:NoSchedule``: the marketplace stops offering it, running pods stay).
+  ``m2p.io/mining=true:NoSchedule``: the marketplace stops offering it, running pods stay).
 - ``idle-mining``: the node is offered and the miner runs, **but a low-priority placeholder
   pod holds every GPU** (device plugin allocation).  A lease preempts the placeholder; the
   placeholder's graceful termination waits for the agent, which stops the miner, checks

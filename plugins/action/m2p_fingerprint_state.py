@@ -2,8 +2,9 @@
 
 Runs ``miner2provider.facts.fingerprint.state_script`` over the watch list given as
 ``watch`` and returns ``state`` (one line per watched item).  The fingerprint role records
-it; the detect probe runs the same loop later, so drift is a comparison of lines.
-Read-only, so it runs in check mode too.
+it; the detect probe runs the same loop later, so drift is a comparison of lines.  Given
+``recorded`` (the state lines of fingerprint.json) it also returns ``drift``: the sentences
+``m2p status`` shows (plan.drift).  Read-only, so it runs in check mode too.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from ansible.plugins.action import ActionBase
 
 from miner2provider.facts.fingerprint import state_lines, state_script
 from miner2provider.facts.probe import inline_command
+from miner2provider.plan import drift
 
 
 class ActionModule(ActionBase):
     _supports_check_mode = True
-    _VALID_ARGS = frozenset({"watch"})
+    _VALID_ARGS = frozenset({"watch", "recorded"})
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -30,5 +32,9 @@ class ActionModule(ActionBase):
         if res.get("rc") != 0:
             raise AnsibleActionFail(f"reading the watched state failed (exit {res.get('rc')}): "
                                     f"{res.get('stderr', '')[-300:]}")
-        result.update(changed=False, state=list(state_lines(res.get("stdout", "").splitlines())))
+        state = list(state_lines(res.get("stdout", "").splitlines()))
+        result.update(changed=False, state=state)
+        recorded = self._task.args.get("recorded")
+        if recorded is not None:
+            result["drift"] = drift(state_lines(str(line) for line in recorded), state)
         return result

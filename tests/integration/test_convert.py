@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from miner2provider import inventory, runner
 from miner2provider.bundle.standin import build_test_bundle
 from miner2provider.sandbox import gpu_standin
 from miner2provider.sandbox import rig as sandbox
@@ -64,7 +65,15 @@ def farm(boot_rigs, tmp_path):
         }}}))
     env = {"CV_PLAIN_PW": password, "CV_LOCKED_PW": "not-the-password", "PYTHONUNBUFFERED": "1"}
     common = ["-i", str(inv), "--bundle", str(bundle), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts")]
-    return {"hive": hive, "plain": plain, "password": password, "env": env, "common": common, "tmp": tmp_path}
+    return {"hive": hive, "plain": plain, "password": password, "env": env, "common": common, "tmp": tmp_path,
+            "inventory": inv}
+
+
+def verify_playbook(farm) -> runner.RunReport:
+    """playbooks/verify.yml on the two good rigs, through m2p's runner."""
+    hosts = list(inventory.load(farm["inventory"], environ={**os.environ, **farm["env"]}).hosts)
+    return runner.run_playbook(runner.ROOT / "playbooks" / "verify.yml", hosts, limit=["cv-hive", "cv-plain"],
+                               known_hosts=farm["tmp"] / "known_hosts")
 
 
 def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
@@ -91,6 +100,8 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
 
     plan = m2p("plan", *common, *good, env=env)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-2000:]
+    verified = verify_playbook(farm)
+    assert verified.rc == 0 and verified.changed == 0, verified
 
     status_args = [*[a for a in common if a != "--bundle" and not a.endswith("/bundle")], *good]
     status = m2p("status", *status_args, "--json", env=env)
@@ -128,6 +139,10 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert "file /etc/rancher/k3s/config.yaml" in rows["cv-plain"]["detail"]
     assert "unit k3s-agent.service: inactive enabled (was active enabled)" in rows["cv-plain"]["detail"]
     assert rows["cv-hive"]["state"] == "drifted" and "GPUs changed" in rows["cv-hive"]["detail"], rows
+    verified = verify_playbook(farm)  # the verify playbook sees the same drift, read-only
+    assert verified.changed == 0 and set(verified.failures) == {"cv-hive", "cv-plain"}, verified
+    assert "drift: unit k3s-agent.service: inactive enabled (was active enabled)" in verified.failures["cv-plain"]
+    assert "GPUs changed: " in verified.failures["cv-hive"]
     repaired = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
     assert repaired["cv-plain"]["result"] == "changed" and "drift: file" in repaired["cv-plain"]["message"], repaired
     assert repaired["cv-hive"]["result"] == "changed" and "GPUs changed" in repaired["cv-hive"]["message"], repaired

@@ -1,0 +1,34 @@
+"""Role gpu_attributes: the labels of the cards the rig has, for k3s and for the live node."""
+
+import json
+
+import yaml
+
+AKASH = "akash.network/capabilities.gpu.vendor.nvidia.model"
+EXPECTED = {
+    f"{AKASH}.rtx3090": "1",
+    f"{AKASH}.rtx3090.ram.24Gi": "1",
+    f"{AKASH}.rtx3090.interface.pcie": "1",
+    f"{AKASH}.rtx3080": "1",
+    f"{AKASH}.rtx3080.ram.10Gi": "1",
+    f"{AKASH}.rtx3080.interface.pcie": "1",
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.count": "2",
+    "nvidia.com/device-plugin.config": "ts2",
+    "m2p.io/nvidia-device-plugin": "true",
+    "m2p.io/gpu-models": "2",
+    "m2p.io/gpu-db": "known",
+    "m2p.io/schedule": "night-lease",
+}
+
+
+def test_live_node_label_set(host):
+    labels = json.loads(host.file("/var/lib/m2p/node-labels.json").content_string)
+    assert {k: labels.get(k) for k in EXPECTED} == EXPECTED
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-3090"
+
+
+def test_k3s_registers_the_same_labels(host):
+    text = host.file("/etc/rancher/k3s/config.yaml.d/60-m2p-gpu-labels.yaml").content_string
+    registered = dict(item.split("=", 1) for item in yaml.safe_load(text)["node-label"])
+    assert registered == json.loads(host.file("/var/lib/m2p/node-labels.json").content_string)

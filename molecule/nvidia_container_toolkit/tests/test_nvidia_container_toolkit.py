@@ -1,0 +1,31 @@
+"""Role nvidia_container_toolkit: pinned packages held, hardened config, CDI spec per GPU."""
+
+import yaml
+
+TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
+           "nvidia-container-toolkit"]
+GPUS = {"ct-hive": 2, "ct-plain": 1}
+
+
+def name(host):
+    return host.backend.get_hostname()
+
+
+def test_pinned_packages_installed_held_and_marked_as_m2ps(host):
+    with host.sudo():
+        assert {p: host.package(p).version for p in TOOLKIT} == {p: "1.17.8-1" for p in TOOLKIT}
+        assert set(host.check_output("apt-mark showhold").split()) == set(TOOLKIT)
+        # revert purges only what m2p installed: the marker says so.
+        assert host.file("/var/lib/m2p/nvidia_container_toolkit.installed-by-m2p").exists
+
+
+def test_unprivileged_containers_cannot_ask_for_gpus_by_envvar(host):
+    config = host.file("/etc/nvidia-container-runtime/config.toml").content_string
+    assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config
+    assert config.count("accept-nvidia-visible-devices-envvar-when-unprivileged") == 1
+
+
+def test_cdi_spec_names_each_gpu_and_all(host):
+    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(GPUS[name(host)])] + ["all"]

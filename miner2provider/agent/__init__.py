@@ -1,0 +1,1 @@
+"""The on-rig time-share agent (runs on each rig; see service.py)."""

@@ -1,0 +1,7 @@
+"""python -m miner2provider.agent --config /etc/m2p/agent.json"""
+
+import sys
+
+from miner2provider.agent.service import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""The agent's Kubernetes client: plain HTTPS to the API server, only the calls the agent needs.
+
+- ``pods_on_node``: ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>`` (a PodList).
+- ``node`` / ``patch_node``: ``GET`` and ``PATCH`` (``application/merge-patch+json``) of its
+  own Node.  A patch that changes the taints carries the ``resourceVersion`` it was computed
+  from, so a concurrent writer (kubelet, an operator) makes it fail with 409 instead of
+  being overwritten; the next tick reads again.
+
+Its identity (m2p's RBAC, roles/timeshare_agent) may list and watch pods, and get and
+patch the one Node named after its rig: nothing else.  No client library: urllib, a bearer
+token file (re-read on every call, so a rotated token is picked up) and the cluster's CA.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PLACEHOLDER_APP = "m2p-placeholder"  # app.kubernetes.io/name of the placeholder pods
+MINING_TAINT = {"key": "m2p.io/mining", "value": "true", "effect": "NoSchedule"}
+FINISHED = {"Succeeded", "Failed"}
+
+
+class ApiError(Exception):
+    """The API could not be read or written (unreachable, refused, conflict)."""
+
+
+@dataclass(frozen=True)
+class KubeClient:
+    server: str  # https://HOST:6443
+    token_file: str
+    ca_file: str | None = None  # None: system CAs (or plain http for a stand-in server)
+    timeout_s: float = 5.0
+
+    def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        token = Path(self.token_file).read_text().strip()
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server.rstrip("/") + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {token}", "Accept": "application/json", "Content-Type": content_type})
+        context = ssl.create_default_context(cafile=self.ca_file) if self.server.startswith("https") else None
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s, context=context) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                reason = json.loads(exc.read()).get("message", "")
+            except ValueError:
+                reason = ""
+            raise ApiError(f"{method} {path}: HTTP {exc.code} {reason}".strip()) from None
+        except (OSError, ValueError) as exc:  # refused, timed out, TLS, not JSON
+            raise ApiError(f"{method} {path}: {exc}") from None
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
+        return list(self._request("GET", f"/api/v1/pods?{query}").get("items", []))
+
+    def node(self, name: str) -> dict[str, Any]:
+        return dict(self._request("GET", f"/api/v1/nodes/{urllib.parse.quote(name)}"))
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", patch,
+                                  "application/merge-patch+json"))
+
+
+def _gpu_limit(pod: dict[str, Any]) -> int:
+    containers = pod.get("spec", {}).get("containers", []) + pod.get("spec", {}).get("initContainers", [])
+    total = 0
+    for c in containers:
+        resources = c.get("resources", {})
+        value = resources.get("limits", {}).get(GPU_RESOURCE) or resources.get("requests", {}).get(GPU_RESOURCE)
+        total += int(value or 0)
+    return total
+
+
+def is_placeholder(pod: dict[str, Any]) -> bool:
+    return pod.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/name") == PLACEHOLDER_APP
+
+
+def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods that hold (or will hold) GPUs on this node and are not m2p's placeholder.
+    A terminating lease still counts: its containers hold the GPUs until they are gone."""
+    return [p for p in pods if not is_placeholder(p) and _gpu_limit(p) > 0
+            and p.get("status", {}).get("phase") not in FINISHED]
+
+
+def placeholder_holding(pods: list[dict[str, Any]]) -> bool:
+    return any(is_placeholder(p) and p.get("status", {}).get("phase") == "Running"
+               and not p.get("metadata", {}).get("deletionTimestamp") for p in pods)
+
+
+def offered(node: dict[str, Any]) -> bool:
+    taints = node.get("spec", {}).get("taints") or []
+    return not any(t.get("key") == MINING_TAINT["key"] for t in taints)
+
+
+def taint_patch(node: dict[str, Any], offer: bool) -> dict[str, Any]:
+    """A merge patch that adds or removes m2p's mining taint and keeps every other taint."""
+    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != MINING_TAINT["key"]]
+    return {"metadata": {"resourceVersion": node.get("metadata", {}).get("resourceVersion")},
+            "spec": {"taints": others if offer else [*others, MINING_TAINT]}}

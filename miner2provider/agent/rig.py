@@ -1,0 +1,62 @@
+"""What the agent touches on the rig itself: the miner (through the mining OS's own
+commands) and the GPUs' truth (NVML: which processes hold a GPU)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Miner:
+    """The mining OS adapter: shell commands from roles/mining_os (HiveOS ``miner stop``,
+    msOS ``core/stop``, a systemd unit on plain Ubuntu).  ``running`` exits 0 while it mines."""
+
+    running_cmd: str
+    start_cmd: str
+    stop_cmd: str
+    timeout_s: float = 60.0
+
+    def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=self.timeout_s)
+
+    def running(self) -> bool:
+        return bool(self.running_cmd) and self._sh(self.running_cmd).returncode == 0
+
+    def start(self) -> None:
+        self._checked(self.start_cmd, "start")
+
+    def stop(self) -> None:
+        self._checked(self.stop_cmd, "stop")
+
+    def _checked(self, cmd: str, what: str) -> None:
+        if not cmd:
+            return
+        proc = self._sh(cmd)
+        if proc.returncode != 0:
+            raise RuntimeError(f"miner {what} ({cmd}) exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-200:]}")
+
+
+def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> list[int]:
+    """PIDs of compute processes on any GPU: through NVML (pynvml), else nvidia-smi.
+    Graphics processes (Xorg on HiveOS) are not counted: they hold a few MiB and no lease needs them gone."""
+    try:
+        if nvml is None:
+            import pynvml as nvml  # nvidia-ml-py: the real path; absent on a controller without it
+        nvml.nvmlInit()
+    except Exception:  # no pynvml, or no libnvidia-ml (no driver loaded): ask nvidia-smi
+        proc = run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                   capture_output=True, text=True, timeout=20)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
+        return sorted({int(line) for line in proc.stdout.split() if line.strip().isdigit()})
+    try:
+        pids: set[int] = set()
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            pids.update(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        return sorted(pids)
+    finally:
+        nvml.nvmlShutdown()

@@ -1,0 +1,227 @@
+"""The on-rig time-share agent: observe, decide (decide.py), act; state on disk, status on the node.
+
+Each tick (``interval_s``):
+1. desired mode from the schedule (policy.py) at this instant;
+2. the cluster: pods on this node (leases, the placeholder) and the node (m2p's taint);
+   an unreachable API leaves ``api_ok`` False and decide() keeps the mode;
+3. the rig: is the miner running (the mining OS's own command), which processes hold a
+   GPU (NVML; read only while the miner is stopped, since a running miner holds them
+   anyway: this keeps an idle agent's CPU low);
+4. the placeholder's signal files (``<state_dir>/signal``, a hostPath the placeholder pod
+   mounts): ``lease-waiting`` is written by its preStop hook when a lease preempts it, and
+   the hook returns once the agent writes ``released`` (after NVML shows the GPUs free);
+5. decide(), then the actions in order; the state is written (atomically) when it changes,
+   so a reboot resumes the mode; status goes to ``status.json`` and to the node (label
+   ``m2p.io/mode``, annotation ``m2p.io/status``), with the GPU labels of
+   ``/var/lib/m2p/node-labels.json`` (gpu_attributes) kept in step on the live node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from miner2provider import __version__
+from miner2provider.agent import cluster, decide, rig
+from miner2provider.agent.decide import Observation, State
+from miner2provider.schedule import model, policy
+
+PLACEHOLDER_LABEL = "m2p.io/placeholder"  # value: GPU count; the placeholder DaemonSet of that count selects it
+GPU_RECHECK_S = 10.0
+
+
+@dataclass(frozen=True)
+class Config:
+    node: str
+    schedule: str
+    api_server: str
+    token_file: str
+    miner: rig.Miner
+    gpu_count: int
+    ca_file: str | None = None
+    state_dir: str = "/var/lib/m2p/agent"
+    labels_file: str = "/var/lib/m2p/node-labels.json"
+    interval_s: float = 2.0
+
+    @classmethod
+    def load(cls, path: str) -> Config:
+        raw = json.loads(Path(path).read_text())
+        miner = rig.Miner(**raw.pop("miner"))
+        return cls(miner=miner, **raw)
+
+
+@dataclass
+class Agent:
+    config: Config
+    client: cluster.KubeClient
+    gpu_processes: Any = rig.gpu_processes
+    clock: Any = time.time
+    state: State = field(default_factory=State)
+    last_error: str = ""
+    applied_labels: dict[str, str] = field(default_factory=dict)
+    _gpus: tuple[float, bool] = (float("-inf"), True)
+    _pushed: str = ""
+
+    def __post_init__(self) -> None:
+        self.schedule = model.load(self.config.schedule)
+        self.dir = Path(self.config.state_dir)
+        self.signal = self.dir / "signal"
+        self.signal.mkdir(parents=True, exist_ok=True)
+        saved = _read_json(self.dir / "state.json")
+        if saved:
+            state = dict(saved.get("state", {}))
+            if state.get("gave_up") is not None:
+                state["gave_up"] = tuple(state["gave_up"])
+            self.state = State(**state)
+            self.applied_labels = dict(saved.get("applied_labels", {}))
+
+    # -- observe ---------------------------------------------------------------------
+    def lease_waiting(self) -> bool:
+        return (self.signal / "lease-waiting").exists() and not (self.signal / "released").exists()
+
+    def gpus_busy(self, now: float, miner_running: bool, waiting: bool) -> bool:
+        if miner_running:
+            return True  # a running miner holds the GPUs: no need to ask NVML
+        checked, busy = self._gpus
+        if waiting or now - checked >= GPU_RECHECK_S or busy:
+            busy = bool(self.gpu_processes())
+            self._gpus = (now, busy)
+        return busy
+
+    def observe(self, now: float) -> tuple[Observation, dict[str, Any] | None]:
+        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc))
+        node: dict[str, Any] | None = None
+        pods: list[dict[str, Any]] = []
+        try:
+            pods = self.client.pods_on_node(self.config.node)
+            node = self.client.node(self.config.node)
+        except cluster.ApiError as exc:
+            self.last_error = f"API: {exc}"
+            node = None
+        running = self.config.miner.running()
+        waiting = self.lease_waiting()
+        obs = Observation(
+            now=now, desired=desired, api_ok=node is not None,
+            leases=len(cluster.lease_pods(pods)), lease_waiting=waiting,
+            placeholder_holding=cluster.placeholder_holding(pods),
+            offered=cluster.offered(node) if node is not None else self.state.mode in {"leasing", "idle-mining"},
+            miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
+        )
+        return obs, node
+
+    # -- act -------------------------------------------------------------------------
+    def act(self, actions: list[str], node: dict[str, Any] | None) -> None:
+        for action in actions:
+            if action == decide.STOP_MINER:
+                self.config.miner.stop()
+                self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
+            elif action == decide.START_MINER:
+                self.config.miner.start()
+            elif action == decide.HOLD_GPUS:
+                for name in ("lease-waiting", "released"):
+                    (self.signal / name).unlink(missing_ok=True)
+                self.client.patch_node(self.config.node, {"metadata": {"labels": {
+                    PLACEHOLDER_LABEL: str(self.config.gpu_count)}}})
+            elif action == decide.RELEASE_GPUS:
+                (self.signal / "released").write_text(f"{self.clock():.0f}\n")  # the preStop hook returns
+                self.client.patch_node(self.config.node, {"metadata": {"labels": {PLACEHOLDER_LABEL: None}}})
+            elif action in (decide.OFFER, decide.UNOFFER):
+                current = node if node is not None else self.client.node(self.config.node)
+                self.client.patch_node(self.config.node, cluster.taint_patch(current, action == decide.OFFER))
+
+    def tick(self) -> list[str]:
+        now = self.clock()
+        obs, node = self.observe(now)
+        if node is not None:
+            self.last_error = ""
+        before = self.state
+        self.state, actions = decide.decide(self.state, obs, self.schedule.lease_grace_s,
+                                            self.schedule.min_switch_interval_s)
+        try:
+            self.act(actions, node)
+        except (cluster.ApiError, RuntimeError, OSError) as exc:
+            self.last_error = f"{' '.join(actions)}: {exc}"
+        if self.state != before:
+            self._save()
+        self._publish(now, obs, node is not None)
+        return actions
+
+    # -- state and status ------------------------------------------------------------
+    def _save(self) -> None:
+        _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels})
+
+    def status(self, now: float) -> dict[str, Any]:
+        change = policy.next_change(self.schedule, datetime.fromtimestamp(now, timezone.utc))
+        return {"mode": self.state.mode, "since": _iso(self.state.since),
+                "next_change": change.isoformat(timespec="seconds") if change else None,
+                "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__}
+
+    def _publish(self, now: float, obs: Observation, api_ok: bool) -> None:
+        status = self.status(now)
+        text = json.dumps(status, sort_keys=True)
+        if text != self._pushed:
+            _write_json(self.dir / "status.json", status)
+        if not api_ok:
+            return
+        labels = {**(_read_json(Path(self.config.labels_file)) or {}), "m2p.io/mode": self.state.mode,
+                  "m2p.io/agent-version": __version__}
+        stale = {k: None for k in self.applied_labels if k not in labels}
+        if text == self._pushed and labels == self.applied_labels:
+            return
+        try:
+            self.client.patch_node(self.config.node, {"metadata": {
+                "labels": {**labels, **stale}, "annotations": {"m2p.io/status": text}}})
+        except cluster.ApiError as exc:
+            self.last_error = f"status: {exc}"
+            return
+        self._pushed, self.applied_labels = text, labels
+        self._save()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Atomic: a rig that loses power mid-write keeps the previous file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="m2p-agent", description="m2p's time-share agent (runs on a rig)")
+    parser.add_argument("--config", default="/etc/m2p/agent.json")
+    parser.add_argument("--once", action="store_true", help="one tick, then exit")
+    args = parser.parse_args(argv)
+    config = Config.load(args.config)
+    agent = Agent(config, cluster.KubeClient(config.api_server, config.token_file, config.ca_file))
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        agent.tick()
+        if args.once or stopping:
+            return 0
+        deadline = time.monotonic() + config.interval_s
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(min(0.2, config.interval_s))

@@ -1,0 +1,176 @@
+"""The agent's service against the STAND-IN Kubernetes API (loopback) and a miner driven by
+real shell commands (a file stands for the miner process).  GPU truth is a stand-in of
+NVML that reports the miner's PID while the miner runs (no GPU here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from miner2provider.agent import cluster, rig
+from miner2provider.agent.service import PLACEHOLDER_LABEL, Agent, Config
+from miner2provider.sandbox.kube_api import KubeApiStandin
+
+NODE = "rig01"
+
+
+@pytest.fixture
+def api():
+    server = KubeApiStandin()
+    server.add_node(NODE, "rig01-token", {"kubernetes.io/hostname": NODE})
+    server.add_node("rig02", "rig02-token")
+    yield server
+    server.close()
+
+
+def client(api, tmp_path, token="rig01-token"):
+    (tmp_path / "token").write_text(token + "\n")
+    return cluster.KubeClient(api.url, str(tmp_path / "token"))
+
+
+def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0) -> Agent:
+    (tmp_path / "schedule.yml").write_text(schedule)
+    (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
+    running = tmp_path / "miner.running"
+    miner = rig.Miner(f"test -e {running}", f"touch {running}", f"rm -f {running}")
+    config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
+                    token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
+                    state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"))
+    return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
+                 clock=clock)
+
+
+FIXED_LEASE = "timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\n"
+FIXED_MINE = "timezone: UTC\npolicy: fixed\ndefault: mine\nmin_switch_interval: 0s\n"
+LEASE_FIRST = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"
+
+
+def test_client_reads_pods_of_its_node_only_and_may_patch_only_its_node(api, tmp_path):
+    api.add_pod("job", NODE, 1)
+    api.add_pod("elsewhere", "rig02", 1)
+    kube = client(api, tmp_path)
+    assert [p["metadata"]["name"] for p in kube.pods_on_node(NODE)] == ["job"]
+    patched = kube.patch_node(NODE, {"metadata": {"labels": {"m2p.io/mode": "mining"}}})
+    assert patched["metadata"]["labels"] == {"kubernetes.io/hostname": NODE, "m2p.io/mode": "mining"}
+    with pytest.raises(cluster.ApiError, match="HTTP 403"):
+        kube.patch_node("rig02", {"metadata": {"labels": {"x": "y"}}})
+    with pytest.raises(cluster.ApiError, match="HTTP 401"):
+        client(api, tmp_path, token="wrong").node(NODE)
+
+
+def test_taint_patch_keeps_other_taints_and_loses_a_race_instead_of_overwriting(api, tmp_path):
+    kube = client(api, tmp_path)
+    kube.patch_node(NODE, {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}})
+    node = kube.node(NODE)
+    tainted = kube.patch_node(NODE, cluster.taint_patch(node, offer=False))
+    assert tainted["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}, cluster.MINING_TAINT]
+    assert not cluster.offered(tainted)
+    with pytest.raises(cluster.ApiError, match="HTTP 409"):  # computed from the older version
+        kube.patch_node(NODE, cluster.taint_patch(node, offer=True))
+    offered = kube.patch_node(NODE, cluster.taint_patch(kube.node(NODE), offer=True))
+    assert offered["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}] and cluster.offered(offered)
+
+
+def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_path):
+    agent = make_agent(api, tmp_path, FIXED_LEASE)
+    (tmp_path / "miner.running").touch()
+    assert agent.tick() == ["stop-miner"]
+    assert not (tmp_path / "miner.running").exists()
+    agent.tick()
+    node = api.nodes[NODE]
+    assert agent.state.mode == "leasing" and cluster.offered(node)
+    assert node["metadata"]["labels"]["m2p.io/mode"] == "leasing"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.count"] == "2"
+    status = json.loads(node["metadata"]["annotations"]["m2p.io/status"])
+    assert status["mode"] == "leasing" and status["last_error"] == "" and status["schedule"] == "schedule"
+    assert json.loads((tmp_path / "state/status.json").read_text())["mode"] == "leasing"
+
+
+def test_mining_window_taints_the_node_and_starts_the_miner(api, tmp_path):
+    agent = make_agent(api, tmp_path, FIXED_MINE)
+    assert agent.tick() == ["start-miner"]
+    assert agent.tick() == ["unoffer"]
+    assert (tmp_path / "miner.running").exists() and not cluster.offered(api.nodes[NODE])
+    assert agent.tick() == []  # steady
+
+
+def test_idle_mining_hands_gpus_to_a_lease_only_after_the_miner_let_go(api, tmp_path):
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    assert agent.tick() == ["hold-gpus"]
+    assert api.nodes[NODE]["metadata"]["labels"][PLACEHOLDER_LABEL] == "2"
+    assert api.placeholder(NODE)  # the DaemonSet's pod holds the GPUs
+    assert agent.tick() == ["offer"]
+    assert agent.tick() == ["start-miner"] and agent.state.mode == "idle-mining"
+    # A lease preempts the placeholder: its preStop hook writes the signal and waits.
+    api.mark_terminating(f"m2p-placeholder-{NODE}", "m2p-system")
+    (tmp_path / "state/signal/lease-waiting").touch()
+    assert agent.tick() == ["stop-miner"]
+    assert not (tmp_path / "state/signal/released").exists()  # not before NVML shows the GPUs free
+    assert agent.tick() == ["release-gpus"]
+    assert (tmp_path / "state/signal/released").exists()
+    assert PLACEHOLDER_LABEL not in api.nodes[NODE]["metadata"]["labels"] and not api.placeholder(NODE)
+    assert agent.state.mode == "leasing" and not (tmp_path / "miner.running").exists()
+
+
+def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):
+    agent = make_agent(api, tmp_path, FIXED_LEASE)
+    (tmp_path / "miner.running").touch()
+    agent.tick()
+    agent.tick()
+    api.add_pod("lease-1", NODE, 2)
+    api.down = True
+    again = make_agent(api, tmp_path, FIXED_MINE)  # rebooted into a mining window, API unreachable
+    assert again.state.mode == "leasing"
+    (tmp_path / "miner.running").touch()  # the mining OS started the miner at boot
+    assert again.tick() == ["stop-miner"]  # re-asserted from the state on disk, without the API
+    assert again.tick() == [] and not (tmp_path / "miner.running").exists()
+    assert again.last_error.startswith("API: GET /api/v1/pods")
+    assert json.loads((tmp_path / "state/status.json").read_text())["last_error"].startswith("API:")
+
+
+def test_labels_of_a_swapped_card_replace_the_old_ones_on_the_live_node(api, tmp_path):
+    agent = make_agent(api, tmp_path, FIXED_LEASE)
+    (tmp_path / "labels.json").write_text(json.dumps({"akash.network/x.model.rtx3090": "2"}))
+    agent.tick()
+    (tmp_path / "labels.json").write_text(json.dumps({"akash.network/x.model.rtx3080": "2"}))
+    agent.tick()
+    labels = api.nodes[NODE]["metadata"]["labels"]
+    assert "akash.network/x.model.rtx3090" not in labels and labels["akash.network/x.model.rtx3080"] == "2"
+    assert labels["kubernetes.io/hostname"] == NODE  # not m2p's: kept
+
+
+def test_gpu_processes_through_nvml_and_nvidia_smi():
+    class Proc:
+        def __init__(self, pid):
+            self.pid = pid
+
+    class Nvml:  # STAND-IN for pynvml: the calls and shapes of nvidia-ml-py
+        def nvmlInit(self):
+            pass
+
+        def nvmlShutdown(self):
+            pass
+
+        def nvmlDeviceGetCount(self):
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def nvmlDeviceGetComputeRunningProcesses(self, handle):
+            return [Proc(77), Proc(78 + handle)]
+
+    assert rig.gpu_processes(Nvml()) == [77, 78, 79]
+
+    class NoDriver(Nvml):
+        def nvmlInit(self):
+            raise OSError("NVML Shared Library Not Found")
+
+    class Done:
+        returncode, stdout = 0, "123\n456\n"
+
+    calls = []
+    assert rig.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done()) == [123, 456]
+    assert calls == [["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]]

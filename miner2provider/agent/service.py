@@ -54,6 +54,8 @@ class Config:
     def load(cls, path: str) -> Config:
         raw = json.loads(Path(path).read_text())
         miner = rig.Miner(**raw.pop("miner"))
+        raw["gpu_count"] = int(raw["gpu_count"])
+        raw["interval_s"] = float(raw.get("interval_s", 2.0))
         return cls(miner=miner, **raw)
 
 

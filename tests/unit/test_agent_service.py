@@ -174,3 +174,17 @@ def test_gpu_processes_through_nvml_and_nvidia_smi():
     calls = []
     assert rig.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done()) == [123, 456]
     assert calls == [["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]]
+
+
+def test_agent_zipapp_is_self_contained_and_byte_identical_on_every_build():
+    import io
+    import zipfile
+
+    from miner2provider.agent import package
+
+    data = package.build()
+    assert data == package.build()  # a re-run of the role copies nothing
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert {"__main__.py", "miner2provider/agent/service.py", "miner2provider/schedule/model.py",
+            "yaml/__init__.py", "pynvml.py"} <= set(names)
+    assert not [n for n in names if n.endswith(".so")]  # pure Python: any rig's python3

@@ -24,7 +24,7 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,9 @@ class Agent:
     last_error: str = ""
     applied_labels: dict[str, str] = field(default_factory=dict)
     _gpus: tuple[float, bool] = (float("-inf"), True)
-    _pushed: str = ""
+    _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
+    _written: str = ""  # status.json as last written
+    _pushed: str = ""  # the status annotation as last patched onto the node
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -106,7 +108,6 @@ class Agent:
             node = self.client.node(self.config.node)
         except cluster.ApiError as exc:
             self.last_error = f"API: {exc}"
-            node = None
         running = self.config.miner.running()
         waiting = self.lease_waiting()
         obs = Observation(
@@ -152,24 +153,35 @@ class Agent:
             self.last_error = f"{' '.join(actions)}: {exc}"
         if self.state != before:
             self._save()
-        self._publish(now, obs, node is not None)
+        self._publish(now, node is not None)
         return actions
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
         _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels})
 
+    def next_change(self, now: float) -> datetime | None:
+        """The schedule's next change, recomputed only once it has passed: the scan costs tens of
+        ms of CPU (minutes over 8 days), too much for every tick of an idle agent."""
+        at = datetime.fromtimestamp(now, timezone.utc)
+        due, value = self._next
+        if at >= due:
+            value = policy.next_change(self.schedule, at)
+            self._next = (value if value is not None else at + timedelta(hours=1), value)
+        return value
+
     def status(self, now: float) -> dict[str, Any]:
-        change = policy.next_change(self.schedule, datetime.fromtimestamp(now, timezone.utc))
+        change = self.next_change(now)
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__}
 
-    def _publish(self, now: float, obs: Observation, api_ok: bool) -> None:
+    def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)
         text = json.dumps(status, sort_keys=True)
-        if text != self._pushed:
+        if text != self._written:  # not on every tick: many rigs run from USB sticks
             _write_json(self.dir / "status.json", status)
+            self._written = text
         if not api_ok:
             return
         labels = {**(_read_json(Path(self.config.labels_file)) or {}), "m2p.io/mode": self.state.mode,

@@ -130,6 +130,25 @@ def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):
     assert json.loads((tmp_path / "state/status.json").read_text())["last_error"].startswith("API:")
 
 
+def test_next_change_is_scanned_again_only_once_it_has_passed(api, tmp_path, monkeypatch):
+    from datetime import datetime, timezone
+
+    from miner2provider.agent import service
+    from miner2provider.schedule import policy
+
+    now = [1_800_000_000.0]  # 2027-01-15 08:00 UTC
+    agent = make_agent(api, tmp_path, "timezone: UTC\npolicy: fixed\ndefault: mine\nmin_switch_interval: 0s\n"
+                       "windows:\n  - {days: daily, from: '09:00', to: '17:00', mode: lease}\n", clock=lambda: now[0])
+    scans, scan = [], policy.next_change
+    monkeypatch.setattr(service.policy, "next_change", lambda *a: scans.append(a) or scan(*a))
+    first = agent.next_change(now[0])
+    assert first == scan(agent.schedule, datetime.fromtimestamp(now[0], timezone.utc))
+    now[0] += 1800
+    assert agent.next_change(now[0]) == first and len(scans) == 1
+    now[0] = first.timestamp()
+    assert agent.next_change(now[0]) > first and len(scans) == 2
+
+
 def test_labels_of_a_swapped_card_replace_the_old_ones_on_the_live_node(api, tmp_path):
     agent = make_agent(api, tmp_path, FIXED_LEASE)
     (tmp_path / "labels.json").write_text(json.dumps({"akash.network/x.model.rtx3090": "2"}))

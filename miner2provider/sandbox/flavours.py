@@ -9,6 +9,7 @@ OS; they are not the real OS, and say so in their headers.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,12 @@ class Flavour:
     root: Path
     users: tuple[User, ...] = ()
     dpkg_status: tuple[Path, ...] = field(default=())
+
+
+def pristine_sha256(flavour: str, path: str) -> str:
+    """sha256 of a file as the flavour lays it on a rig (``/hive-config/rig.conf``): the tests
+    prove a rig's copy is still byte-identical (m2p never edits a mining OS's config)."""
+    return hashlib.sha256((FLAVOURS_DIR / flavour / "root" / path.lstrip("/")).read_bytes()).hexdigest()
 
 
 def available() -> list[str]:

@@ -130,8 +130,9 @@ class KubeApiStandin:
             self._bump(pod)
 
     def placeholder(self, node: str) -> str | None:
+        name = f"m2p-placeholder-{node}"
         with self.lock:
-            return next((n for (ns, n) in self.pods if ns == "m2p-system" and n == f"m2p-placeholder-{node}"), None)
+            return name if ("m2p-system", name) in self.pods else None
 
     def _placeholder_controller(self, node: dict[str, Any]) -> None:
         """The placeholder DaemonSets' effect: one Running pod per labelled node."""

@@ -1,16 +1,14 @@
 """After convert.yml (twice): real state on the HiveOS-layout server and the plain agent."""
 
-import hashlib
 import json
 import os
-from pathlib import Path
 
 import pytest
 import testinfra
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+from miner2provider.sandbox import flavours
+
 K3S_VERSION = "v1.33.2+k3s1"
 TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
            "nvidia-container-toolkit"]
@@ -111,8 +109,8 @@ def test_gpu_labels_from_the_cards_the_rig_has(host):
 def test_hiveos_mining_config_untouched_and_miner_still_mining(host):
     if name(host) != "conv-hive":
         pytest.skip("HiveOS-layout rig only")
-    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
-        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    for path in ("/hive-config/rig.conf", "/hive-config/wallet.conf"):
+        assert host.file(path).sha256sum == flavours.pristine_sha256("hiveos", path)
     assert host.service("hive").is_enabled
     with host.sudo():
         assert ".miner" in host.check_output("screen -ls miner || true")

@@ -1,11 +1,8 @@
 """Verify the sandbox rigs hold real state after converge (testinfra over SSH)."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
-FLAVOUR_ROOT = Path(__file__).resolve().parents[3] / "miner2provider/sandbox/flavours/hiveos/root"
+from miner2provider.sandbox import flavours
 
 
 def _dump_journal(host, unit):
@@ -42,9 +39,8 @@ def test_rig_rebooted_during_converge(host):
 def test_hiveos_mining_config_untouched(host):
     if host.backend.get_hostname() != "mol-hive":
         pytest.skip("HiveOS check runs on the HiveOS-layout rig only")
-    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
-        expected = hashlib.sha256((FLAVOUR_ROOT / rel).read_bytes()).hexdigest()
-        assert host.file("/" + rel).sha256sum == expected
+    for path in ("/hive-config/rig.conf", "/hive-config/wallet.conf"):
+        assert host.file(path).sha256sum == flavours.pristine_sha256("hiveos", path)
     # The reboot in converge restarted the miner through hive.service, as on HiveOS.
     with host.sudo():
         assert ".miner" in host.check_output("screen -ls miner || true")

@@ -1,15 +1,13 @@
 """Role mining_os: the rig's state before m2p is recorded once; driver packages are held;
 the miner keeps running and the mining OS's configuration is untouched."""
 
-import hashlib
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-FLAVOURS = ROOT / "miner2provider/sandbox/flavours"
+from miner2provider.sandbox import flavours
+
 EXPECTED = {  # rig -> (mining OS, autostart units enabled before, config files that must not change)
-    "mo-hive": ("hiveos", ["hive.service"], ["hiveos/root/hive-config/rig.conf", "hiveos/root/hive-config/wallet.conf"]),
-    "mo-msos": ("msos", ["minerstat.service"], ["msos/root/media/storage/config.js"]),
+    "mo-hive": ("hiveos", ["hive.service"], ["/hive-config/rig.conf", "/hive-config/wallet.conf"]),
+    "mo-msos": ("msos", ["minerstat.service"], ["/media/storage/config.js"]),
     "mo-plain": ("debian", [], []),
 }
 
@@ -41,9 +39,8 @@ def test_the_miner_still_runs_and_its_config_is_byte_identical(host):
     if session:
         with host.sudo():
             assert f".{session}" in host.run(f"screen -ls {session}").stdout
-    for rel in configs:
-        path = "/" + rel.split("/root/", 1)[1]
-        assert host.file(path).sha256sum == hashlib.sha256((FLAVOURS / rel).read_bytes()).hexdigest()
+    for path in configs:
+        assert host.file(path).sha256sum == flavours.pristine_sha256(kind, path)
 
 
 def test_driver_packages_are_held_and_kept_from_unattended_upgrades(host):

@@ -1,13 +1,10 @@
 """Role nvidia_driver: keep a recent driver, upgrade an old one only through the mining
 OS's own tool and only when allowed, and come back mining after the reboot."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+from miner2provider.sandbox import flavours
+
 LOG = "/var/log/nvidia-driver-update.log"
 
 
@@ -32,8 +29,8 @@ def test_old_hiveos_driver_upgraded_through_hiveos_tool_and_rig_rebooted(host):
     # hive.service started the miner at boot; the owner's config is as it was.
     with host.sudo():
         assert ".miner" in host.run("screen -ls miner").stdout
-    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
-        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    for path in ("/hive-config/rig.conf", "/hive-config/wallet.conf"):
+        assert host.file(path).sha256sum == flavours.pristine_sha256("hiveos", path)
 
 
 def test_recent_driver_is_kept(host):

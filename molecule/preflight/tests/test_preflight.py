@@ -1,12 +1,9 @@
 """Role preflight: read-only checks that refuse a rig with the reason and the fix."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+from miner2provider.sandbox import flavours
+
 REFUSAL = "/root/m2p-molecule-refusal.txt"
 
 
@@ -26,8 +23,8 @@ def test_good_rig_passes_and_is_left_as_it_was(host):
     assert refusal(host) is None
     with host.sudo():
         assert not host.file("/var/lib/m2p").exists  # preflight writes nothing
-    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf"):
-        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    for path in ("/hive-config/rig.conf", "/hive-config/wallet.conf"):
+        assert host.file(path).sha256sum == flavours.pristine_sha256("hiveos", path)
 
 
 def test_rig_without_a_gpu_is_refused_with_the_reason(host):

@@ -1,12 +1,8 @@
 """After convert.yml then revert.yml (twice): the rig is the mining rig it was."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-HIVE_ROOT = ROOT / "miner2provider/sandbox/flavours/hiveos/root"
+from miner2provider.sandbox import flavours
 
 
 def name(host):
@@ -36,8 +32,8 @@ def test_toolkit_m2p_installed_is_purged(host):
 def test_hiveos_rig_mines_as_before(host):
     if name(host) != "rev-hive":
         pytest.skip("HiveOS-layout rig only")
-    for rel in ("hive-config/rig.conf", "hive-config/wallet.conf", "hive-config/RepoVer"):
-        assert host.file("/" + rel).sha256sum == hashlib.sha256((HIVE_ROOT / rel).read_bytes()).hexdigest()
+    for path in ("/hive-config/rig.conf", "/hive-config/wallet.conf", "/hive-config/RepoVer"):
+        assert host.file(path).sha256sum == flavours.pristine_sha256("hiveos", path)
     assert host.service("hive").is_enabled
     with host.sudo():
         assert ".miner" in host.check_output("screen -ls miner || true")

@@ -10,6 +10,7 @@ Exit codes: 0 ok; 1 changes pending / generic; 2 usage; 3 inventory; 4 connectio
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import sys
@@ -34,6 +35,7 @@ from miner2provider.runner import Event
 from miner2provider.schedule import model as schedule_model
 from miner2provider.schedule import policy as schedule_policy
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
+from miner2provider.timeshare import schedule_files
 
 INTERNAL_ERROR = 70
 TEMPLATES = Path(__file__).parent / "templates"
@@ -315,9 +317,9 @@ bundle_option = click.option(
     help="Install from this offline bundle (made by `m2p bundle`) instead of the vendors' sites.  [env M2P_BUNDLE]")
 
 
-def fleet_options(f: Any) -> Any:
+def fleet_options(f: Any, bundle: bool = True) -> Any:
     for option in reversed([
-        inventory_option, limit_option, bundle_option, vault_option,
+        inventory_option, limit_option, *([bundle_option] if bundle else []), vault_option,
         click.option("--batch", help="Convert N rigs (or N%) at a time, the whole playbook per batch."),
         click.option("--max-fail", type=click.IntRange(0, 100), default=100, show_default=True,
                      help="Stop starting new batches once more than this % of rigs failed."),
@@ -358,7 +360,7 @@ def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, li
                bundle: str | None, vault_password_file: str | None, batch: str | None, max_fail: int,
                keep_artifacts: str | None, accept_new: bool, known_hosts: str, forks: int,
                connect_timeout: float, command_timeout: float, yes: bool = True,
-               full: bool = False) -> list[RigOutcome]:
+               full: bool = False, extravars: dict[str, Any] | None = None) -> list[RigOutcome]:
     if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
         raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
     hosts = inventory.load(inventory_file, vault_password_file).select(limit)
@@ -368,7 +370,8 @@ def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, li
                       f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
     return run_fleet(playbook, hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout),
                      bundle=loaded, check=check, batch=batch, max_fail_pct=max_fail, on_event=_progress(ctx),
-                     keep_artifacts=Path(keep_artifacts) if keep_artifacts else None, full=full)
+                     keep_artifacts=Path(keep_artifacts) if keep_artifacts else None, full=full,
+                     extravars=extravars)
 
 
 def _print_outcomes(outcomes: list[RigOutcome], as_json: bool, show_tasks: bool) -> None:
@@ -404,10 +407,14 @@ def plan_command(ctx: Context, as_json: bool, **kw: Any) -> None:
     """Show what convert would change on each rig (check mode with diff).  Exit 1: changes pending."""
     outcomes = _run_fleet(ctx, "convert", True, **kw)
     _print_outcomes(outcomes, as_json, show_tasks=True)
+    _raise_pending(outcomes, "m2p convert")
+
+
+def _raise_pending(outcomes: list[RigOutcome], command: str) -> None:
     _raise_failures(outcomes)
     pending = [o.name for o in outcomes if o.result == "pending"]
     if pending:
-        raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `m2p convert`")
+        raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `{command}`")
 
 
 def _apply_command(playbook: str, doc: str) -> Any:
@@ -517,6 +524,30 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
         colour = "green" if desired.offered else "yellow"
         click.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
                    + click.style(desired.label, fg=colour))
+
+
+@schedule_group.command("apply")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--api-server", envvar="M2P_AGENT_API_SERVER",
+              help="The Kubernetes API the agents talk to (https://HOST:6443); default: each rig's k3s server "
+                   "(m2p_agent_api_server, m2p_k3s_server_url).  [env M2P_AGENT_API_SERVER]")
+@click.option("--check", is_flag=True, help="Show what would change on each rig, change nothing.  Exit 1: pending.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@functools.partial(fleet_options, bundle=False)
+@pass_ctx
+def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check: bool, yes: bool, as_json: bool,
+                   **kw: Any) -> None:
+    """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
+    inv = inventory.load(kw["inventory_file"], kw["vault_password_file"])
+    files = schedule_files(inv.select(kw["limit"]), file, inv.path)
+    extravars: dict[str, Any] = {"m2p_schedule_files": files}
+    if api_server:
+        extravars["m2p_agent_api_server"] = api_server
+    outcomes = _run_fleet(ctx, "schedule", check, yes=yes or check, bundle=None, extravars=extravars, **kw)
+    _print_outcomes(outcomes, as_json, show_tasks=check or ctx.verbosity > 0)
+    if check:
+        _raise_pending(outcomes, "m2p schedule apply")
+    _raise_failures(outcomes)
 
 
 def _schedule_summary(sched: schedule_model.Schedule) -> str:

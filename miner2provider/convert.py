@@ -67,6 +67,7 @@ def run_fleet(
     on_event: Callable[[Event], None] | None = None,
     keep_artifacts: Path | None = None,
     full: bool = False,
+    extravars: dict[str, Any] | None = None,
 ) -> list[RigOutcome]:
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
@@ -85,7 +86,7 @@ def run_fleet(
             reachable.append(host)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
-    extravars: dict[str, Any] = {}
+    extravars = dict(extravars or {})
     if fingerprinted:
         extravars["m2p_fingerprint_inputs"] = {h.name: inputs[h.name] for h in reachable}
     if bundle is not None:

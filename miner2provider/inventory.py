@@ -40,6 +40,8 @@ M2P_VARIABLES: dict[str, tuple[type, str]] = {
     "m2p_time_slicing_replicas": (int, "advertise each GPU this many times (device plugin time-slicing)"),
     "m2p_k3s_server_url": (str, "join this existing k3s server (https://HOST:6443) instead of the k3s_server group"),
     "m2p_k3s_token_env": (str, "name of an environment variable holding the k3s join token"),
+    "m2p_agent_api_server": (str, "Kubernetes API the time-share agent talks to (https://HOST:6443)"),
+    "m2p_agent_token_env": (str, "name of an environment variable holding the time-share agent's API token"),
 }
 
 ANSIBLE_TYPES: dict[str, type] = {
@@ -94,9 +96,20 @@ class Host:
     vars: dict[str, Any] = field(hash=False, compare=False)
     where: str = ""  # file:line of the host's entry
     k3s_token: Secret | None = None  # join token for an external k3s server (m2p_k3s_token_env)
+    agent_token: Secret | None = None  # the time-share agent's API token (m2p_agent_token_env)
 
     def var(self, name: str, default: Any = None) -> Any:
         return self.vars.get(name, default)
+
+    def secrets(self) -> dict[str, Secret]:
+        """The Ansible variable each secret goes to (vault-encrypted by the runner) -> the secret."""
+        held = {var: getattr(self, attr) for attr, var in SECRET_VARIABLES.items()}
+        return {var: secret for var, secret in held.items() if secret is not None}
+
+
+# Host attribute -> the Ansible variable the runner hands that secret to.
+SECRET_VARIABLES = {"password": "ansible_password", "become_password": "ansible_become_password",
+                    "k3s_token": "k3s_agent_token", "agent_token": "timeshare_agent_api_token"}
 
 
 @dataclass(frozen=True)
@@ -310,18 +323,19 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
     password = _secret(values, merged, ("ansible_password", "ansible_ssh_pass"), "m2p_ssh_password_env", vault, env)
     become = _secret(values, merged, ("ansible_become_password",), "m2p_become_password_env", vault, env)
     k3s_token = _secret(values, merged, ("k3s_agent_token",), "m2p_k3s_token_env", vault, env)
+    agent_token = _secret(values, merged, ("timeshare_agent_api_token",), "m2p_agent_token_env", vault, env)
     key_file = values.get("ansible_ssh_private_key_file")
     if key_file is not None:
         # Relative to the inventory file, as Ansible reads it.
         expanded = Path(key_file).expanduser()
         key_file = str(expanded if expanded.is_absolute() else (path.parent / expanded).resolve())
     clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
-    for k in ("ansible_password", "ansible_ssh_pass", "ansible_become_password", "k3s_agent_token"):
+    for k in ("ansible_ssh_pass", *SECRET_VARIABLES.values()):
         clean.pop(k, None)
     return Host(
         name=raw.name, address=str(address), port=int(port), user=values.get("ansible_user"),
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
-        vars=clean, where=raw.where, k3s_token=k3s_token,
+        vars=clean, where=raw.where, k3s_token=k3s_token, agent_token=agent_token,
     )
 
 

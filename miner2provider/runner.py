@@ -88,10 +88,8 @@ def build_inventory(hosts: list[Host], vault_key: str) -> str:
             hv["ansible_user"] = host.user
         if host.key_file:
             hv["ansible_ssh_private_key_file"] = host.key_file
-        for var, secret in (("ansible_password", host.password), ("ansible_become_password", host.become_password),
-                            ("k3s_agent_token", host.k3s_token)):
-            if secret is not None:
-                hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
+        for var, secret in host.secrets().items():
+            hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
         hostvars[host.name] = hv
         for group in host.groups:
             if group != "all":
@@ -164,7 +162,7 @@ def run_playbook(
         return True
 
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
-    secret_values = {s.reveal() for h in hosts for s in (h.password, h.become_password, h.k3s_token) if s is not None}
+    secret_values = {s.reveal() for h in hosts for s in h.secrets().values()}
     try:
         with _environ_without(secret_values):
             runner = ansible_runner.run(

@@ -24,6 +24,7 @@ from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PLACEHOLDER_APP = "m2p-placeholder"  # app.kubernetes.io/name of the placeholder pods
+PLACEHOLDER_NAMESPACE = "m2p-system"  # only m2p can create pods there: a lease labelled like the placeholder is a lease
 MINING_TAINT = {"key": "m2p.io/mining", "value": "true", "effect": "NoSchedule"}
 FINISHED = {"Succeeded", "Failed"}
 
@@ -44,8 +45,10 @@ class KubeClient:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server.rstrip("/") + path, data=data, method=method, headers={
             "Authorization": f"Bearer {token}", "Accept": "application/json", "Content-Type": content_type})
-        context = ssl.create_default_context(cafile=self.ca_file) if self.server.startswith("https") else None
         try:
+            # In the try: a CA file not there yet (k3s writes it when it first starts) is an API
+            # error like any other, reported in the status; the agent keeps its mode.
+            context = ssl.create_default_context(cafile=self.ca_file) if self.server.startswith("https") else None
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=context) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
@@ -54,7 +57,7 @@ class KubeClient:
             except ValueError:
                 reason = ""
             raise ApiError(f"{method} {path}: HTTP {exc.code} {reason}".strip()) from None
-        except (OSError, ValueError) as exc:  # refused, timed out, TLS, not JSON
+        except (OSError, ValueError) as exc:  # refused, timed out, TLS, no CA file, not JSON
             raise ApiError(f"{method} {path}: {exc}") from None
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
@@ -80,7 +83,9 @@ def _gpu_limit(pod: dict[str, Any]) -> int:
 
 
 def is_placeholder(pod: dict[str, Any]) -> bool:
-    return pod.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/name") == PLACEHOLDER_APP
+    meta = pod.get("metadata", {})
+    return meta.get("namespace") == PLACEHOLDER_NAMESPACE and meta.get("labels", {}).get(
+        "app.kubernetes.io/name") == PLACEHOLDER_APP
 
 
 def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

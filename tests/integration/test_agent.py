@@ -5,14 +5,17 @@ HiveOS stand-in's real `screen` session."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import secrets
 import time
 
+import kubernetes_validate
 import pytest
 import yaml
 
-from miner2provider import inventory, runner
+from miner2provider import cli
 from miner2provider.agent.service import PLACEHOLDER_LABEL
 from miner2provider.sandbox import network
 from miner2provider.sandbox import rig as sandbox
@@ -38,28 +41,51 @@ def miner_running(r) -> bool:
         return run(client, "sudo screen -ls miner")[0] == 0
 
 
-def apply(r, tmp_path, api, token, schedule: str) -> runner.RunReport:
+def apply(r, tmp_path, api, schedule: str, *extra: str) -> tuple[int, list[dict]]:
+    """`m2p schedule apply` as a user runs it; returns the exit code and the --json outcomes."""
     (tmp_path / "schedule.yml").write_text(schedule)
     inv = tmp_path / "rigs.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: {
-        "ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file}}}}))
-    hosts = list(inventory.load(inv).hosts)
-    return runner.run_playbook(runner.ROOT / "playbooks" / "schedule.yml", hosts, extravars={
-        "m2p_schedule_file": str(tmp_path / "schedule.yml"), "m2p_agent_api_server": api.url,
-        "m2p_agent_token": token})
+        "ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file,
+        "m2p_agent_token_env": "AG_HIVE_AGENT_TOKEN"}}}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["schedule", "apply", "-i", str(inv), str(tmp_path / "schedule.yml"), "--api-server", api.url,
+                         "--accept-new", "--known-hosts", str(tmp_path / "known_hosts"), "--json", "--yes", *extra])
+    return code, json.loads(out.getvalue())
 
 
-def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tmp_path):
+MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+
+
+def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tmp_path, monkeypatch):
     (r,) = boot_rigs(sandbox.RigSpec("ag-hive", "hiveos", ("rtx3090", "rtx3090")))
     api = KubeApiStandin(host=str(network.gateway()))
     token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
     api.add_node(r.name, token)
+    lease_first = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"
     try:
         assert wait_for("hive.service to start the miner", lambda: miner_running(r))
+        # --check: the plan, and nothing on the rig.
+        code, outcomes = apply(r, tmp_path, api, lease_first, "--check")
+        assert code == 1 and outcomes[0]["result"] == "pending", outcomes
+        assert any("agent" in t for t in outcomes[0]["tasks"]), outcomes
+        with ssh(r) as client:
+            assert run(client, "test -e /opt/m2p || test -e /etc/m2p || test -e " + MANIFESTS)[0] == 1
         # lease-first: idle mining behind the placeholder.
-        report = apply(r, tmp_path, api, token, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
-        assert report.rc == 0, report
-        assert apply(r, tmp_path, api, token, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n").changed == 0
+        code, outcomes = apply(r, tmp_path, api, lease_first)
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        code, outcomes = apply(r, tmp_path, api, lease_first)
+        assert code == 0 and outcomes[0]["result"] == "converged", outcomes
+        with ssh(r) as client:  # the rig is its own k3s server: the cluster objects are in its manifests dir
+            names = run(client, f"sudo ls {MANIFESTS}")[1].split()
+            docs = [d for name in names for d in yaml.safe_load_all(run(client, f"sudo cat {MANIFESTS}/{name}")[1])]
+            token_mode = run(client, "sudo stat -c %a /etc/m2p/agent-token")[1].strip()
+        assert sorted(names) == ["m2p-agent-ag-hive.yaml", "m2p-placeholder-2gpu.yaml", "m2p-timeshare.yaml"]
+        for doc in docs:
+            kubernetes_validate.validate(doc, "1.33", strict=True)
+        assert token_mode == "600"
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert api.nodes[r.name]["metadata"]["labels"][PLACEHOLDER_LABEL] == "2" and api.placeholder(r.name)
         assert miner_running(r)

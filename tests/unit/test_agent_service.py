@@ -60,6 +60,14 @@ def test_client_reads_pods_of_its_node_only_and_may_patch_only_its_node(api, tmp
         client(api, tmp_path, token="wrong").node(NODE)
 
 
+def test_a_missing_ca_file_is_an_api_error_not_a_crash(tmp_path):
+    """k3s writes its CA when it first starts: an agent started before that must keep running."""
+    (tmp_path / "token").write_text("t\n")
+    kube = cluster.KubeClient("https://127.0.0.1:9", str(tmp_path / "token"), str(tmp_path / "absent-ca.crt"))
+    with pytest.raises(cluster.ApiError, match="GET /api/v1/nodes/rig01: .*No such file"):
+        kube.node("rig01")
+
+
 def test_taint_patch_keeps_other_taints_and_loses_a_race_instead_of_overwriting(api, tmp_path):
     kube = client(api, tmp_path)
     kube.patch_node(NODE, {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}})

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from miner2provider import inventory
+from miner2provider.inventory import Secret
 from miner2provider.errors import InventoryError, VaultError
 
 HERE = Path(__file__).parent / "inventories"
@@ -56,14 +57,19 @@ def test_missing_file_and_unset_password_env(tmp_path):
     assert err.value.where == f"{HERE / 'good.yml'}:19"
 
 
-def test_k3s_token_from_the_environment_stays_secret(tmp_path):
+@pytest.mark.parametrize(("setting", "attribute", "variable"), [
+    ("m2p_k3s_token_env", "k3s_token", "k3s_agent_token"),
+    ("m2p_agent_token_env", "agent_token", "timeshare_agent_api_token"),
+])
+def test_tokens_from_the_environment_stay_secret(tmp_path, setting, attribute, variable):
     inv_file = tmp_path / "rigs.yml"
     inv_file.write_text("all:\n  vars:\n    m2p_k3s_server_url: https://10.0.0.9:6443\n"
-                        "    m2p_k3s_token_env: FARM_K3S_TOKEN\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n")
-    host = inventory.load(inv_file, environ={"FARM_K3S_TOKEN": "K10abc::server:Zq7xw"}).hosts[0]
-    assert host.k3s_token.reveal() == "K10abc::server:Zq7xw"
-    assert "Zq7xw" not in repr(host) and "k3s_agent_token" not in host.vars
-    with pytest.raises(InventoryError, match=r"names \$FARM_K3S_TOKEN, which is not set") as err:
+                        f"    {setting}: FARM_TOKEN\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n")
+    host = inventory.load(inv_file, environ={"FARM_TOKEN": "K10abc::server:Zq7xw"}).hosts[0]
+    assert getattr(host, attribute).reveal() == "K10abc::server:Zq7xw"
+    assert host.secrets() == {variable: Secret("K10abc::server:Zq7xw")}  # the runner vaults it as that variable
+    assert "Zq7xw" not in repr(host) and variable not in host.vars
+    with pytest.raises(InventoryError, match=r"names \$FARM_TOKEN, which is not set") as err:
         inventory.load(inv_file, environ={})
     assert err.value.where == f"{inv_file}:4"
 

@@ -41,3 +41,59 @@ def test_a_broken_manifest_is_caught():
     del daemonset["spec"]["selector"]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(daemonset, K8S_VERSION, strict=True)
+
+
+# -- the time-share objects (roles/timeshare_agent/templates) ---------------------------
+
+AGENT_ROLE = ROOT / "roles/timeshare_agent"
+AGENT_DEFAULTS = yaml.safe_load((AGENT_ROLE / "defaults/main.yml").read_text())
+
+
+def render_timeshare(template, node="rig01", gpus=6):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
+    text = env.from_string((AGENT_ROLE / "templates" / template).read_text()).render(
+        ansible_managed="test", **{**AGENT_DEFAULTS, "timeshare_agent_node_name": node,
+                                   "timeshare_agent_gpu_count": gpus})
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.mark.parametrize("template", ["m2p-timeshare.yaml.j2", "m2p-placeholder.yaml.j2", "m2p-agent-rbac.yaml.j2"])
+def test_timeshare_manifests_validate(template):
+    for doc in render_timeshare(template):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_placeholder_is_what_the_agent_looks_for():
+    """The agent (cluster.py, service.py) and the DaemonSet must agree on names, labels and paths."""
+    from miner2provider.agent import cluster, service
+
+    (ds,) = render_timeshare("m2p-placeholder.yaml.j2", gpus=6)
+    pod = ds["spec"]["template"]
+    assert ds["metadata"]["namespace"] == cluster.PLACEHOLDER_NAMESPACE
+    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == cluster.PLACEHOLDER_APP
+    assert pod["spec"]["nodeSelector"] == {service.PLACEHOLDER_LABEL: "6"}
+    (hold,) = pod["spec"]["containers"]
+    assert hold["resources"]["limits"][cluster.GPU_RESOURCE] == 6
+    assert {"key": cluster.MINING_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+    assert pod["spec"]["volumes"][0]["hostPath"]["path"] == service.Config.state_dir + "/signal"
+    hook = " ".join(hold["lifecycle"]["preStop"]["exec"]["command"])
+    assert "/signal/released" in hook and "touch /signal/lease-waiting" in hook
+    # Any lease preempts it; it preempts nothing.
+    (_, priority, _) = render_timeshare("m2p-timeshare.yaml.j2")
+    assert priority["value"] < 0 and priority["preemptionPolicy"] == "Never"
+    assert pod["spec"]["priorityClassName"] == priority["metadata"]["name"]
+
+
+def test_agent_identity_is_least_privilege():
+    docs = render_timeshare("m2p-agent-rbac.yaml.j2", node="rig07")
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": ["rig07"],
+                              "verbs": ["get", "patch"]}]
+    (_, _, pods) = render_timeshare("m2p-timeshare.yaml.j2")
+    assert pods["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert {b["roleRef"]["name"] for b in bindings} == {"m2p-agent-rig07", "m2p-agent-pods"}
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "m2p-agent-rig07", "namespace": "m2p-system"}]
+               for b in bindings)
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["type"] == "kubernetes.io/service-account-token"

@@ -17,9 +17,10 @@ _Loader.add_constructor("!vault", lambda loader, node: ("vault", loader.construc
 
 def test_secrets_are_vaulted_and_groups_kept():
     host = Host("rig01", "10.0.0.5", 2222, "user", "/k/id", Secret("pw-123"), Secret("sudo-456"),
-                ("all", "farm"), {"m2p_data_dir": "/mnt/ssd"}, k3s_token=Secret("K10abc::server:Zq7xw"))
+                ("all", "farm"), {"m2p_data_dir": "/mnt/ssd"}, k3s_token=Secret("K10abc::server:Zq7xw"),
+                agent_token=Secret("eyJhbGciOi.agent"))
     text = build_inventory([host], "one-time-key")
-    assert "pw-123" not in text and "sudo-456" not in text and "Zq7xw" not in text
+    assert "pw-123" not in text and "sudo-456" not in text and "Zq7xw" not in text and "eyJhbGciOi" not in text
     data = yaml.load(text, Loader=_Loader)
     hv = data["all"]["hosts"]["rig01"]
     assert (hv["ansible_host"], hv["ansible_port"], hv["ansible_user"]) == ("10.0.0.5", 2222, "user")
@@ -31,3 +32,5 @@ def test_secrets_are_vaulted_and_groups_kept():
     assert vault.decrypt(hv["ansible_become_password"][1].encode()) == b"sudo-456"
     # The k3s_agent role's variable, so an agent joins an external server with it.
     assert vault.decrypt(hv["k3s_agent_token"][1].encode()) == b"K10abc::server:Zq7xw"
+    # The timeshare_agent role's variable (m2p schedule apply with m2p_agent_token_env).
+    assert vault.decrypt(hv["timeshare_agent_api_token"][1].encode()) == b"eyJhbGciOi.agent"

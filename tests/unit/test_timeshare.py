@@ -1,0 +1,55 @@
+"""m2p schedule apply's choice of schedule per rig, and what the agent takes for its placeholder."""
+
+from __future__ import annotations
+
+import pytest
+
+from miner2provider import inventory
+from miner2provider.agent import cluster
+from miner2provider.errors import ScheduleError
+from miner2provider.timeshare import schedule_files
+
+GOOD = "timezone: UTC\npolicy: lease-first\n"
+
+
+def farm(tmp_path, rig02_vars=""):
+    (tmp_path / "sched").mkdir()
+    (tmp_path / "sched" / "night.yml").write_text(GOOD)
+    inv = tmp_path / "rigs.yml"
+    inv.write_text("all:\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n"
+                   f"    rig02:\n      ansible_host: 10.0.0.2\n{rig02_vars}")
+    return inventory.load(inv)
+
+
+def test_a_rigs_own_schedule_is_relative_to_the_inventory_and_wins(tmp_path):
+    inv = farm(tmp_path, "      m2p_schedule: sched/night.yml\n")
+    (tmp_path / "all.yml").write_text(GOOD)
+    files = schedule_files(list(inv.hosts), str(tmp_path / "all.yml"), inv.path)
+    assert files == {"rig01": str(tmp_path / "all.yml"), "rig02": str(tmp_path / "sched" / "night.yml")}
+
+
+def test_a_bad_rig_schedule_names_its_line_and_the_rig(tmp_path):
+    inv = farm(tmp_path, "      m2p_schedule: sched/bad.yml\n")
+    (tmp_path / "sched" / "bad.yml").write_text("timezone: Mars/Olympus\npolicy: fixed\n")
+    (tmp_path / "all.yml").write_text(GOOD)
+    with pytest.raises(ScheduleError, match=r"unknown timezone 'Mars/Olympus'.*\(m2p_schedule of rig02, .*rigs.yml:5\)") as err:
+        schedule_files(list(inv.hosts), str(tmp_path / "all.yml"), inv.path)
+    assert err.value.where == f"{tmp_path / 'sched' / 'bad.yml'}:1"
+
+
+def test_a_rig_without_any_schedule_is_refused(tmp_path):
+    inv = farm(tmp_path)
+    with pytest.raises(ScheduleError, match="rig01 has no schedule: give FILE or set m2p_schedule"):
+        schedule_files(list(inv.hosts), None, inv.path)
+    with pytest.raises(ScheduleError, match="cannot read the schedule"):
+        schedule_files(list(inv.hosts), str(tmp_path / "missing.yml"), inv.path)
+
+
+def test_a_lease_dressed_as_the_placeholder_is_still_a_lease():
+    """Only m2p's namespace holds placeholders: a tenant's pod with the same label holds GPUs as a lease."""
+    labels = {"app.kubernetes.io/name": cluster.PLACEHOLDER_APP}
+    spec = {"containers": [{"resources": {"limits": {cluster.GPU_RESOURCE: "2"}}}]}
+    fake = {"metadata": {"namespace": "tenant", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
+    real = {"metadata": {"namespace": "m2p-system", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
+    assert cluster.lease_pods([fake, real]) == [fake]
+    assert cluster.placeholder_holding([real]) and not cluster.placeholder_holding([fake])

@@ -450,7 +450,8 @@ revert_command = _apply_command(
 def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_password_file: str | None,
                    accept_new: bool, known_hosts: str, forks: int, connect_timeout: float,
                    command_timeout: float, as_json: bool) -> None:
-    """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs.  Changes nothing."""
+    """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
+    time-share agent's mode, since when, next change and last error.  Changes nothing."""
     hosts = inventory.load(inventory_file, vault_password_file).select(limit)
     reports = detect(hosts, _ssh_opts(accept_new, known_hosts, forks, connect_timeout, command_timeout))
     rows = [status_row(r) for r in reports]
@@ -465,6 +466,8 @@ def status_command(ctx: Context, inventory_file: str, limit: str | None, vault_p
                        + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
             if r["detail"]:
                 click.echo(f"{'':<{width}}    {r['detail']}")
+            if r["agent"]:
+                click.echo(f"{'':<{width}}    agent: {_agent_line(r['agent'])}")
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:
         raise RigFailures(failed, len(rows))
@@ -474,7 +477,7 @@ def status_row(report: RigReport) -> dict[str, Any]:
     """converged: the fingerprint convert left is there and nothing drifted since."""
     if not report.ok or report.facts is None:
         return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or "",
-                "detail": ""}
+                "detail": "", "agent": None}
     f = report.facts
     inst = f.installed
     drift = reasons_to_run(f.fingerprint, f.gpus, None)
@@ -484,8 +487,26 @@ def status_row(report: RigReport) -> dict[str, Any]:
         k3s = f"{inst.k3s_service} {inst.k3s}"
     else:
         k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
+    agent = None
+    if f.agent_status.present or inst.agent:
+        agent = {"service": inst.agent or "not installed", **asdict(f.agent_status)}
+        del agent["present"]
     return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
-            "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else ""}
+            "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}
+
+
+def _agent_line(agent: dict[str, str]) -> str:
+    """``leasing since 2026-11-22T21:14, next change 2026-11-23T06:00+01:00 (schedule night-lease)``."""
+    if not agent["mode"]:
+        return f"service {agent['service']}, no status yet"
+    line = f"{agent['mode']} since {agent['since'][:16]}"
+    line += f", next change {agent['next_change']}" if agent["next_change"] else ", no change ahead"
+    line += f" (schedule {agent['schedule']})"
+    if agent["service"] != "active":
+        line += f"; service {agent['service']}"
+    if agent["last_error"]:
+        line += click.style(f"; last error: {agent['last_error']}", fg="red")
+    return line
 
 
 # -- time-share schedule -------------------------------------------------------------

@@ -1,13 +1,15 @@
-"""What of the GPU stack is already on the rig: container toolkit, k3s, m2p's agent."""
+"""What of the GPU stack is already on the rig: container toolkit, k3s, m2p's agent and its status."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from miner2provider.facts.base import Fact, Output
 
-AGENT_UNIT = "m2p-timeshare-agent.service"
+AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
+AGENT_STATUS = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,35 @@ class InstalledFact(Fact[Installed]):
                 elif state == "active":
                     k3s_service = unit.removesuffix(".service")
         return Installed(toolkit, k3s, k3s_service, agent)
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    present: bool  # the agent has written a status
+    mode: str = ""  # mining | idle-mining | leasing | draining | unknown (status unreadable)
+    since: str = ""  # ISO 8601
+    next_change: str = ""  # ISO 8601, or "" when the schedule never changes
+    schedule: str = ""
+    last_error: str = ""
+
+
+class AgentStatusFact(Fact[AgentStatus]):
+    """The agent's ``status.json`` (``{"mode", "since", "next_change", "schedule", "last_error",
+    "agent_version"}``), or nothing when no agent has run on the rig."""
+
+    name = "agent_status"
+    command = f"cat {AGENT_STATUS} 2>/dev/null; true"
+
+    @staticmethod
+    def parse(out: Output) -> AgentStatus:
+        if not out.text.strip():
+            return AgentStatus(False)
+        try:
+            raw = json.loads(out.text)
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: {exc}")
+        return AgentStatus(True, str(raw.get("mode") or "unknown"), str(raw.get("since") or ""),
+                           str(raw.get("next_change") or ""), str(raw.get("schedule") or ""),
+                           str(raw.get("last_error") or ""))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.facts.base import Output
-from miner2provider.facts.cluster import Installed
+from miner2provider.facts.cluster import AgentStatus, Installed
 from miner2provider.facts.fingerprint import Fingerprint
 from miner2provider.facts.gpu import Gpus
 from miner2provider.facts.health import DefaultRoute, XidErrors
@@ -79,6 +79,7 @@ class RigFacts:
     default_route: DefaultRoute
     xid: XidErrors
     fingerprint: Fingerprint
+    agent_status: AgentStatus
 
 
 class ProbeIncomplete(ValueError):

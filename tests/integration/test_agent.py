@@ -103,6 +103,15 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         api.add_pod("lease-1", r.name, 2)  # the lease starts on free GPUs
         assert wait_for("leasing", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")
 
+        # m2p status shows the agent's own account (status.json, read by the probe).
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main(["status", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
+                             "--json"]) == 0
+        (row,) = json.loads(out.getvalue())
+        assert row["agent"]["service"] == "active" and row["agent"]["mode"] == "leasing", row
+        assert row["agent"]["schedule"] == "schedule" and row["agent"]["last_error"] == "", row
+
         # HiveOS fights back: `hello` (a dashboard push) restarts the miner; the agent stops it again.
         with ssh(r) as client:
             run(client, "sudo /hive/bin/hello")

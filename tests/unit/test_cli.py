@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import click
 import pytest
 
 from miner2provider import cli
@@ -73,3 +74,16 @@ def test_detect_local_reports_json(capsys):
     assert report["address"] == "localhost"
     assert report["status"] in {"ready", "ready with warnings", "not ready"}
     assert report["facts"]["python"]["version"]
+
+
+def test_status_line_of_the_agent():
+    from miner2provider.cli import _agent_line
+
+    agent = {"service": "active", "mode": "leasing", "since": "2026-11-22T21:14:03+00:00",
+             "next_change": "2026-11-23T06:00:00+01:00", "schedule": "night-lease", "last_error": ""}
+    assert _agent_line(agent) == ("leasing since 2026-11-22T21:14, next change 2026-11-23T06:00:00+01:00 "
+                                  "(schedule night-lease)")
+    blind = {**agent, "service": "failed", "next_change": "", "last_error": "API: refused"}
+    assert click.unstyle(_agent_line(blind)) == ("leasing since 2026-11-22T21:14, no change ahead (schedule night-lease)"
+                                                 "; service failed; last error: API: refused")
+    assert _agent_line({**agent, "mode": ""}) == "service active, no status yet"

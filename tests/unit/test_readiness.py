@@ -29,6 +29,7 @@ BASE_OUTPUT = {
     "default_route": "default via 192.168.1.1 dev enp3s0 proto dhcp\n",
     "xid": "",
     "fingerprint": "@@m2p-no-fingerprint\n",
+    "agent_status": "",
 }
 
 

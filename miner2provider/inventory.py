@@ -42,6 +42,7 @@ M2P_VARIABLES: dict[str, tuple[type, str]] = {
     "m2p_k3s_token_env": (str, "name of an environment variable holding the k3s join token"),
     "m2p_agent_api_server": (str, "Kubernetes API the time-share agent talks to (https://HOST:6443)"),
     "m2p_agent_token_env": (str, "name of an environment variable holding the time-share agent's API token"),
+    "m2p_agent_ca_file": (str, "CA certificate (on this machine) of the API server the agent talks to"),
 }
 
 ANSIBLE_TYPES: dict[str, type] = {

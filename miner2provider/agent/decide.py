@@ -73,8 +73,10 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
     if obs.lease_waiting:
         if obs.miner_running:
             return replace(state, last_switch=obs.now), [STOP_MINER]
-        if obs.gpus_busy and obs.leases == 0:
-            return state, []  # the miner is still letting go of the GPUs
+        if obs.gpus_busy:
+            # While the placeholder holds every GPU (all time-sliced replicas too) no lease can
+            # run on them: whatever holds a GPU is the miner, still letting go.
+            return state, []
         if obs.desired.offered or not obs.api_ok:
             return to("leasing", drain_started=None), [RELEASE_GPUS]
         return to("draining", drain_started=obs.now), [RELEASE_GPUS, UNOFFER]

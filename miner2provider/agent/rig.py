@@ -17,6 +17,10 @@ class Miner:
     running_cmd: str
     start_cmd: str
     stop_cmd: str
+    # A watchdog that acts on a rig without hashrate (HiveOS ``wd``: restarts the miner or
+    # reboots on low hashrate or high load): kept stopped while the GPUs are leased.
+    watchdog_running_cmd: str = ""
+    watchdog_stop_cmd: str = ""
     timeout_s: float = 60.0
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
@@ -30,6 +34,14 @@ class Miner:
 
     def stop(self) -> None:
         self._checked(self.stop_cmd, "stop")
+
+    def silence_watchdog(self) -> bool:
+        """Stop the watchdog if it runs (the mining OS starts it with the miner, at boot, on a
+        dashboard push); True when it had to."""
+        if not self.watchdog_running_cmd or self._sh(self.watchdog_running_cmd).returncode != 0:
+            return False
+        self._checked(self.watchdog_stop_cmd, "watchdog stop")
+        return True
 
     def _checked(self, cmd: str, what: str) -> None:
         if not cmd:

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -35,6 +36,8 @@ from miner2provider.schedule import model, policy
 
 PLACEHOLDER_LABEL = "m2p.io/placeholder"  # value: GPU count; the placeholder DaemonSet of that count selects it
 GPU_RECHECK_S = 10.0
+HURRY_S = 0.5  # the tick while a lease waits for the GPUs
+WATCHDOG_RECHECK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Config:
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
     interval_s: float = 2.0
+    wake_on_signal: bool = True  # answer the placeholder's hook at once; False: only every tick (a plain poll)
 
     @classmethod
     def load(cls, path: str) -> Config:
@@ -70,6 +74,7 @@ class Agent:
     applied_labels: dict[str, str] = field(default_factory=dict)
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
+    _watchdog_checked: float = float("-inf")
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
 
@@ -151,10 +156,22 @@ class Agent:
             self.act(actions, node)
         except (cluster.ApiError, RuntimeError, OSError) as exc:
             self.last_error = f"{' '.join(actions)}: {exc}"
+        self.keep_watchdog_off(now)
         if self.state != before:
             self._save()
         self._publish(now, node is not None)
         return actions
+
+    def keep_watchdog_off(self, now: float) -> None:
+        """While leased the rig has no hashrate: a mining OS watchdog would restart the miner or
+        reboot the rig under a lease.  Checked every WATCHDOG_RECHECK_S (it acts in minutes)."""
+        if self.state.mode not in {"leasing", "draining"} or now - self._watchdog_checked < WATCHDOG_RECHECK_S:
+            return
+        self._watchdog_checked = now
+        try:
+            self.config.miner.silence_watchdog()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.last_error = f"watchdog: {exc}"
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
@@ -236,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         agent.tick()
         if args.once or stopping:
             return 0
-        deadline = time.monotonic() + config.interval_s
+        # A lease waits for the GPUs: look again soon (the miner is letting go of them).  Else
+        # sleep a tick, but answer the placeholder's hook as soon as it asks (a stat per 0.2 s).
+        hurry = config.wake_on_signal and agent.lease_waiting()
+        deadline = time.monotonic() + (min(HURRY_S, config.interval_s) if hurry else config.interval_s)
         while not stopping and time.monotonic() < deadline:
             time.sleep(min(0.2, config.interval_s))
+            if not hurry and config.wake_on_signal and agent.lease_waiting():
+                break

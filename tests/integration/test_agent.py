@@ -117,6 +117,15 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             run(client, "sudo /hive/bin/hello")
         wait_for("the agent to stop the miner hello started", lambda: not miner_running(r), timeout=20)
 
+        # A dashboard push starts HiveOS's watchdog (it would reboot a rig without hashrate).
+        with ssh(r) as client:
+            assert run(client, "sudo /hive/bin/wd start")[0] == 0
+
+        def watchdog_stopped():
+            with ssh(r) as client:
+                return run(client, "systemctl is-active hive-watchdog")[1].strip() != "active"
+        wait_for("the agent to stop the watchdog", watchdog_stopped, timeout=20)
+
         # A reboot: hive.service starts the miner at boot; the agent resumes leasing from its state.
         with ssh(r) as client:
             client.exec_command("sudo systemctl reboot")

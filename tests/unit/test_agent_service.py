@@ -34,7 +34,9 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0) -> A
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
-    miner = rig.Miner(f"test -e {running}", f"touch {running}", f"rm -f {running}")
+    watchdog = tmp_path / "wd.running"
+    miner = rig.Miner(f"test -e {running}", f"touch {running}", f"rm -f {running}",
+                      watchdog_running_cmd=f"test -e {watchdog}", watchdog_stop_cmd=f"rm {watchdog}")
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"))
@@ -94,6 +96,31 @@ def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_pat
     status = json.loads(node["metadata"]["annotations"]["m2p.io/status"])
     assert status["mode"] == "leasing" and status["last_error"] == "" and status["schedule"] == "schedule"
     assert json.loads((tmp_path / "state/status.json").read_text())["mode"] == "leasing"
+
+
+def test_the_watchdog_is_kept_stopped_while_leasing_only(api, tmp_path):
+    """HiveOS starts wd with the miner, at boot, on a push; leased GPUs have no hashrate, so wd
+    would reboot the rig under the lease.  Mining keeps the owner's watchdog."""
+    now = [1_800_000_000.0]
+    watchdog = tmp_path / "wd.running"
+    agent = make_agent(api, tmp_path, FIXED_LEASE, clock=lambda: now[0])
+    watchdog.touch()
+    agent.tick()  # mining -> stops the miner (leasing only once the GPUs are free)
+    agent.tick()
+    assert agent.state.mode == "leasing" and not watchdog.exists()
+    watchdog.touch()  # a dashboard push starts it again
+    now[0] += 3
+    agent.tick()
+    assert watchdog.exists()  # not looked at on every tick: it acts in minutes
+    now[0] += 10
+    agent.tick()
+    assert not watchdog.exists()
+    (tmp_path / "m").mkdir()
+    mining = make_agent(api, tmp_path / "m", FIXED_MINE)
+    (tmp_path / "m" / "wd.running").touch()
+    for _ in range(3):
+        mining.tick()
+    assert mining.state.mode == "mining" and (tmp_path / "m" / "wd.running").exists()
 
 
 def test_mining_window_taints_the_node_and_starts_the_miner(api, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,10 +37,27 @@ class Flavour:
     dpkg_status: tuple[Path, ...] = field(default=())
 
 
-def pristine_sha256(flavour: str, path: str) -> str:
-    """sha256 of a file as the flavour lays it on a rig (``/hive-config/rig.conf``): the tests
-    prove a rig's copy is still byte-identical (m2p never edits a mining OS's config)."""
-    return hashlib.sha256((FLAVOURS_DIR / flavour / "root" / path.lstrip("/")).read_bytes()).hexdigest()
+# The mining OS's own configuration on a rig of each flavour (mining-os.md): m2p never edits it.
+MINING_CONFIG = {"hiveos": "/hive-config", "msos": "/media/storage"}
+
+
+def pristine_config(flavour: str) -> dict[str, str]:
+    """Path on the rig -> sha256 of every file of the flavour's mining configuration, as the
+    flavour lays it down ({} for a flavour without one)."""
+    if flavour not in MINING_CONFIG:
+        return {}
+    root = FLAVOURS_DIR / flavour / "root"
+    top = root / MINING_CONFIG[flavour].lstrip("/")
+    return {f"/{p.relative_to(root)}": hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(top.rglob("*")) if p.is_file()}
+
+
+def config_changes(host: Any, flavour: str) -> list[str]:
+    """The files of the flavour's mining configuration that are no longer byte-identical on
+    ``host`` (a testinfra host): the tests assert this is empty after every m2p run."""
+    with host.sudo():
+        return [path for path, sha in pristine_config(flavour).items()
+                if not host.file(path).exists or host.file(path).sha256sum != sha]
 
 
 def available() -> list[str]:

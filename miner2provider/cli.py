@@ -360,10 +360,13 @@ def _run_fleet(ctx: Context, playbook: str, check: bool, inventory_file: str, li
                bundle: str | None, vault_password_file: str | None, batch: str | None, max_fail: int,
                keep_artifacts: str | None, accept_new: bool, known_hosts: str, forks: int,
                connect_timeout: float, command_timeout: float, yes: bool = True,
-               full: bool = False, extravars: dict[str, Any] | None = None) -> list[RigOutcome]:
+               full: bool = False, extravars: dict[str, Any] | None = None,
+               hosts: list[inventory.Host] | None = None) -> list[RigOutcome]:
+    """``hosts``: already loaded and selected by the caller; else from the inventory file."""
     if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
         raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
-    hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+    if hosts is None:
+        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
     loaded = _load_bundle(ctx, bundle)
     if not yes:
         click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
@@ -560,11 +563,12 @@ def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check
                    **kw: Any) -> None:
     """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
     inv = inventory.load(kw["inventory_file"], kw["vault_password_file"])
-    files = schedule_files(inv.select(kw["limit"]), file, inv.path)
-    extravars: dict[str, Any] = {"m2p_schedule_files": files}
+    hosts = inv.select(kw["limit"])
+    extravars: dict[str, Any] = {"m2p_schedule_files": schedule_files(hosts, file, inv.path)}
     if api_server:
         extravars["m2p_agent_api_server"] = api_server
-    outcomes = _run_fleet(ctx, "schedule", check, yes=yes or check, bundle=None, extravars=extravars, **kw)
+    outcomes = _run_fleet(ctx, "schedule", check, yes=yes or check, bundle=None, extravars=extravars, hosts=hosts,
+                          **kw)
     _print_outcomes(outcomes, as_json, show_tasks=check or ctx.verbosity > 0)
     if check:
         _raise_pending(outcomes, "m2p schedule apply")

@@ -16,7 +16,7 @@ from miner2provider.schedule import model
 
 def schedule_files(hosts: list[Host], default_file: str | None, inventory_path: Path) -> dict[str, str]:
     """Each rig's schedule, absolute; raises ScheduleError for a rig without one or a bad file."""
-    checked: dict[Path, None] = {}
+    checked: set[Path] = set()
     chosen: dict[str, str] = {}
     for host in hosts:
         own = host.var("m2p_schedule")
@@ -32,6 +32,6 @@ def schedule_files(hosts: list[Host], default_file: str | None, inventory_path: 
                     raise
                 raise ScheduleError(f"{exc.message} (m2p_schedule of {host.name}, {host.where})",
                                     where=exc.where) from None
-            checked[path] = None
+            checked.add(path)
         chosen[host.name] = str(path)
     return chosen

@@ -24,7 +24,10 @@ class Miner:
     timeout_s: float = 60.0
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=self.timeout_s)
+        try:
+            return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
+            raise RuntimeError(f"{cmd} did not finish within {self.timeout_s:g} s") from None
 
     def running(self) -> bool:
         return bool(self.running_cmd) and self._sh(self.running_cmd).returncode == 0
@@ -35,13 +38,11 @@ class Miner:
     def stop(self) -> None:
         self._checked(self.stop_cmd, "stop")
 
-    def silence_watchdog(self) -> bool:
+    def silence_watchdog(self) -> None:
         """Stop the watchdog if it runs (the mining OS starts it with the miner, at boot, on a
-        dashboard push); True when it had to."""
-        if not self.watchdog_running_cmd or self._sh(self.watchdog_running_cmd).returncode != 0:
-            return False
-        self._checked(self.watchdog_stop_cmd, "watchdog stop")
-        return True
+        dashboard push)."""
+        if self.watchdog_running_cmd and self._sh(self.watchdog_running_cmd).returncode == 0:
+            self._checked(self.watchdog_stop_cmd, "watchdog stop")
 
     def _checked(self, cmd: str, what: str) -> None:
         if not cmd:

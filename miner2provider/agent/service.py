@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -170,7 +169,7 @@ class Agent:
         self._watchdog_checked = now
         try:
             self.config.miner.silence_watchdog()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        except (RuntimeError, OSError) as exc:
             self.last_error = f"watchdog: {exc}"
 
     # -- state and status ------------------------------------------------------------

@@ -98,6 +98,13 @@ def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_pat
     assert json.loads((tmp_path / "state/status.json").read_text())["mode"] == "leasing"
 
 
+def test_a_hung_mining_os_command_is_a_miner_error():
+    """A miner command that hangs fails like one that exits non-zero (the agent reports it)."""
+    miner = rig.Miner("true", "sleep 5", "true", timeout_s=0.2)
+    with pytest.raises(RuntimeError, match=r"sleep 5 did not finish within 0.2 s"):
+        miner.start()
+
+
 def test_the_watchdog_is_kept_stopped_while_leasing_only(api, tmp_path):
     """HiveOS starts wd with the miner, at boot, on a push; leased GPUs have no hashrate, so wd
     would reboot the rig under the lease.  Mining keeps the owner's watchdog."""

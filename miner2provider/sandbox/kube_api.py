@@ -23,7 +23,10 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-PLACEHOLDER_LABEL = "m2p.io/placeholder"
+# The names the placeholder DaemonSet carries (roles/timeshare_agent/templates, checked against
+# these in tests/unit/test_manifests.py): one source, the agent's.
+from miner2provider.agent.cluster import PLACEHOLDER_APP, PLACEHOLDER_NAMESPACE
+from miner2provider.agent.service import PLACEHOLDER_LABEL
 
 
 def _now() -> str:
@@ -130,18 +133,18 @@ class KubeApiStandin:
             self._bump(pod)
 
     def placeholder(self, node: str) -> str | None:
-        name = f"m2p-placeholder-{node}"
+        name = f"{PLACEHOLDER_APP}-{node}"
         with self.lock:
-            return name if ("m2p-system", name) in self.pods else None
+            return name if (PLACEHOLDER_NAMESPACE, name) in self.pods else None
 
     def _placeholder_controller(self, node: dict[str, Any]) -> None:
         """The placeholder DaemonSets' effect: one Running pod per labelled node."""
         name = node["metadata"]["name"]
-        key = ("m2p-system", f"m2p-placeholder-{name}")
+        key = (PLACEHOLDER_NAMESPACE, f"{PLACEHOLDER_APP}-{name}")
         count = node["metadata"].get("labels", {}).get(PLACEHOLDER_LABEL)
         if count and key not in self.pods:
-            self._add_pod(key[1], name, int(count), "m2p-system", "Running",
-                          {"app.kubernetes.io/name": "m2p-placeholder"})
+            self._add_pod(key[1], name, int(count), PLACEHOLDER_NAMESPACE, "Running",
+                          {"app.kubernetes.io/name": PLACEHOLDER_APP})
         elif not count:
             self.pods.pop(key, None)
 

@@ -46,9 +46,9 @@ import paramiko
 import yaml
 
 from miner2provider import cli
-from miner2provider.sandbox import network
-from miner2provider.sandbox import rig as sandbox
-from miner2provider.sandbox.kube_api import KubeApiStandin
+from m2p_sandbox import network
+from m2p_sandbox import rig as sandbox
+from m2p_sandbox.kube_api import KubeApiStandin
 
 SIGNAL = "/var/lib/m2p/agent/signal"
 # The placeholder hook's write, then wait for the agent's answer; report the rig's clock.

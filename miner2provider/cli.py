@@ -617,8 +617,12 @@ def demo_command(ctx: Context) -> None:
     import shutil
     import tempfile
 
-    from miner2provider.bundle.standin import build_test_bundle
-    from miner2provider.sandbox import rig as sandbox
+    try:
+        from m2p_sandbox import rig as sandbox
+        from m2p_sandbox.bundle import build_test_bundle
+    except ModuleNotFoundError:
+        raise UsageError("m2p demo needs the sandbox harness, which a plain install leaves out: from a clone "
+                         "of m2p's repository run scripts/install (as root), then .venv/bin/m2p demo") from None
 
     ctx.info(click.style("m2p demo: a SANDBOX rig (HiveOS layout, 2 stand-in RTX 3090s) and STAND-IN k3s and "
                          "NVIDIA toolkit packages; no real rig, GPU or vendor download is involved.", bold=True))

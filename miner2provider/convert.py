@@ -6,7 +6,7 @@
    fingerprint matches what would be applied now, with no drift, is converged and skipped
    (``full`` runs the playbook everywhere).  A no-op Ansible play costs seconds per rig;
    the probe costs one round trip.
-3. The rest run ``playbooks/<name>.yml`` through ansible-runner, ``batch`` rigs at a time
+3. The rest run the playbook ``m2p.rigs.<name>`` through ansible-runner, ``batch`` rigs at a time
    (the whole playbook per batch: a rolling conversion); once more than ``max_fail_pct``
    of the rigs tried so far failed, the remaining batches are not started.
 No printing here: progress goes to ``on_event``, results come back as ``RigOutcome``s.
@@ -20,18 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miner2provider import __version__
+import miner2provider
+from miner2provider import __version__, collection
 from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
+from miner2provider.errors import M2PError
 from miner2provider.inventory import Host
 from miner2provider.plan import fleet_settings, inputs_digest, reasons_to_run
-from miner2provider.runner import ROOT, Event, run_playbook
+from miner2provider.runner import Event, run_playbook
 from miner2provider.ssh import SshOptions
 
-PLAYBOOKS = ROOT / "playbooks"
-# What decides the rigs' end state: a change here makes every fingerprint stale.
-APPLIED_CODE = (ROOT / "roles", ROOT / "playbooks", ROOT / "plugins",
-                ROOT / "miner2provider" / "facts", ROOT / "miner2provider" / "attributes")
+
+
+def applied_code() -> dict[str, Path]:
+    """What decides the rigs' end state (a change here makes every fingerprint stale): the whole
+    installed collection, and the Python the action plugins run on the controller."""
+    package = Path(miner2provider.__file__).parent
+    return {collection.FQCN: collection.root(), "facts": package / "facts", "attributes": package / "attributes"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ def run_fleet(
                 outcomes[host.name] = RigOutcome(host.name, "not-started",
                                                  message=f"stopped: {failed} of {tried} rigs failed")
             continue
-        report = run_playbook(PLAYBOOKS / f"{playbook}.yml", reachable, extravars, check=check, diff=check,
+        report = run_playbook(collection.playbook(playbook), reachable, extravars, check=check, diff=check,
                               forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
                               keep_artifacts=keep_artifacts, limit=[h.name for h in group])
         for host in group:
@@ -120,11 +125,14 @@ def run_fleet(
 
 
 def code_digest(bundle: Bundle | None) -> str:
-    """sha256 over m2p's version, every file of APPLIED_CODE and the bundle's manifest."""
+    """sha256 over m2p's version, every file of ``applied_code()`` and the bundle's manifest."""
     digest = hashlib.sha256(f"m2p {__version__}\n".encode())
-    for top in APPLIED_CODE:
-        for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            digest.update(f"{path.relative_to(ROOT)}\n".encode())
+    for label, top in applied_code().items():
+        files = sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        if not files:  # a digest without the roles would call every rig converged
+            raise M2PError(f"{label}: no files under {top}; reinstall miner2provider")
+        for path in files:
+            digest.update(f"{label}/{path.relative_to(top).as_posix()}\n".encode())
             digest.update(path.read_bytes())
     digest.update(f"bundle {bundle.digest if bundle else 'online'}\n".encode())
     return digest.hexdigest()

@@ -29,10 +29,8 @@ from typing import Any
 import ansible_runner
 import yaml
 
+from miner2provider import collection
 from miner2provider.inventory import Host, vault_lib
-
-ROOT = Path(__file__).resolve().parents[1]
-ROLES = ROOT / "roles"
 
 
 @dataclass(frozen=True)
@@ -128,9 +126,8 @@ def run_playbook(
     if known_hosts is not None:
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
     env = {
-        "ANSIBLE_ROLES_PATH": str(ROLES),
-        "ANSIBLE_ACTION_PLUGINS": str(ROOT / "plugins" / "action"),
-        "ANSIBLE_LOOKUP_PLUGINS": str(ROOT / "plugins" / "lookup"),
+        # m2p's collection first: the one installed with this m2p, not another copy on the machine.
+        "ANSIBLE_COLLECTIONS_PATH": str(collection.collections_path()),
         "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five
         "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",

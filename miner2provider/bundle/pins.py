@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-
-
-@functools.cache
-def _defaults(role: str) -> dict[str, Any]:
-    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+from miner2provider.collection import role_defaults
 
 
 def role_default(role: str, var: str) -> Any:
-    return _defaults(role)[var]
+    return role_defaults(role)[var]
 
 
 K3S_VERSION = str(role_default("k3s_install", "k3s_install_version"))

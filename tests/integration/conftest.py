@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import paramiko
 import pytest
 
-from miner2provider.sandbox import rig as sandbox
+from m2p_sandbox import rig as sandbox
 
 
 def _require_harness() -> None:

@@ -1,6 +1,6 @@
 """The time-share agent on a HiveOS-layout sandbox rig: installed by the timeshare_agent role
 (playbooks/schedule.yml), run by systemd, talking to the STAND-IN Kubernetes API server
-(miner2provider/sandbox/kube_api.py) on the sandbox network's gateway.  The miner is the
+(sandbox/m2p_sandbox/kube_api.py) on the sandbox network's gateway.  The miner is the
 HiveOS stand-in's real `screen` session."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import yaml
 
 from miner2provider import cli
 from miner2provider.agent.service import PLACEHOLDER_LABEL
-from miner2provider.sandbox import network
-from miner2provider.sandbox import rig as sandbox
-from miner2provider.sandbox.kube_api import KubeApiStandin
+from m2p_sandbox import network
+from m2p_sandbox import rig as sandbox
+from m2p_sandbox.kube_api import KubeApiStandin
 
 from .conftest import run, ssh
 

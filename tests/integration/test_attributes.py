@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from miner2provider.sandbox import gpu_standin, rig as sandbox
+from m2p_sandbox import gpu_standin, rig as sandbox
 
 from .conftest import run, ssh
 

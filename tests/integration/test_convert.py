@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from miner2provider import inventory, runner
-from miner2provider.bundle.standin import build_test_bundle
-from miner2provider.sandbox import gpu_standin
-from miner2provider.sandbox import rig as sandbox
+from miner2provider import collection, inventory, runner
+from m2p_sandbox.bundle import build_test_bundle
+from m2p_sandbox import gpu_standin
+from m2p_sandbox import rig as sandbox
 
 from .conftest import run, ssh
 
@@ -70,9 +70,9 @@ def farm(boot_rigs, tmp_path):
 
 
 def verify_playbook(farm) -> runner.RunReport:
-    """playbooks/verify.yml on the two good rigs, through m2p's runner."""
+    """m2p.rigs.verify on the two good rigs, through m2p's runner."""
     hosts = list(inventory.load(farm["inventory"], environ={**os.environ, **farm["env"]}).hosts)
-    return runner.run_playbook(runner.ROOT / "playbooks" / "verify.yml", hosts, limit=["cv-hive", "cv-plain"],
+    return runner.run_playbook(collection.playbook("verify"), hosts, limit=["cv-hive", "cv-plain"],
                                known_hosts=farm["tmp"] / "known_hosts")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from miner2provider.sandbox import network, rig as sandbox
+from m2p_sandbox import network, rig as sandbox
 
 pytestmark = pytest.mark.integration
 

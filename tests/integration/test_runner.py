@@ -9,7 +9,7 @@ import pytest
 
 from miner2provider.inventory import Host, Secret
 from miner2provider.runner import run_playbook
-from miner2provider.sandbox import network, rig as sandbox
+from m2p_sandbox import network, rig as sandbox
 
 from .conftest import run, ssh
 

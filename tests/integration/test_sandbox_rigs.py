@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.sandbox import network, rig as sandbox
+from m2p_sandbox import network, rig as sandbox
 
 from .conftest import run, ssh
 
@@ -159,7 +159,7 @@ def _wait_clean(r: sandbox.Rig, timeout: float = 40) -> list[str]:
 
 HANGING_RUN = '''
 import json, os, sys, time
-from miner2provider.sandbox import rig as sandbox
+from m2p_sandbox import rig as sandbox
 rigs = sandbox.boot([sandbox.RigSpec("doomed", "hiveos")], owner_pid=os.getpid())
 print(json.dumps([r.__dict__ for r in rigs]), flush=True)
 {action}

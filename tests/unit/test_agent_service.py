@@ -11,7 +11,7 @@ import pytest
 
 from miner2provider.agent import cluster, rig
 from miner2provider.agent.service import PLACEHOLDER_LABEL, Agent, Config
-from miner2provider.sandbox.kube_api import KubeApiStandin
+from m2p_sandbox.kube_api import KubeApiStandin
 
 NODE = "rig01"
 

@@ -1,15 +1,15 @@
 """Offline bundles: the stand-in test bundle loads; damage and mistakes are named clearly."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-from miner2provider.bundle import standin
+from miner2provider import collection
+
+from m2p_sandbox import bundle as standin
 from miner2provider.bundle.manifest import load_bundle
 from miner2provider.errors import BundleError
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = collection.root() / "roles"
 
 
 @pytest.fixture(scope="module")

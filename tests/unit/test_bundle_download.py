@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from miner2provider.bundle import standin
+from m2p_sandbox import bundle as standin
 from miner2provider.bundle.download import make_bundle, pick_packages, stanzas
 from miner2provider.bundle.manifest import load_bundle
 from miner2provider.cli import main

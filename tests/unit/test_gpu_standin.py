@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.sandbox import gpu_standin
+from m2p_sandbox import gpu_standin
 
 SCRIPT = Path(gpu_standin.__file__).parent / "nvidia-smi"
 

@@ -1,13 +1,14 @@
 """Every Kubernetes manifest m2p ships, rendered and validated against the official schemas."""
 
-from pathlib import Path
 
 import jinja2
 import kubernetes_validate
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from miner2provider import collection
+
+ROOT = collection.root()
 TEMPLATE = ROOT / "roles/nvidia_device_plugin/templates/nvidia-device-plugin.yaml.j2"
 DEFAULTS = yaml.safe_load((ROOT / "roles/nvidia_device_plugin/defaults/main.yml").read_text())
 K8S_VERSION = "1.33"  # the pinned k3s line (v1.33.x)

@@ -1,11 +1,11 @@
 """Every role: prefixed variables, defaults/main.yml and meta/argument_specs.yml in sync."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-ROLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "roles").iterdir() if p.is_dir())
+from miner2provider import collection
+
+ROLES = sorted(p for p in (collection.root() / "roles").iterdir() if p.is_dir())
 
 
 def load(path):
@@ -40,7 +40,7 @@ def test_every_tasks_file_has_an_entry_point(role):
 
 
 def test_no_role_runs_a_distribution_upgrade():
-    for path in (Path(__file__).resolve().parents[2] / "roles").rglob("*.yml"):
+    for path in (collection.root() / "roles").rglob("*.yml"):
         text = path.read_text()
         for banned in ("upgrade: dist", "dist-upgrade", "upgrade: full", "upgrade: yes", "apt-get upgrade"):
             assert banned not in text, f"{path}: {banned}"

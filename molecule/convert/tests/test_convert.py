@@ -7,7 +7,7 @@ import pytest
 import testinfra
 import yaml
 
-from miner2provider.sandbox import flavours
+from m2p_sandbox import flavours
 
 K3S_VERSION = "v1.33.2+k3s1"
 TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",

@@ -3,7 +3,7 @@ the miner keeps running and the mining OS's configuration is untouched."""
 
 import json
 
-from miner2provider.sandbox import flavours
+from m2p_sandbox import flavours
 
 EXPECTED = {  # rig -> (mining OS, autostart units enabled before)
     "mo-hive": ("hiveos", ["hive.service"]),

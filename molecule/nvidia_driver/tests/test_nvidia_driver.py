@@ -3,7 +3,7 @@ OS's own tool and only when allowed, and come back mining after the reboot."""
 
 import pytest
 
-from miner2provider.sandbox import flavours
+from m2p_sandbox import flavours
 
 LOG = "/var/log/nvidia-driver-update.log"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from miner2provider.sandbox import flavours
+from m2p_sandbox import flavours
 
 
 def name(host):

@@ -8,7 +8,7 @@ import pytest
 import testinfra
 import yaml
 
-from miner2provider.sandbox import flavours
+from m2p_sandbox import flavours
 
 TOKEN = "standin-agent-token-molecule"
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"

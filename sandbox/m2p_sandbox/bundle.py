@@ -1,0 +1,92 @@
+"""The TEST bundle: stand-in k3s and NVIDIA container toolkit packages for sandbox rigs.
+
+CI cannot reach k3s's release site or NVIDIA's apt repository, so the tests and
+``m2p demo`` install from a bundle whose binaries are m2p's stand-ins (``bundle_files/``):
+real ``.deb`` packages built with ``dpkg-deb`` (the same package names, dependencies,
+paths and conffile as NVIDIA's) holding scripts that answer only what m2p asks, and a
+stand-in ``k3s`` that runs as a service.  The manifest says ``standin: true``, and the
+CLI says so whenever it uses such a bundle.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from miner2provider.bundle.manifest import sha256_of, write_manifest
+from miner2provider.bundle.pins import K3S_VERSION, TOOLKIT_VERSION
+from miner2provider.errors import BundleError
+
+SOURCES = Path(__file__).parent / "bundle_files"
+# name -> (files: {path in package: (source, mode)}, depends, conffiles)
+_PACKAGES: dict[str, tuple[dict[str, tuple[str, int]], str, list[str]]] = {
+    "libnvidia-container1": ({}, "", []),
+    "libnvidia-container-tools": ({"usr/bin/nvidia-container-cli": ("runtime", 0o755)},
+                                  "libnvidia-container1 (>= {v})", []),
+    "nvidia-container-toolkit-base": ({
+        "usr/bin/nvidia-ctk": ("nvidia-ctk", 0o755),
+        "usr/bin/nvidia-container-runtime": ("runtime", 0o755),
+        "usr/bin/nvidia-container-runtime.cdi": ("runtime", 0o755),
+        "etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
+    }, "", ["/etc/nvidia-container-runtime/config.toml"]),
+    "nvidia-container-toolkit": ({"usr/bin/nvidia-container-runtime-hook": ("runtime", 0o755)},
+                                 "nvidia-container-toolkit-base (= {v}-1), libnvidia-container-tools (>= {v}-1)", []),
+}
+
+
+def build_test_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION,
+                      toolkit_version: str = TOOLKIT_VERSION) -> Path:
+    """Write a complete stand-in bundle into ``root``; returns the manifest's path."""
+    if shutil.which("dpkg-deb") is None:
+        raise BundleError("dpkg-deb is needed to build the test bundle (Debian package dpkg)")
+    root = Path(root)
+    (root / "k3s").mkdir(parents=True, exist_ok=True)
+    (root / "debs").mkdir(exist_ok=True)
+    k3s = root / "k3s" / "k3s"
+    _render("k3s", k3s, k3s_version, 0o755)
+    packages = []
+    for name, (files, depends, conffiles) in _PACKAGES.items():
+        deb = _build_deb(root / "debs", name, f"{toolkit_version}-1", files, depends.format(v=toolkit_version),
+                         conffiles, toolkit_version)
+        packages.append({"name": name, "version": f"{toolkit_version}-1",
+                         "file": str(deb.relative_to(root)), "sha256": sha256_of(deb)})
+    return write_manifest(
+        root, standin=True, toolkit_version=toolkit_version, packages=packages,
+        k3s={"name": "k3s", "version": k3s_version, "file": "k3s/k3s", "sha256": sha256_of(k3s)},
+        comment="m2p TEST bundle: every binary in it is an m2p STAND-IN (see m2p_sandbox/bundle.py)")
+
+
+def _render(source: str, dest: Path, version: str, mode: int) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text((SOURCES / source).read_text().replace("@VERSION@", version))
+    dest.chmod(mode)
+
+
+def _build_deb(out: Path, name: str, version: str, files: dict[str, tuple[str, int]], depends: str,
+               conffiles: list[str], upstream: str) -> Path:
+    with tempfile.TemporaryDirectory(prefix="m2p-deb-") as tmp:
+        tree = Path(tmp) / name
+        (tree / "DEBIAN").mkdir(parents=True)
+        for target, (source, mode) in files.items():
+            _render(source, tree / target, upstream, mode)
+        control = [f"Package: {name}", f"Version: {version}", "Architecture: amd64",
+                   "Maintainer: m2p test harness <m2p@localhost>", "Section: utils", "Priority: optional"]
+        if depends:
+            control.append(f"Depends: {depends}")
+        control.append(f"Description: m2p STAND-IN for NVIDIA's {name} (test bundle; not the real package)")
+        (tree / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+        if conffiles:
+            (tree / "DEBIAN" / "conffiles").write_text("\n".join(conffiles) + "\n")
+        deb = out / f"{name}_{version}_amd64.deb"
+        # Fixed mtimes and root ownership make the package byte-identical from build to build.
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(tree), str(deb)],
+                       check=True, capture_output=True, env={"SOURCE_DATE_EPOCH": "1700000000", "PATH": "/usr/bin:/bin"})
+    return deb
+
+
+if __name__ == "__main__":  # python -m m2p_sandbox.bundle DIR (Molecule's create step)
+    import sys
+
+    print(build_test_bundle(sys.argv[1]))

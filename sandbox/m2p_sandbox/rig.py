@@ -1,0 +1,467 @@
+"""Sandbox rigs: real systemd hosts with sshd, booted with systemd-nspawn.
+
+A rig is an overlay (flavour layer + base, per-rig upper dir) booted by
+``systemd-nspawn --boot`` inside its own network namespace, under a small supervisor
+process that restarts it when it reboots and tears everything down when it stops or
+when the process that owns the rig dies (so a killed test run leaves nothing behind).
+
+State lives under ``M2P_SANDBOX_ROOT`` (default /var/lib/m2p-sandbox):
+``rigs/<id>/{rig.json, upper, work, merged, flavour, id_ed25519, console.log}``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import paramiko
+
+from miner2provider.errors import SandboxError
+from m2p_sandbox import base, flavours, gpu_standin, network, processes
+
+BOOT_TIMEOUT = float(os.environ.get("M2P_SANDBOX_BOOT_TIMEOUT", "90"))
+
+
+def sandbox_root() -> Path:
+    return Path(os.environ.get("M2P_SANDBOX_ROOT", "/var/lib/m2p-sandbox"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("M2P_SANDBOX_CACHE", "/var/cache/m2p-sandbox"))
+
+
+def rigs_dir() -> Path:
+    return sandbox_root() / "rigs"
+
+
+@dataclass(frozen=True)
+class RigSpec:
+    """What to boot: a hostname, a flavour and, optionally, stand-in GPUs."""
+
+    name: str
+    flavour: str = "plain"
+    gpus: tuple[str, ...] = ()
+
+
+@dataclass
+class Rig:
+    """A booted rig, as the tests and Molecule see it."""
+
+    id: str
+    name: str
+    flavour: str
+    slot: int
+    address: str
+    user: str
+    key_file: str
+    dir: str
+    gpus: list[str] = field(default_factory=list)
+    owner_pid: int | None = None
+    owner_start: int | None = None
+    port: int = 22
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_dir(cls, rig_dir: Path) -> Rig:
+        return cls(**json.loads((rig_dir / "rig.json").read_text()))
+
+    def save(self) -> None:
+        tmp = self.path / "rig.json.tmp"
+        tmp.write_text(self.to_json())
+        os.replace(tmp, self.path / "rig.json")
+
+
+# -- allocation ----------------------------------------------------------------------
+
+
+@contextmanager
+def _allocation_lock() -> Iterator[None]:
+    sandbox_root().mkdir(parents=True, exist_ok=True)
+    # Python opens files close-on-exec, so a rig's nspawn never inherits this lock.
+    with open(sandbox_root() / ".alloc.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
+    """Pick a free slot, create the rig's directory and network; under the lock."""
+    with _allocation_lock():
+        rigs_dir().mkdir(parents=True, exist_ok=True)
+        taken = set()
+        for rig_json in rigs_dir().glob("*/rig.json"):
+            try:
+                taken.add(json.loads(rig_json.read_text())["slot"])
+            except (OSError, ValueError, KeyError):
+                continue
+        slot = 2
+        while slot in taken or network.slot_in_use(slot) or (rigs_dir() / network.namespace_name(slot)).exists():
+            slot += 1
+        network.ensure_bridge()
+        rig_id = network.namespace_name(slot)
+        rig_dir = rigs_dir() / rig_id
+        rig_dir.mkdir()
+        address = str(network.address_for(slot))
+        rig = Rig(
+            id=rig_id,
+            name=spec.name,
+            flavour=spec.flavour,
+            slot=slot,
+            address=address,
+            user=base.TEST_USER,
+            key_file=str(rig_dir / "id_ed25519"),
+            dir=str(rig_dir),
+            gpus=list(spec.gpus),
+            owner_pid=owner_pid,
+            owner_start=processes.start_time(owner_pid) if owner_pid else None,
+        )
+        rig.save()
+        network.plumb(slot)
+        return rig
+
+
+# -- preparing the root filesystem ---------------------------------------------------
+
+
+def _run(cmd: list[str], **kw: object) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise SandboxError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def _mount_overlay(rig: Rig, base_rootfs: Path, flavour: flavours.Flavour) -> Path:
+    layer = rig.path / "flavour"
+    # A private copy: git checkouts do not keep ownership, and the layer must be root's.
+    shutil.copytree(flavour.root, layer, symlinks=True, ignore=shutil.ignore_patterns(".keep"))
+    _run(["chown", "-R", "--no-dereference", "root:root", str(layer)])
+    for sub in ("upper", "work", "merged"):
+        (rig.path / sub).mkdir()
+    opts = f"lowerdir={layer}:{base_rootfs},upperdir={rig.path / 'upper'},workdir={rig.path / 'work'}"
+    _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(rig.path / "merged")])
+    return rig.path / "merged"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _personalise(rig: Rig, root: Path, flavour: flavours.Flavour) -> None:
+    """Hostname, host keys, the test user's key, flavour users and dpkg entries."""
+    _write(root / "etc/hostname", rig.name + "\n")
+    _write(
+        root / "etc/hosts",
+        f"127.0.0.1\tlocalhost\n127.0.1.1\t{rig.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    )
+    (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
+    # Each rig its own host key, so a test can meet a changed one.
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{rig.name}",
+          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"m2p-sandbox@{rig.name}",
+          "-f", rig.key_file])
+    home = root / "home" / base.TEST_USER
+    _write(home / ".ssh/authorized_keys", Path(rig.key_file + ".pub").read_text(), 0o600)
+    (home / ".ssh").chmod(0o700)
+    _run(["chroot", str(root), "chown", "-R", f"{base.TEST_USER}:{base.TEST_USER}", f"/home/{base.TEST_USER}/.ssh"])
+    for user in flavour.users:
+        groups = ["--groups", "sudo"] if user.sudo else []
+        _run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", *groups, user.name])
+        if user.password is not None:
+            _run(["chroot", str(root), "chpasswd"], input=f"{user.name}:{user.password}\n")
+    for entry in flavour.dpkg_status:
+        with open(root / "var/lib/dpkg/status", "a") as status:
+            status.write("\n" + entry.read_text().strip() + "\n")
+    if rig.gpus:
+        gpu_standin.install(root, rig.gpus, rig.name)
+
+
+# -- booting -------------------------------------------------------------------------
+
+
+def nspawn_command(rig: Rig) -> list[str]:
+    return [
+        "systemd-nspawn",
+        "--quiet",
+        "--boot",
+        # This machine's PID 1 is not systemd: no machined to register with, no unit to move to.
+        "--register=no",
+        "--keep-unit",
+        f"--directory={rig.path / 'merged'}",
+        f"--machine={rig.name}",
+        f"--network-namespace-path=/run/netns/{rig.id}",
+        # A namespace path does not grant this inside (unlike --private-network).
+        "--capability=CAP_NET_ADMIN",
+        "--resolv-conf=off",
+        "--timezone=off",
+        "--link-journal=no",
+        "--console=read-only",
+    ]
+
+
+def _start_supervisor(rig: Rig) -> None:
+    env = dict(os.environ)
+    package_parent = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+    with open(rig.path / "console.log", "ab") as console:
+        subprocess.Popen(
+            [sys.executable, "-m", processes.SUPERVISOR_MODULE, str(rig.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C in the test terminal must not skip teardown
+            env=env,
+        )
+
+
+def ssh_banner(address: str, port: int = 22, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(16).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def can_log_in(rig: Rig) -> bool:
+    """sshd answers before boot ends; until systemd-user-sessions removes /run/nologin,
+    logins fail.  Ready means: the test user logs in with its key and runs a command."""
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the rig's key is brand new
+    try:
+        client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file,
+                       timeout=2, banner_timeout=2, auth_timeout=2,
+                       allow_agent=False, look_for_keys=False)
+        _, out, _ = client.exec_command("test ! -e /run/nologin && echo ready", timeout=5)
+        return out.read().strip() == b"ready"
+    except (OSError, paramiko.SSHException, EOFError):
+        return False
+    finally:
+        client.close()
+
+
+def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ssh_banner(rig.address, rig.port) and can_log_in(rig):
+            return
+        if not processes.supervisor_pids(rig.path):
+            raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_console_tail(rig)}")
+        time.sleep(0.1)
+    raise SandboxError(
+        f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
+        f"{ssh_banner(rig.address, rig.port)}): {_console_tail(rig)} | inside: {_inside_state(rig)}"
+    )
+
+
+def _inside_state(rig: Rig) -> str:
+    """What the rig's own systemd says, read through its namespaces (for a failed boot's report)."""
+    inode = network.namespace_inode(rig.slot)
+    pids = sorted(processes.pids_in_netns(inode)) if inode else []
+    if not pids:
+        return "no processes"
+    probe = ("systemctl is-system-running; systemctl list-jobs --no-legend | head -n 5; "
+             "systemctl --failed --no-legend; journalctl -b --no-pager -n 15 -u ssh -u systemd-logind")
+    proc = subprocess.run(["nsenter", "-t", str(pids[0]), "-m", "-p", "-n", "--", "sh", "-c", probe],
+                          capture_output=True, text=True, timeout=20)
+    return " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+
+
+def _console_tail(rig: Rig) -> str:
+    try:
+        lines = (rig.path / "console.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no console log)"
+    return " | ".join(lines[-5:]) or "(empty console log)"
+
+
+def prepare(spec: RigSpec, base_rootfs: Path, owner_pid: int | None) -> Rig:
+    flavour = flavours.load(spec.flavour)
+    rig = _reserve(spec, owner_pid)
+    try:
+        root = _mount_overlay(rig, base_rootfs, flavour)
+        _personalise(rig, root, flavour)
+    except BaseException:
+        teardown(rig.path)
+        raise
+    return rig
+
+
+def boot(specs: Iterable[RigSpec], owner_pid: int | None = None) -> list[Rig]:
+    """Boot rigs together and return them once every one answers on SSH.
+
+    ``owner_pid``: when that process dies, its rigs tear themselves down.  A rig that is
+    not login-ready in time is torn down and booted once more: rarely (a few times in
+    hundreds of boots here) sshd answered but logins never completed; the first failure's
+    diagnostic (the rig's own systemd state) is kept in ``boot_retries.log``.
+    """
+    image = base.ensure_base(cache_dir())
+    wanted = list(specs)
+    rigs: list[Rig] = []
+    try:
+        rigs = _boot_once(wanted, image.rootfs, owner_pid, BOOT_TIMEOUT / 2, allow_fail=True)
+        failed = [i for i, r in enumerate(rigs) if r is None]
+        if failed:
+            retried = _boot_once([wanted[i] for i in failed], image.rootfs, owner_pid, BOOT_TIMEOUT,
+                                 allow_fail=False)
+            for i, r in zip(failed, retried):
+                rigs[i] = r
+    except BaseException:
+        for rig in rigs:
+            if rig is not None:
+                stop(rig)
+        raise
+    return rigs
+
+
+def _boot_once(specs: list[RigSpec], base_rootfs: Path, owner_pid: int | None, timeout: float,
+               allow_fail: bool) -> list[Rig]:
+    rigs: list[Rig] = []
+    try:
+        for spec in specs:
+            rigs.append(prepare(spec, base_rootfs, owner_pid))
+        for rig in rigs:
+            _start_supervisor(rig)
+        errors: dict[int, SandboxError] = {}
+
+        def waiter(i: int, r: Rig) -> None:
+            try:
+                wait_ssh(r, timeout)
+            except SandboxError as exc:
+                errors[i] = exc
+
+        threads = [threading.Thread(target=waiter, args=(i, r)) for i, r in enumerate(rigs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except BaseException:
+        for rig in rigs:
+            stop(rig)
+        raise
+    if errors and not allow_fail:
+        for rig in rigs:
+            stop(rig)
+        raise next(iter(errors.values()))
+    for i, exc in errors.items():
+        with open(sandbox_root() / "boot_retries.log", "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {exc}\n")
+        stop(rigs[i])
+        rigs[i] = None  # type: ignore[call-overload]
+    return rigs
+
+
+# -- stopping ------------------------------------------------------------------------
+
+
+def stop(rig: Rig | Path, timeout: float = 30.0) -> None:
+    """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone."""
+    rig_dir = rig.path if isinstance(rig, Rig) else rig
+    sups = processes.supervisor_pids(rig_dir)
+    processes.kill_all(sups, signal.SIGTERM)
+    left = processes.wait_gone(sups, timeout)
+    if left:
+        processes.kill_all(left, signal.SIGKILL)
+        processes.wait_gone(left, 5)
+    teardown(rig_dir)
+
+
+def teardown(rig_dir: Path) -> None:
+    """Remove every trace of one rig: processes, mount, veth, namespace, directory.
+
+    Idempotent, and safe to run from the supervisor, from ``stop`` or from a sweep.
+    """
+    try:
+        rig = Rig.from_dir(rig_dir)
+        slot: int | None = rig.slot
+    except (OSError, ValueError, TypeError):
+        rig, slot = None, None
+    if slot is not None:
+        inode = network.namespace_inode(slot)
+        if inode is not None:
+            # Whatever still runs inside the rig's namespace is the rig's (we made it).
+            processes.kill_all(processes.pids_in_netns(inode))
+            processes.wait_gone(processes.pids_in_netns(inode), 10)
+    merged = rig_dir / "merged"
+    if _is_mounted(merged):
+        if subprocess.run(["umount", str(merged)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(merged)], capture_output=True)
+    if slot is not None:
+        with _allocation_lock():
+            network.unplumb(slot)
+    if _is_mounted(merged):
+        raise SandboxError(f"could not unmount {merged}; left {rig_dir} in place")
+    shutil.rmtree(rig_dir, ignore_errors=True)
+    _remove_bridge_if_idle()
+
+
+def _is_mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == target for line in mounts)
+
+
+def _remove_bridge_if_idle() -> None:
+    with _allocation_lock():
+        if not any(rigs_dir().glob("*/rig.json")):
+            network.remove_bridge()
+
+
+def running() -> list[Rig]:
+    found = []
+    for rig_json in sorted(rigs_dir().glob("*/rig.json")):
+        try:
+            found.append(Rig.from_dir(rig_json.parent))
+        except (OSError, ValueError, TypeError):
+            continue
+    return found
+
+
+def sweep() -> list[str]:
+    """Tear down rigs whose owner died or whose supervisor is gone; return their ids."""
+    swept = []
+    if not rigs_dir().exists():
+        return swept
+    for rig_dir in sorted(p for p in rigs_dir().iterdir() if p.is_dir()):
+        try:
+            rig: Rig | None = Rig.from_dir(rig_dir)
+        except (OSError, ValueError, TypeError):
+            rig = None
+        owner_dead = (
+            rig is not None
+            and rig.owner_pid is not None
+            and not processes.is_alive(rig.owner_pid, rig.owner_start)
+        )
+        # A rig still being prepared has no supervisor yet: leave young ones alone.
+        orphaned = not processes.supervisor_pids(rig_dir) and _age(rig_dir) > PREPARE_GRACE
+        if owner_dead or orphaned:
+            stop(rig_dir)
+            swept.append(rig_dir.name)
+    return swept
+
+
+PREPARE_GRACE = 60.0
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0

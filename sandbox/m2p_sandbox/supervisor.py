@@ -1,0 +1,67 @@
+"""Supervisor of one sandbox rig: ``python -m m2p_sandbox.supervisor RIG_DIR``.
+
+It runs ``systemd-nspawn --boot`` and
+- boots it again when the rig reboots (nspawn exits 133), so ``ansible.builtin.reboot``
+  works as on a real rig;
+- powers the rig off cleanly on SIGTERM/SIGINT/SIGHUP (nspawn turns its own SIGTERM
+  into a poweroff request to the rig's systemd), killing it after a grace period;
+- does the same when the rig's owner process dies, even by SIGKILL, so an
+  interrupted test run leaves no rig behind;
+- tears the rig down (processes, mount, veth, namespace, directory) when it ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from m2p_sandbox import processes
+from m2p_sandbox.rig import Rig, nspawn_command, teardown
+
+REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container asked to reboot
+POWEROFF_GRACE = 20.0
+
+
+def supervise(rig_dir: Path) -> int:
+    rig = Rig.from_dir(rig_dir)
+    stopping = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, request_stop)
+
+    try:
+        while True:
+            child = subprocess.Popen(nspawn_command(rig), stdin=subprocess.DEVNULL)
+            asked_at: float | None = None
+            while child.poll() is None:
+                owner_gone = rig.owner_pid is not None and not processes.is_alive(
+                    rig.owner_pid, rig.owner_start
+                )
+                if (stopping or owner_gone) and asked_at is None:
+                    stopping = True
+                    child.send_signal(signal.SIGTERM)
+                    asked_at = time.monotonic()
+                elif asked_at is not None and time.monotonic() - asked_at > POWEROFF_GRACE:
+                    child.kill()
+                try:
+                    child.wait(timeout=0.25)
+                except subprocess.TimeoutExpired:
+                    pass
+            if child.returncode == REBOOT_EXIT and not stopping:
+                print(f"m2p-sandbox: rig {rig.name} rebooted; booting it again", flush=True)
+                continue
+            print(f"m2p-sandbox: rig {rig.name} stopped (nspawn exit {child.returncode})", flush=True)
+            return 0
+    finally:
+        teardown(rig_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(Path(sys.argv[1])))

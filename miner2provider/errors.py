@@ -7,11 +7,17 @@ line.  Anything else is a bug: the CLI writes its traceback to a debug log.
 
 from __future__ import annotations
 
+# Exit codes that are not an M2PError's: a bug (the traceback goes to the debug log) and Ctrl-C/"no".
+INTERNAL_ERROR = 70
+ABORTED = 130
+RIG_FAILURES_LAST = 99  # 10 + N failed rigs, capped here
+
 
 class M2PError(Exception):
     """An expected failure, explained in one line."""
 
     exit_code = 1
+    meaning: str = "failure; `plan` and `schedule apply --check`: changes pending"
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -33,22 +39,18 @@ class UsageError(M2PError):
     """Bad command-line arguments or settings."""
 
     exit_code = 2
+    meaning = "bad usage"
 
 
 class InventoryError(M2PError):
     """The rig inventory file is unreadable or invalid."""
 
     exit_code = 3
+    meaning = "bad inventory (file:line)"
 
 
 class VaultError(InventoryError):
     """An Ansible Vault file could not be opened."""
-
-
-class ConnectError(M2PError):
-    """A rig could not be reached or logged into."""
-
-    exit_code = 4
 
 
 class RigFailures(M2PError):
@@ -62,22 +64,52 @@ class RigFailures(M2PError):
     @property
     def exit_code(self) -> int:  # type: ignore[override]
         # Stable and still readable by shells: 11 = one rig failed ... 99 = 89 or more.
-        return 10 + min(self.failed, 89)
+        return min(10 + self.failed, RIG_FAILURES_LAST)
 
 
 class BundleError(M2PError):
     """An offline bundle is missing, malformed, or a file's checksum does not match."""
 
     exit_code = 6
+    meaning = "bad offline bundle or failed download"
 
 
 class SandboxError(M2PError):
     """The sandbox-rig harness (tests and `m2p demo`) could not do its job."""
 
     exit_code = 5
+    meaning = "sandbox harness error (tests, `m2p demo`)"
 
 
 class ScheduleError(M2PError):
     """A time-share schedule file is invalid (file:line says where)."""
 
     exit_code = 7
+    meaning = "bad schedule (file:line)"
+
+
+
+def exit_codes() -> list[tuple[str, str]]:
+    """(code, meaning) for README's exit-code table, from the classes above (a test keeps them equal).
+    A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""
+    rows = [("0", "success")]
+    classes = sorted((c for c in _subclasses(M2PError) if "exit_code" in vars(c) and c is not RigFailures),
+                     key=lambda c: (c.exit_code, c is not M2PError))
+    seen: set[int] = set()
+    for cls in [M2PError, *classes]:
+        if cls.exit_code not in seen:
+            seen.add(cls.exit_code)
+            rows.append((str(cls.exit_code), cls.meaning))
+    rows.append(("10 + N", f"N rigs failed: unreachable, refused or a task failed; the others were handled "
+                           f"(capped at {RIG_FAILURES_LAST}; e.g. 13: three rigs)"))
+    rows.append((str(INTERNAL_ERROR), "a bug: the traceback is saved to the debug log "
+                                      "(~/.cache/m2p/debug.log or $M2P_DEBUG_LOG) and the error line says where"))
+    rows.append((str(ABORTED), "aborted (Ctrl-C, or no at a confirmation)"))
+    return rows
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found

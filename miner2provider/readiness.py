@@ -1,8 +1,8 @@
 """Is a rig ready to become a GPU node?  Pure: facts and settings in, verdict out.
 
-Each reason says what is wrong and what to do.  ``blockers`` make a rig "not ready";
-``warnings`` leave it "ready" but need the owner's attention.  Thresholds come from
-shared/reference/gpu-stack.md (§1.1 hardware rules, §4 failure list).
+Each finding has a stable ``code`` (what roles and scripts test: ``no-gpu``, ``cgroup-v1`` ...)
+and a ``sentence`` (what people read: what is wrong and what to do).  ``blockers`` make a rig
+"not ready"; ``warnings`` leave it "ready" but need the owner's attention.
 """
 
 from __future__ import annotations
@@ -29,9 +29,28 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class Finding:
+    code: str  # stable, one of CODES
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+# Every code a finding can carry; roles select findings by these, never by their sentences.
+CODES = frozenset({
+    "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
+    "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
+    "no-default-route", "xid-errors", "unknown-os",
+})
+# The findings no setting can fix: preflight refuses these even in warn-only mode.
+HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu"})
+
+
+@dataclass(frozen=True)
 class Verdict:
-    blockers: tuple[str, ...] = field(default=())
-    warnings: tuple[str, ...] = field(default=())
+    blockers: tuple[Finding, ...] = field(default=())
+    warnings: tuple[Finding, ...] = field(default=())
 
     @property
     def status(self) -> str:
@@ -40,81 +59,93 @@ class Verdict:
         return "ready with warnings" if self.warnings else "ready"
 
 
+class _Findings(list[Finding]):
+    def append_code(self, code: str, sentence: str) -> None:
+        assert code in CODES, code
+        self.append(Finding(code, sentence))
+
+
 def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
-    blockers: list[str] = []
-    warnings: list[str] = []
+    blockers = _Findings()
+    warnings = _Findings()
 
     if facts.kernel.machine not in {"x86_64", "amd64"}:
-        blockers.append(f"{facts.kernel.machine} CPU: k3s GPU nodes and NVIDIA's packages here need x86_64")
+        blockers.append_code("cpu-arch", f"{facts.kernel.machine} CPU: k3s GPU nodes and NVIDIA's packages here need x86_64")
 
     py = facts.python
     if py.version is None:
-        blockers.append("no python3: Ansible cannot drive this rig (install python3)")
+        blockers.append_code("no-python", "no python3: Ansible cannot drive this rig (install python3)")
     elif py.version_tuple[:2] < MIN_TARGET_PYTHON:
-        blockers.append(
+        blockers.append_code(
+            "old-python",
             f"python3 {py.version} is older than {'.'.join(map(str, MIN_TARGET_PYTHON))}, the oldest "
             f"{ANSIBLE_LINE} drives: reflash to an image on Ubuntu 20.04 or newer"
         )
 
     if facts.sudo.state == "absent":
-        blockers.append("no sudo and not root: log in as root or install sudo")
+        blockers.append_code("no-sudo", "no sudo and not root: log in as root or install sudo")
     elif facts.sudo.state == "password" and not settings.become_password_given:
-        warnings.append("sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
+        warnings.append_code("sudo-password", "sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
 
     _gpu_reasons(facts, blockers, warnings)
     _disk_reasons(facts, settings, blockers, warnings)
 
     if facts.memory.total_mb < settings.min_ram_mb:
-        blockers.append(
+        blockers.append_code(
+            "low-ram",
             f"{facts.memory.total_mb} MB RAM: k3s with GPU workloads needs at least {settings.min_ram_mb} MB"
         )
 
     if facts.cgroup.version == 1:
-        warnings.append(
+        warnings.append_code(
+            "cgroup-v1",
             "cgroup v1: k3s 1.35+ refuses it; m2p will pin an older k3s line "
             "(or boot with systemd.unified_cgroup_hierarchy=1)"
         )
 
     if not facts.default_route.present:
-        blockers.append("no default route: k3s needs one (add a gateway, or a dummy interface route as k3s's air-gap docs say)")
+        blockers.append_code("no-default-route", "no default route: k3s needs one (add a gateway, or a dummy interface route as k3s's air-gap docs say)")
 
     if facts.xid.count:
         codes = ", ".join(f"Xid {c}" for c in facts.xid.codes)
-        warnings.append(
+        warnings.append_code(
+            "xid-errors",
             f"{facts.xid.count} NVIDIA {codes} error(s) in the kernel log (last: {facts.xid.last[-120:]}): "
             "check risers, power and cooling before leasing (Xid 79: the GPU fell off the bus)"
         )
 
     if facts.mining_os.kind == "unknown":
-        warnings.append(f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
+        warnings.append_code("unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
     return Verdict(tuple(blockers), tuple(warnings))
 
 
-def _gpu_reasons(facts: RigFacts, blockers: list[str], warnings: list[str]) -> None:
+def _gpu_reasons(facts: RigFacts, blockers: _Findings, warnings: _Findings) -> None:
     gpus = facts.gpus
     if gpus.state == "no-nvidia-smi":
-        blockers.append("no nvidia-smi: no NVIDIA driver installed (or no NVIDIA GPU)")
+        blockers.append_code("no-nvidia-smi", "no nvidia-smi: no NVIDIA driver installed (or no NVIDIA GPU)")
         return
     if gpus.state == "driver-error":
-        blockers.append(f"nvidia-smi fails: {gpus.error or 'driver not loaded'}")
+        blockers.append_code("driver-error", f"nvidia-smi fails: {gpus.error or 'driver not loaded'}")
         return
     if gpus.state == "no-gpu":
-        blockers.append("no NVIDIA GPU found by nvidia-smi")
+        blockers.append_code("no-gpu", "no NVIDIA GPU found by nvidia-smi")
         return
     if len(gpus.models) > 1:
-        warnings.append(
+        warnings.append_code(
+            "mixed-gpus",
             f"mixed GPU models on one node ({', '.join(gpus.models)}): Akash supports one model per node"
         )
     if facts.cuda:
         major = int(facts.cuda.split(".")[0])
         if major < MIN_CUDA_MAJOR:
-            warnings.append(
+            warnings.append_code(
+                "old-cuda",
                 f"driver {gpus.driver_version} supports CUDA {facts.cuda} only: most lease images need "
                 f"CUDA {MIN_CUDA_MAJOR}+ (driver 525 or newer)"
             )
 
 
-def _disk_reasons(facts: RigFacts, settings: Settings, blockers: list[str], warnings: list[str]) -> None:
+def _disk_reasons(facts: RigFacts, settings: Settings, blockers: _Findings, warnings: _Findings) -> None:
     root = next((m for m in facts.disks if m.mountpoint == "/"), None)
     target = root
     if settings.data_dir:
@@ -123,7 +154,7 @@ def _disk_reasons(facts: RigFacts, settings: Settings, blockers: list[str], warn
                    or settings.data_dir == m.mountpoint]
         target = max(holders, key=lambda m: len(m.mountpoint), default=root)
     if target is None:
-        warnings.append("could not read free disk space (df printed nothing)")
+        warnings.append_code("disk-unreadable", "could not read free disk space (df printed nothing)")
         return
     where = f"{target.mountpoint}" + (f" (m2p_data_dir {settings.data_dir})" if settings.data_dir else "")
     if target.free_gb < settings.min_free_disk_gb:
@@ -131,11 +162,13 @@ def _disk_reasons(facts: RigFacts, settings: Settings, blockers: list[str], warn
         hint = (f"set m2p_data_dir to a folder on {others[0].mountpoint} ({others[0].free_gb:g} GB free)"
                 if others else "add an SSD and set m2p_data_dir to a folder on it")
         size = f"{target.size_gb:g} GB disk" if target.mountpoint == "/" else f"{target.size_gb:g} GB {where}"
-        blockers.append(
+        blockers.append_code(
+            "low-disk",
             f"{size}, {target.free_gb:g} GB free on {where}: k3s needs {settings.min_free_disk_gb} GB "
             f"for its data; {hint}"
         )
     elif target.free_gb < RECOMMENDED_FREE_DISK_GB:
-        warnings.append(
+        warnings.append_code(
+            "small-disk",
             f"{target.free_gb:g} GB free on {where}: enough to start; lease images may need {RECOMMENDED_FREE_DISK_GB} GB"
         )

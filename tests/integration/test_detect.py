@@ -86,7 +86,7 @@ def test_detect_recognises_rigs_and_explains_failures(fleet):
     plain, hive, ms = reports["plain1"], reports["hive1"], reports["ms1"]
     assert plain["facts"]["mining_os"]["kind"] == "debian"
     assert plain["status"] == "not ready"  # no GPU
-    assert any("no nvidia-smi" in b for b in plain["verdict"]["blockers"])
+    assert any(b["code"] == "no-nvidia-smi" and "no nvidia-smi" in b["sentence"] for b in plain["verdict"]["blockers"])
 
     assert hive["facts"]["mining_os"]["kind"] == "hiveos"
     assert hive["facts"]["mining_os"]["version"] == "0.6-229@20241231"

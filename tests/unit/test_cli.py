@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 import pytest
 
-from miner2provider import cli
+from miner2provider import cli, errors, inventory
 
 INVENTORIES = Path(__file__).parent / "inventories"
 
@@ -60,9 +60,9 @@ def test_unexpected_errors_go_to_the_debug_log(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(cli.inventory, "load", boom)
+    monkeypatch.setattr(inventory, "load", boom)
     code, _, err = run(capsys, "inventory", "check", "x.yml")
-    assert code == cli.INTERNAL_ERROR
+    assert code == errors.INTERNAL_ERROR
     assert f"traceback saved to {log}" in err
     assert "Traceback" in log.read_text() and "surprise" in log.read_text()
 
@@ -77,7 +77,7 @@ def test_detect_local_reports_json(capsys):
 
 
 def test_status_line_of_the_agent():
-    from miner2provider.cli import _agent_line
+    from miner2provider.cli.render import agent_line as _agent_line
 
     agent = {"service": "active", "mode": "leasing", "since": "2026-11-22T21:14:03+00:00",
              "next_change": "2026-11-23T06:00:00+01:00", "schedule": "night-lease", "last_error": ""}

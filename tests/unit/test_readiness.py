@@ -6,7 +6,7 @@ from miner2provider.facts import FACTS_BY_NAME
 from miner2provider.facts.base import Output
 from miner2provider.facts.probe import RigFacts
 from miner2provider.facts.system import Mount
-from miner2provider.readiness import Settings, assess
+from miner2provider.readiness import Finding, Settings, assess
 
 GPU_ROW = ("0, NVIDIA GeForce RTX 3090, GPU-1, 00000000:01:00.0, 0x220410DE, 0x38801462, 24576, "
            "550.127.05\n")
@@ -49,44 +49,44 @@ def test_small_usb_stick_needs_a_data_disk():
                         "/dev/sda2 ext4 7340032 5000000 2340032 70% /\n")
     v = assess(small)
     assert v.status == "not ready"
-    assert v.blockers[0].startswith("7 GB disk, 2.2 GB free on /: k3s needs 40 GB")
-    assert "add an SSD and set m2p_data_dir" in v.blockers[0]
+    assert v.blockers[0].sentence.startswith("7 GB disk, 2.2 GB free on /: k3s needs 40 GB")
+    assert "add an SSD and set m2p_data_dir" in v.blockers[0].sentence
 
 
 def test_data_dir_on_a_second_disk_makes_a_small_stick_fine():
     f = dataclasses.replace(facts(), disks=(Mount("/dev/sda2", "ext4", "/", 7, 2),
                                             Mount("/dev/nvme0n1p1", "ext4", "/mnt/ssd", 233, 221)))
-    assert "suggest" not in " ".join(assess(f).blockers)
-    assert "set m2p_data_dir to a folder on /mnt/ssd (221 GB free)" in assess(f).blockers[0]
+    assert "suggest" not in " ".join(map(str, assess(f).blockers))
+    assert "set m2p_data_dir to a folder on /mnt/ssd (221 GB free)" in assess(f).blockers[0].sentence
     assert assess(f, Settings(data_dir="/mnt/ssd/k3s")).status == "ready"
 
 
 def test_old_python_no_python_no_sudo_no_gpu():
-    assert "python3 3.6.9 is older than 3.8" in assess(facts(python="Python 3.6.9\n")).blockers[0]
-    assert assess(facts(python="absent\n")).blockers[0].startswith("no python3")
-    assert assess(facts(sudo="absent\n")).blockers[0].startswith("no sudo")
+    assert "python3 3.6.9 is older than 3.8" in assess(facts(python="Python 3.6.9\n")).blockers[0].sentence
+    assert assess(facts(python="absent\n")).blockers[0].sentence.startswith("no python3")
+    assert assess(facts(sudo="absent\n")).blockers[0].sentence.startswith("no sudo")
     no_gpu = RigFacts(**{**facts().__dict__, "gpus": FACTS_BY_NAME["gpus"].parse(Output("", 127))})
-    assert assess(no_gpu).blockers[0].startswith("no nvidia-smi")
+    assert assess(no_gpu).blockers[0].sentence.startswith("no nvidia-smi")
 
 
 def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
     mixed = GPU_ROW + GPU_ROW.replace("0, NVIDIA GeForce RTX 3090", "1, NVIDIA GeForce RTX 3060")
     v = assess(facts(cgroup="tmpfs\n", gpus=mixed, cuda="CUDA Version: 11.4\n", sudo="password\n"))
-    text = " | ".join(v.warnings)
+    text = " | ".join(map(str, v.warnings))
     assert v.status == "ready with warnings"
     assert "cgroup v1" in text
     assert "mixed GPU models on one node (NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3060)" in text
     assert "supports CUDA 11.4 only" in text
     assert "sudo asks for a password" in text
-    assert "sudo" not in " ".join(assess(facts(sudo="password\n"), Settings(become_password_given=True)).warnings)
+    assert "sudo" not in " ".join(map(str, assess(facts(sudo="password\n"), Settings(become_password_given=True)).warnings))
 
 
 def test_low_ram_blocks():
     v = assess(facts(memory="MemTotal: 2000000 kB\nMemAvailable: 1000000 kB\n"))
-    assert v.blockers == ("1953 MB RAM: k3s with GPU workloads needs at least 4096 MB",)
+    assert v.blockers == (Finding("low-ram", "1953 MB RAM: k3s with GPU workloads needs at least 4096 MB"),)
 
 
 def test_no_default_route_blocks_and_xid_errors_warn():
     v = assess(facts(default_route="", xid="[ 1.0] NVRM: Xid (PCI:0000:03:00): 79, pid=1, GPU has fallen off the bus.\n"))
-    assert any("default route" in b for b in v.blockers)
-    assert any("Xid 79" in w and "riser" in w for w in v.warnings)
+    assert any(b.code == "no-default-route" and "default route" in b.sentence for b in v.blockers)
+    assert any(w.code == "xid-errors" and "Xid 79" in w.sentence and "riser" in w.sentence for w in v.warnings)

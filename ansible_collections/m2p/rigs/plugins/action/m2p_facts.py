@@ -21,7 +21,7 @@ from ansible.plugins.action import ActionBase
 from miner2provider.attributes.labels import cards_of, node_labels
 from miner2provider.facts import probe
 from miner2provider.facts.fingerprint import gpu_signature
-from miner2provider.readiness import Settings, assess
+from miner2provider.readiness import HARDWARE_CODES, Settings, assess
 
 
 def plain(value: Any) -> Any:
@@ -53,8 +53,14 @@ class ActionModule(ActionBase):
         )
         verdict = assess(facts, settings)
         data = plain(facts)
-        data["readiness"] = {"status": verdict.status, "blockers": list(verdict.blockers),
-                             "warnings": list(verdict.warnings)}
+        # Roles test codes (``blocker_codes``), people read sentences (``blockers``).
+        data["readiness"] = {"status": verdict.status,
+                             "blockers": [f.sentence for f in verdict.blockers],
+                             "blocker_codes": [f.code for f in verdict.blockers],
+                             "warnings": [f.sentence for f in verdict.warnings],
+                             "warning_codes": [f.code for f in verdict.warnings],
+                             # what no setting fixes (wrong CPU, no GPU or driver): refused even when warn-only
+                             "hardware_blockers": [f.sentence for f in verdict.blockers if f.code in HARDWARE_CODES]}
         data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
         data["gpu_signature"] = gpu_signature(facts.gpus)
         data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)

@@ -1,0 +1,91 @@
+"""The root ``m2p`` group and the entry point: expected errors are one line, bugs go to a debug log.
+
+Expected failures (``M2PError``) become one red line and the exit code of their class
+(``miner2provider.errors``); anything else is a bug: its traceback goes to a debug log and
+the line says where.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from miner2provider import __version__
+from miner2provider.errors import INTERNAL_ERROR, M2PError, UsageError
+
+
+class Context:
+    """Verbosity, shared by every command: -v adds detail, -q keeps only errors and summaries."""
+
+    def __init__(self, verbosity: int) -> None:
+        self.verbosity = verbosity
+
+    def info(self, text: str) -> None:
+        if self.verbosity >= 0:
+            click.echo(text)
+
+    def note(self, text: str) -> None:
+        """Progress and notes: on stderr, so that --json output stays clean."""
+        if self.verbosity >= 0:
+            click.echo(text, err=True)
+
+    def detail(self, text: str) -> None:
+        if self.verbosity > 0:
+            click.echo(text, err=True)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="m2p")
+@click.option("-v", "--verbose", count=True, help="More detail (progress per rig).")
+@click.option("-q", "--quiet", count=True, help="Only errors and the summary.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
+    """m2p: turn GPU mining rigs into Kubernetes GPU providers, keeping mining."""
+    ctx.obj = Context(verbose - quiet)
+
+
+def debug_log_path() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "m2p" / "debug.log"
+    return Path(os.environ.get("M2P_DEBUG_LOG", default))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="m2p", standalone_mode=False)
+    except M2PError as exc:
+        click.echo(click.style(f"m2p: error: {exc}", fg="red"), err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("m2p: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return UsageError.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - unexpected: keep the traceback for the bug report
+        log = debug_log_path()
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as f:
+                f.write(f"--- {datetime.datetime.now().isoformat()} m2p {__version__} {sys.argv!r}\n")
+                f.write(traceback.format_exc())
+            where = f"traceback saved to {log}"
+        except OSError:
+            where = "could not write the debug log"
+        click.echo(click.style(f"m2p: internal error: {type(exc).__name__}: {exc} ({where})", fg="red"),
+                   err=True)
+        return INTERNAL_ERROR
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""``m2p bundle``: download what convert installs, once, for offline rigs."""
+
+from __future__ import annotations
+
+import click
+
+from miner2provider.bundle import pins
+from miner2provider.bundle.download import make_bundle
+from miner2provider.bundle.manifest import load_bundle
+
+from .app import Context, cli, pass_ctx
+
+
+@cli.command("bundle")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--k3s-version", default=pins.K3S_VERSION, show_default=True, envvar="M2P_K3S_VERSION")
+@click.option("--toolkit-version", default=pins.TOOLKIT_VERSION, show_default=True, envvar="M2P_TOOLKIT_VERSION",
+              help="NVIDIA container toolkit version (packages <version>-1).")
+@click.option("--k3s-release-url", default=pins.K3S_RELEASE_URL, show_default=True, envvar="M2P_K3S_RELEASE_URL",
+              help="Where k3s releases are (a mirror works).")
+@click.option("--toolkit-repo-url", default=pins.TOOLKIT_REPO_URL, show_default=True, envvar="M2P_TOOLKIT_REPO_URL",
+              help="NVIDIA's flat apt repository ($(ARCH) is replaced by amd64; a mirror works).")
+@pass_ctx
+def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_version: str, k3s_release_url: str,
+                   toolkit_repo_url: str) -> None:
+    """Download k3s and the NVIDIA toolkit once, checked by sha256, into DIRECTORY (new or empty).
+
+    Run it on a connected machine; then `m2p convert --bundle DIRECTORY` installs from it over SSH.
+    """
+    ctx.info(f"downloading k3s {k3s_version} and NVIDIA container toolkit {toolkit_version} ...")
+    manifest = make_bundle(directory, k3s_version=k3s_version, toolkit_version=toolkit_version,
+                           k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url)
+    bundle = load_bundle(directory)  # read back: the manifest and every file check out
+    click.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
+               f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")

@@ -1,0 +1,103 @@
+"""Commands that run a playbook on the fleet: plan, convert, revert (schedule apply uses the same run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from miner2provider import inventory
+from miner2provider.bundle.manifest import Bundle, load_bundle
+from miner2provider.convert import RigOutcome, run_fleet
+from miner2provider.errors import ChangesPending, RigFailures
+from miner2provider.runner import Event
+
+from . import render
+from .app import Context, cli, pass_ctx
+from .options import FleetSettings, fleet_options, full_option, yes_option
+
+
+def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
+    if not path:
+        return None
+    bundle = load_bundle(path)
+    if bundle.standin:
+        ctx.note(click.style(f"note: {path} is m2p's TEST bundle: k3s and the NVIDIA toolkit in it are "
+                             "stand-ins for sandbox rigs, not the real software", fg="yellow"))
+    return bundle
+
+
+def _progress(ctx: Context) -> Callable[[Event], None]:
+    def show(event: Event) -> None:
+        if event.kind == "task":
+            ctx.detail(f"  . {event.task}")
+        elif event.kind in {"changed", "failed", "unreachable"} and ctx.verbosity >= 0:
+            colour = {"changed": "yellow", "failed": "red", "unreachable": "red"}[event.kind]
+            tail = f": {event.message}" if event.message else ""
+            ctx.note(click.style(f"  {event.host}: {event.kind}", fg=colour) + f"  {event.task}{tail}")
+    return show
+
+
+def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = False, confirm: bool = False,
+        full: bool = False, extravars: dict[str, Any] | None = None,
+        hosts: list[inventory.Host] | None = None) -> list[RigOutcome]:
+    """Run ``playbook`` on the fleet; ``hosts``: already loaded and selected, else from the inventory."""
+    if hosts is None:
+        hosts = inventory.load(fleet.inventory_file, fleet.vault_password_file).select(fleet.limit)
+    bundle = _load_bundle(ctx, fleet.bundle)
+    if confirm:
+        click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
+                      f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
+    return run_fleet(playbook, hosts, fleet.ssh, bundle=bundle, check=check, batch=fleet.batch,
+                     max_fail_pct=fleet.max_fail, on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts,
+                     full=full, extravars=extravars)
+
+
+def raise_failures(outcomes: list[RigOutcome]) -> None:
+    failed = sum(o.failed for o in outcomes)
+    if failed:
+        raise RigFailures(failed, len(outcomes))
+
+
+def raise_pending(outcomes: list[RigOutcome], command: str) -> None:
+    raise_failures(outcomes)
+    pending = [o.name for o in outcomes if o.result == "pending"]
+    if pending:
+        raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `{command}`")
+
+
+@cli.command("plan")
+@fleet_options()
+@full_option
+@pass_ctx
+def plan_command(ctx: Context, fleet: FleetSettings, full: bool) -> None:
+    """Show what convert would change on each rig (check mode with diff).  Exit 1: changes pending."""
+    outcomes = run(ctx, "convert", fleet, check=True, full=full)
+    render.outcomes(outcomes, fleet.as_json, show_tasks=True)
+    raise_pending(outcomes, "m2p convert")
+
+
+@cli.command("convert")
+@fleet_options()
+@full_option
+@yes_option
+@pass_ctx
+def convert_command(ctx: Context, fleet: FleetSettings, full: bool, yes: bool) -> None:
+    """Make each rig a k3s GPU node (toolkit, k3s, device plugin, labels), keeping it a mining rig."""
+    outcomes = run(ctx, "convert", fleet, confirm=not yes, full=full)
+    render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)
+    raise_failures(outcomes)
+
+
+@cli.command("revert")
+@fleet_options()
+@yes_option
+@pass_ctx
+def revert_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:
+    """Remove what convert added and give each rig back to mining (its mining config is never touched).
+
+    Revert always runs on every selected rig: it removes what any convert left."""
+    outcomes = run(ctx, "revert", fleet, confirm=not yes)
+    render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)
+    raise_failures(outcomes)

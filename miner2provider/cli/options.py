@@ -1,0 +1,128 @@
+"""Options shared by several commands, declared once, and the settings objects they fold into.
+
+A command takes ``ssh: SshOptions`` or ``fleet: FleetSettings`` instead of a dozen loose
+parameters: ``@ssh_options`` and ``@fleet_options`` add the Click options and hand the
+command one object built from them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from miner2provider.errors import UsageError
+from miner2provider.ssh import DEFAULT_POOL, SshOptions
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+INVENTORY_HELP = "Rig inventory (Ansible YAML).  [env M2P_INVENTORY]"
+
+
+def inventory_option(required: bool = True, help: str = INVENTORY_HELP) -> Decorator:
+    return click.option("-i", "--inventory", "inventory_file", required=required, type=click.Path(dir_okay=False),
+                        envvar="M2P_INVENTORY", help=help)
+
+
+limit_option = click.option("--limit", "-l", help="Only these hosts or groups (comma-separated).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+vault_option = click.option(
+    "--vault-password-file", type=click.Path(exists=True, dir_okay=False), envvar="M2P_VAULT_PASSWORD_FILE",
+    help="Decrypts !vault values in the inventory.  [env M2P_VAULT_PASSWORD_FILE]")
+bundle_option = click.option(
+    "--bundle", type=click.Path(file_okay=False), envvar="M2P_BUNDLE",
+    help="Install from this offline bundle (made by `m2p bundle`) instead of the vendors' sites.  [env M2P_BUNDLE]")
+full_option = click.option(
+    "--full", is_flag=True,
+    help="Run the playbook on every rig, also on rigs whose fingerprint says they are converged and undrifted.")
+
+_SSH = [
+    click.option("--accept-new", is_flag=True,
+                 help="Trust and record host keys seen for the first time (a changed key is always refused)."),
+    click.option("--known-hosts", type=click.Path(dir_okay=False), envvar="M2P_KNOWN_HOSTS",
+                 default=str(Path.home() / ".ssh" / "known_hosts"), show_default=True,
+                 help="Known-hosts file.  [env M2P_KNOWN_HOSTS]"),
+    click.option("--forks", type=click.IntRange(1, 500), default=DEFAULT_POOL, show_default=True,
+                 envvar="M2P_FORKS", help="Rigs handled at once.  [env M2P_FORKS]"),
+    click.option("--connect-timeout", type=click.FloatRange(0.5, 600), default=10.0, show_default=True,
+                 help="Seconds to wait for a rig to answer."),
+    click.option("--command-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+                 help="Seconds the probe may run on a rig."),
+]
+_SSH_NAMES = ("accept_new", "known_hosts", "forks", "connect_timeout", "command_timeout")
+
+
+def _stack(f: Callable[..., Any], options: list[Decorator]) -> Callable[..., Any]:
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _ssh_from(kw: dict[str, Any]) -> SshOptions:
+    accept_new, known_hosts, forks, connect_timeout, command_timeout = (kw.pop(n) for n in _SSH_NAMES)
+    return SshOptions(known_hosts=Path(known_hosts).expanduser(), accept_new=accept_new,
+                      connect_timeout=connect_timeout, command_timeout=command_timeout, pool_size=forks)
+
+
+def ssh_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The SSH options; the command gets ``ssh: SshOptions``."""
+
+    @functools.wraps(f)
+    def command(*args: Any, **kw: Any) -> Any:
+        return f(*args, ssh=_ssh_from(kw), **kw)
+
+    return _stack(command, _SSH)
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """What every fleet run (plan, convert, revert, schedule apply) is told on the command line."""
+
+    inventory_file: str
+    limit: str | None
+    vault_password_file: str | None
+    ssh: SshOptions
+    bundle: str | None = None
+    batch: str | None = None
+    max_fail: int = 100
+    keep_artifacts: Path | None = None
+    as_json: bool = False
+
+    def __post_init__(self) -> None:
+        batch = self.batch
+        if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
+            raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
+
+
+_FLEET_NAMES = ("inventory_file", "limit", "vault_password_file", "batch", "max_fail", "as_json")
+
+
+def fleet_options(bundle: bool = True) -> Decorator:
+    """The options of a fleet run; the command gets ``fleet: FleetSettings``."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def command(*args: Any, **kw: Any) -> Any:
+            ssh = _ssh_from(kw)
+            keep = kw.pop("keep_artifacts")
+            settings = FleetSettings(ssh=ssh, bundle=kw.pop("bundle", None),
+                                     keep_artifacts=Path(keep) if keep else None,
+                                     **{n: kw.pop(n) for n in _FLEET_NAMES})
+            return f(*args, fleet=settings, **kw)
+
+        return _stack(command, [
+            inventory_option(), limit_option, *([bundle_option] if bundle else []), vault_option,
+            click.option("--batch", help="Convert N rigs (or N%) at a time, the whole playbook per batch."),
+            click.option("--max-fail", type=click.IntRange(0, 100), default=100, show_default=True,
+                         help="Stop starting new batches once more than this % of rigs failed."),
+            click.option("--keep-artifacts", type=click.Path(file_okay=False),
+                         help="Copy ansible-runner's artifacts (events, stdout) here, for audits."),
+            json_option, *_SSH,
+        ])
+
+    return decorate

@@ -1,0 +1,201 @@
+"""Everything m2p prints about rigs, fleets and schedules: text tables and lines, and JSON.
+
+Commands decide what to show; this module decides how it looks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+import yaml
+
+from miner2provider.attributes.provider import FleetAttributes
+from miner2provider.convert import RigOutcome
+from miner2provider.detect import RigReport
+from miner2provider.facts.probe import RigFacts
+from miner2provider.plan import reasons_to_run
+from miner2provider.schedule.model import Schedule
+
+from .app import Context
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def _counts(keys: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+# -- detect ------------------------------------------------------------------------------
+
+
+def report_json(report: RigReport) -> dict[str, Any]:
+    data = asdict(report)
+    data["status"] = "failed" if not report.ok else report.verdict.status if report.verdict else "unknown"
+    if report.facts:
+        data["facts"]["mining_os"]["label"] = report.facts.mining_os.label
+    return data
+
+
+def report(ctx: Context, r: RigReport) -> None:
+    if not r.ok:
+        click.echo(click.style(f"{r.name} ({r.address}): FAILED: {r.error}", fg="red"))
+        for w in r.warnings:
+            click.echo(click.style(f"  ! {w}", fg="yellow"))
+        return
+    f, v = r.facts, r.verdict
+    assert f is not None and v is not None
+    colour = {"ready": "green", "ready with warnings": "yellow", "not ready": "red"}[v.status]
+    mos = f.mining_os
+    head = f"{r.name} ({r.address}): {mos.label}{' ' + mos.version if mos.version else ''}"
+    click.echo(click.style(head, bold=True) + " - " + click.style(v.status, fg=colour))
+    if ctx.verbosity >= 0:
+        cg = f"cgroup v{f.cgroup.version}{' (hybrid)' if f.cgroup.hybrid else ''}"
+        rows = [
+            ("system", f"{f.os_release.pretty_name}, kernel {f.kernel.release} {f.kernel.machine}, {cg}"),
+            ("cpu/ram", f"{f.cpu.cores} cores {f.cpu.model}, {f.memory.total_mb} MB RAM"),
+            ("disks", "; ".join(f"{m.mountpoint} {m.size_gb:g} GB ({m.free_gb:g} GB free)" for m in f.disks) or "-"),
+            ("python3", f"{f.python.version or 'missing'}   sudo: {f.sudo.state}"),
+            ("gpus", gpus_line(f)),
+            ("miner", ("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running"),
+            ("stack", f"container toolkit: {f.installed.container_toolkit or '-'}, k3s: {f.installed.k3s or '-'}"
+                      f"{' (' + f.installed.k3s_service + ' active)' if f.installed.k3s_service else ''}, "
+                      f"m2p agent: {f.installed.agent or '-'}"),
+        ]
+        for label, value in rows:
+            click.echo(f"  {label:<8} {value}")
+    for b in v.blockers:
+        click.echo(click.style(f"  x {b.sentence}", fg="red"))
+    for w in (*v.warnings, *r.warnings):
+        click.echo(click.style(f"  ! {w}", fg="yellow"))
+
+
+def gpus_line(f: RigFacts) -> str:
+    g = f.gpus
+    if g.state != "ok":
+        return {"no-nvidia-smi": "none (no nvidia-smi)", "no-gpu": "none found",
+                "driver-error": f"driver error: {g.error}"}[g.state]
+    counts = _counts([f"{gpu.name} ({gpu.pci_id}, {gpu.memory_mib} MiB)" for gpu in g.gpus])
+    cards = ", ".join(f"{n} x {k}" for k, n in counts.items())
+    return f"{cards}; driver {g.driver_version}, CUDA {f.cuda or '?'}"
+
+
+def detect_summary(reports: list[RigReport]) -> None:
+    counts = _counts(["failed" if not r.ok else r.verdict.status if r.verdict else "unknown" for r in reports])
+    order = ["ready", "ready with warnings", "not ready", "failed"]
+    click.echo(f"{len(reports)} rigs: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts))
+
+
+# -- attributes --------------------------------------------------------------------------
+
+
+def attributes(fleet: FleetAttributes, failed: list[str], as_json: bool) -> None:
+    if as_json:
+        echo_json({
+            "rigs": {r.name: {"labels": r.labels, "warnings": list(r.warnings)} for r in fleet.rigs},
+            "attributes": [{"key": k, "value": v} for k, v in fleet.attributes],
+            "warnings": list(fleet.warnings), "akash_gpus_json_additions": list(fleet.unknown_entries),
+            "failed": failed})
+        return
+    click.echo("# Node labels per rig (m2p's gpu_attributes role applies them)")
+    click.echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
+    click.echo("# Akash provider attributes for this fleet (paste into your provider config)")
+    click.echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
+                              sort_keys=False).rstrip())
+    for r in fleet.rigs:
+        for w in r.warnings:
+            click.echo(click.style(f"! {r.name}: {w}", fg="yellow"), err=True)
+    for w in fleet.warnings:
+        click.echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
+    if fleet.unknown_entries:
+        click.echo("# Entries missing from Akash's devices/pcie/gpus.json (under \"10de\" -> \"devices\"):", err=True)
+        for entry in fleet.unknown_entries:
+            click.echo(f"#   {entry}", err=True)
+
+
+# -- fleet runs ----------------------------------------------------------------------------
+
+
+def outcomes(results: list[RigOutcome], as_json: bool, show_tasks: bool) -> None:
+    if as_json:
+        echo_json([asdict(o) for o in results])
+        return
+    colours = {"converged": "green", "changed": "yellow", "pending": "yellow"}
+    width = max((len(o.name) for o in results), default=3)
+    click.echo(f"{'rig':<{width}}  {'result':<12} changed  detail")
+    for o in results:
+        click.echo(f"{o.name:<{width}}  " + click.style(f"{o.result:<12}", fg=colours.get(o.result, "red"))
+                   + f" {o.changed:>7}  {o.message}")
+        if show_tasks:
+            for task in o.tasks:
+                click.echo(f"{'':<{width}}    ~ {task}")
+    counts = _counts([o.result for o in results])
+    click.echo(f"{len(results)} rigs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def status_row(report: RigReport) -> dict[str, Any]:
+    """converged: the fingerprint convert left is there and nothing drifted since."""
+    if not report.ok or report.facts is None:
+        return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or "",
+                "detail": "", "agent": None}
+    f = report.facts
+    inst = f.installed
+    drift = reasons_to_run(f.fingerprint, f.gpus, None)
+    state = "not converged" if not f.fingerprint.present else "drifted" if drift else "converged"
+    gpus = f"{len(f.gpus.gpus)} x {', '.join(f.gpus.models)}" if f.gpus.state == "ok" else f.gpus.state
+    if inst.k3s_service:
+        k3s = f"{inst.k3s_service} {inst.k3s}"
+    else:
+        k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
+    agent = None
+    if f.agent_status.present or inst.agent:
+        agent = {"service": inst.agent or "not installed", **asdict(f.agent_status)}
+        del agent["present"]
+    return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
+            "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}
+
+
+def status_table(rows: list[dict[str, Any]]) -> None:
+    width = max((len(r["rig"]) for r in rows), default=3)
+    click.echo(f"{'rig':<{width}}  {'state':<13} {'k3s':<22} {'node':<16} gpus")
+    for r in rows:
+        colour = {"converged": "green", "not converged": "yellow", "drifted": "yellow"}.get(r["state"], "red")
+        click.echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
+                   + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
+        if r["detail"]:
+            click.echo(f"{'':<{width}}    {r['detail']}")
+        if r["agent"]:
+            click.echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
+
+
+def agent_line(agent: dict[str, str]) -> str:
+    """``leasing since 2026-11-22T21:14, next change 2026-11-23T06:00+01:00 (schedule night-lease)``."""
+    if not agent["mode"]:
+        return f"service {agent['service']}, no status yet"
+    line = f"{agent['mode']} since {agent['since'][:16]}"
+    line += f", next change {agent['next_change']}" if agent["next_change"] else ", no change ahead"
+    line += f" (schedule {agent['schedule']})"
+    if agent["service"] != "active":
+        line += f"; service {agent['service']}"
+    if agent["last_error"]:
+        line += click.style(f"; last error: {agent['last_error']}", fg="red")
+    return line
+
+
+# -- schedules -----------------------------------------------------------------------------
+
+
+def schedule_summary(sched: Schedule) -> str:
+    grace = "forever" if sched.lease_grace_s is None else f"{sched.lease_grace_s / 60:g} min"
+    return (f"policy {sched.policy}, timezone {sched.timezone}, {len(sched.windows)} windows, "
+            f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min")

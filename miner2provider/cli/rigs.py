@@ -1,0 +1,148 @@
+"""Commands that read rigs and inventories and change nothing: init, inventory check, detect,
+attributes, status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from miner2provider import inventory
+from miner2provider.attributes.provider import RigGpus, fleet_attributes
+from miner2provider.attributes.report import load_report
+from miner2provider.detect import detect, detect_local
+from miner2provider.errors import RigFailures, UsageError
+from miner2provider.ssh import SshOptions
+
+from . import render
+from .app import Context, cli, pass_ctx
+from .options import inventory_option, json_option, limit_option, ssh_options, vault_option
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+
+@cli.command()
+@click.argument("file", default="rigs.yml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@pass_ctx
+def init(ctx: Context, file: str, force: bool) -> None:
+    """Write a commented starter inventory to FILE (default rigs.yml)."""
+    target = Path(file)
+    if target.exists() and not force:
+        raise UsageError(f"{file} exists; use --force to overwrite it")
+    target.write_text((TEMPLATES / "inventory.yml").read_text())
+    ctx.info(f"wrote {file}: edit the hosts, then run `m2p inventory check {file}`")
+
+
+@cli.group("inventory")
+def inventory_group() -> None:
+    """Work with rig inventories."""
+
+
+@inventory_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@vault_option
+@json_option
+@pass_ctx
+def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as_json: bool) -> None:
+    """Validate an inventory: syntax, addresses, duplicates, m2p_ variables and types."""
+    inv = inventory.load(file, vault_password_file)
+    groups = sorted({g for h in inv.hosts for g in h.groups})
+    if as_json:
+        render.echo_json({"file": file, "ok": True, "groups": groups, "hosts": [
+            {"name": h.name, "address": h.address, "port": h.port, "user": h.user, "groups": list(h.groups),
+             "password": "set" if h.password else None} for h in inv.hosts]})
+        return
+    ctx.info(f"{file}: OK, {len(inv.hosts)} rigs in {len(groups)} groups ({', '.join(groups)})")
+    for h in inv.hosts:
+        ctx.detail(f"  {h.name}: {h.user or '(current user)'}@{h.address}:{h.port}"
+                   f"{' password set' if h.password else ''}")
+
+
+@cli.command("detect")
+@inventory_option(required=False)
+@limit_option
+@click.option("--local", is_flag=True, help="Detect this machine, without SSH (GPUs via pynvml when installed).")
+@vault_option
+@ssh_options
+@json_option
+@pass_ctx
+def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, local: bool,
+                   vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
+    """Show what each rig is and whether it is ready to become a GPU node.  Changes nothing."""
+    if local:
+        reports = [detect_local()]
+    else:
+        if not inventory_file:
+            raise UsageError("detect needs -i/--inventory FILE (or --local for this machine)")
+        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+        ctx.detail(f"probing {len(hosts)} rigs, {min(ssh.pool_size, len(hosts))} at a time")
+        reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
+            f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
+    if as_json:
+        render.echo_json([render.report_json(r) for r in reports])
+    else:
+        for report in reports:
+            render.report(ctx, report)
+        render.detect_summary(reports)
+    failed = sum(1 for r in reports if not r.ok)
+    if failed:
+        raise RigFailures(failed, len(reports))
+
+
+@cli.command("attributes")
+@inventory_option(required=False, help="Probe these rigs now.  [env M2P_INVENTORY]")
+@click.option("--from", "report", type=click.Path(dir_okay=False),
+              help="Use a saved `m2p detect --json` report instead of probing.")
+@click.option("--region", help="Provider attribute location-region (default: the rigs' m2p_location_region).")
+@limit_option
+@vault_option
+@ssh_options
+@json_option
+def attributes_command(inventory_file: str | None, report: str | None, region: str | None, limit: str | None,
+                       vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
+    """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
+    if bool(inventory_file) == bool(report):
+        raise UsageError("attributes needs exactly one of -i/--inventory FILE or --from REPORT.json")
+    if report:
+        rigs, failed = load_report(report)
+    else:
+        assert inventory_file is not None
+        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+        by_name = {h.name: h for h in hosts}
+        reports = detect(hosts, ssh)
+        failed = [r.name for r in reports if not r.ok]
+        for r in reports:
+            if not r.ok:
+                click.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+        rigs = [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
+                        _schedule_label(by_name[r.name].var("m2p_schedule")))
+                for r in reports if r.ok and r.facts]
+    render.attributes(fleet_attributes(rigs, region), failed, as_json)
+    if failed:
+        raise RigFailures(len(failed), len(failed) + len(rigs))
+
+
+def _schedule_label(schedule: str | None) -> dict[str, str]:
+    return {"schedule": Path(schedule).stem} if schedule else {}
+
+
+@cli.command("status")
+@inventory_option()
+@limit_option
+@vault_option
+@ssh_options
+@json_option
+def status_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
+                   as_json: bool) -> None:
+    """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
+    time-share agent's mode, since when, next change and last error.  Changes nothing."""
+    hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+    rows = [render.status_row(r) for r in detect(hosts, ssh)]
+    if as_json:
+        render.echo_json(rows)
+    else:
+        render.status_table(rows)
+    failed = sum(r["state"] == "failed" for r in rows)
+    if failed:
+        raise RigFailures(failed, len(rows))

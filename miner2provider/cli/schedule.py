@@ -1,0 +1,79 @@
+"""``m2p schedule check|show|apply``: time-share schedules, and the agent that follows them on rigs."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import click
+
+from miner2provider import inventory
+from miner2provider.errors import UsageError
+from miner2provider.schedule import model as schedule_model
+from miner2provider.schedule import policy as schedule_policy
+from miner2provider.timeshare import schedule_files
+
+from . import fleet as fleet_run
+from . import render
+from .app import Context, cli, pass_ctx
+from .options import FleetSettings, fleet_options, yes_option
+
+
+@cli.group("schedule")
+def schedule_group() -> None:
+    """Time-share schedules: when each rig mines and when it leases its GPUs."""
+
+
+@schedule_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def schedule_check(file: str) -> None:
+    """Validate a schedule file (file:line for every mistake)."""
+    sched = schedule_model.load(file)
+    click.echo(f"{file}: ok ({render.schedule_summary(sched)})")
+
+
+@schedule_group.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--days", type=click.IntRange(1, 31), default=7, show_default=True)
+@click.option("--from", "start", help="Start (ISO 8601, e.g. 2026-03-29T00:00+01:00); default: now.")
+def schedule_show(file: str, days: int, start: str | None) -> None:
+    """A readable timeline of the modes the schedule asks for, in its timezone."""
+    sched = schedule_model.load(file)
+    try:
+        begin = datetime.datetime.fromisoformat(start) if start else datetime.datetime.now(datetime.timezone.utc)
+    except ValueError:
+        raise UsageError(f"--from {start}: use ISO 8601, e.g. 2026-03-29T00:00+01:00") from None
+    if begin.tzinfo is None:
+        begin = begin.replace(tzinfo=sched.zone)
+    click.echo(f"{file}: {render.schedule_summary(sched)}")
+    for a, b, desired in schedule_policy.timeline(sched, begin.replace(second=0, microsecond=0), days):
+        la, lb = a.astimezone(sched.zone), b.astimezone(sched.zone)
+        hours = (b - a).total_seconds() / 3600
+        colour = "green" if desired.offered else "yellow"
+        click.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
+                   + click.style(desired.label, fg=colour))
+
+
+@schedule_group.command("apply")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--api-server", envvar="M2P_AGENT_API_SERVER",
+              help="The Kubernetes API the agents talk to (https://HOST:6443); default: each rig's k3s server "
+                   "(m2p_agent_api_server, m2p_k3s_server_url).  [env M2P_AGENT_API_SERVER]")
+@click.option("--check", is_flag=True, help="Show what would change on each rig, change nothing.  Exit 1: pending.")
+@yes_option
+@fleet_options(bundle=False)
+@pass_ctx
+def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check: bool, yes: bool,
+                   fleet: FleetSettings) -> None:
+    """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
+    inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
+    hosts = inv.select(fleet.limit)
+    extravars: dict[str, Any] = {"m2p_schedule_files": schedule_files(hosts, file, inv.path)}
+    if api_server:
+        extravars["m2p_agent_api_server"] = api_server
+    outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), extravars=extravars,
+                             hosts=hosts)
+    render.outcomes(outcomes, fleet.as_json, show_tasks=check or ctx.verbosity > 0)
+    if check:
+        fleet_run.raise_pending(outcomes, "m2p schedule apply")
+    fleet_run.raise_failures(outcomes)

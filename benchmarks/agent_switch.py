@@ -45,10 +45,10 @@ from typing import Any
 import paramiko
 import yaml
 
-from miner2provider import cli
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider import cli
 
 SIGNAL = "/var/lib/m2p/agent/signal"
 # The placeholder hook's write, then wait for the agent's answer; report the rig's clock.
@@ -185,7 +185,7 @@ def main() -> int:
 
         p50, p95 = statistics.median(fast), percentile(fast, 0.95)
         b50, b95 = statistics.median(slow), percentile(slow, 0.95)
-        print(f"\nswitch latency (lease-waiting -> miner stopped, GPUs free, released), seconds:")
+        print("\nswitch latency (lease-waiting -> miner stopped, GPUs free, released), seconds:")
         print(f"  {'':<28} {'p50':>7} {'p95':>7} {'max':>7}")
         print(f"  {'baseline ' + format(args.baseline_interval, 'g') + ' s poll':<28} {b50:7.2f} {b95:7.2f} {max(slow):7.2f}")
         print(f"  {'m2p agent (hook wakes it)':<28} {p50:7.2f} {p95:7.2f} {max(fast):7.2f}")

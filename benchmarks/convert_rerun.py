@@ -79,8 +79,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from m2p_sandbox.bundle import build_test_bundle
     from m2p_sandbox import rig as sandbox
+    from m2p_sandbox.bundle import build_test_bundle
 
     work = Path(tempfile.mkdtemp(prefix="m2p-bench-convert-"))
     build_test_bundle(work / "bundle")

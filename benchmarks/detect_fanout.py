@@ -94,7 +94,7 @@ def start_sshds(work: Path, count: int) -> list[subprocess.Popen[bytes]]:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"sshd on {address(i)} did not start")
+                    raise SystemExit(f"sshd on {address(i)} did not start") from None
                 time.sleep(0.05)
     return procs
 

@@ -31,7 +31,6 @@ from miner2provider.runner import Event, run_playbook
 from miner2provider.ssh import SshOptions
 
 
-
 def applied_code() -> dict[str, Path]:
     """What decides the rigs' end state (a change here makes every fingerprint stale): the whole
     installed collection, and the Python the action plugins run on the controller."""
@@ -79,7 +78,7 @@ def run_fleet(
     fingerprinted = playbook == "convert"  # revert always runs: it removes what any convert left
     inputs = expected_inputs(hosts, bundle) if fingerprinted else {}
     reasons: dict[str, tuple[str, ...]] = {}
-    for host, report in zip(hosts, detect(hosts, opts)):
+    for host, report in zip(hosts, detect(hosts, opts), strict=True):
         if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
             continue
@@ -103,15 +102,16 @@ def run_fleet(
                 outcomes[host.name] = RigOutcome(host.name, "not-started",
                                                  message=f"stopped: {failed} of {tried} rigs failed")
             continue
-        report = run_playbook(collection.playbook(playbook), reachable, extravars, check=check, diff=check,
-                              forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
-                              keep_artifacts=keep_artifacts, limit=[h.name for h in group])
+        run = run_playbook(collection.playbook(playbook), reachable, extravars, check=check, diff=check,
+                           forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
+                           keep_artifacts=keep_artifacts, limit=[h.name for h in group])
         for host in group:
-            stats = report.hosts.get(host.name)
-            tasks = tuple(report.changed_tasks.get(host.name, ()))
-            if stats is None or stats.failures or stats.unreachable or host.name in report.failures or not stats.ok:
+            stats = run.hosts.get(host.name)
+            tasks = tuple(run.changed_tasks.get(host.name, ()))
+            if stats is None or stats.failures or stats.unreachable or host.name in run.failures or not stats.ok:
                 # No task ran at all (ok == 0): the playbook never reached the rig.
-                message = report.failures.get(host.name) or f"the playbook did not run ({report.status}): {report.error}"
+                message = (run.failures.get(host.name)
+                           or f"the playbook did not run ({run.status}): {run.error}")
                 outcome = RigOutcome(host.name, "failed", message=message)
             elif stats.changed:
                 why = "; ".join(reasons.get(host.name, ())[:2])

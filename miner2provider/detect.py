@@ -65,7 +65,7 @@ def detect(hosts: list[Host], opts: SshOptions,
     return [reports[h.name] for h in hosts]
 
 
-def detect_local(settings: Settings = Settings()) -> RigReport:
+def detect_local(settings: Settings | None = None) -> RigReport:
     """This machine, without SSH: the same probe run locally; GPUs from NVML when pynvml is there."""
     out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=120)
     facts = probe.gather(out.stdout)
@@ -73,13 +73,13 @@ def detect_local(settings: Settings = Settings()) -> RigReport:
     if nvml is not None:
         gpus, cuda = nvml
         facts = replace(facts, gpus=gpus, cuda=cuda or facts.cuda)
-    return RigReport(socket.gethostname(), "localhost", facts, assess(facts, settings))
+    return RigReport(socket.gethostname(), "localhost", facts, assess(facts, settings or Settings()))
 
 
 def read_nvml() -> tuple[Gpus, str] | None:
     """GPUs through NVML (the ``pynvml`` module of nvidia-ml-py), or None when it is not installed."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     from miner2provider.facts.gpu import gpus_from_nvml

@@ -93,13 +93,12 @@ def exit_codes() -> list[tuple[str, str]]:
     """(code, meaning) for README's exit-code table, from the classes above (a test keeps them equal).
     A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""
     rows = [("0", "success")]
-    classes = sorted((c for c in _subclasses(M2PError) if "exit_code" in vars(c) and c is not RigFailures),
-                     key=lambda c: (c.exit_code, c is not M2PError))
-    seen: set[int] = set()
-    for cls in [M2PError, *classes]:
-        if cls.exit_code not in seen:
-            seen.add(cls.exit_code)
-            rows.append((str(cls.exit_code), cls.meaning))
+    codes: dict[int, str] = {M2PError.exit_code: M2PError.meaning}
+    for cls in _subclasses():
+        code = vars(cls).get("exit_code")
+        if isinstance(code, int):  # RigFailures' code is a property: its row comes below
+            codes.setdefault(code, cls.meaning)
+    rows += [(str(code), meaning) for code, meaning in sorted(codes.items())]
     rows.append(("10 + N", f"N rigs failed: unreachable, refused or a task failed; the others were handled "
                            f"(capped at {RIG_FAILURES_LAST}; e.g. 13: three rigs)"))
     rows.append((str(INTERNAL_ERROR), "a bug: the traceback is saved to the debug log "
@@ -108,8 +107,8 @@ def exit_codes() -> list[tuple[str, str]]:
     return rows
 
 
-def _subclasses(cls: type) -> list[type]:
-    found = []
+def _subclasses(cls: type[M2PError] = M2PError) -> list[type[M2PError]]:
+    found: list[type[M2PError]] = []
     for sub in cls.__subclasses__():
         found += [sub, *_subclasses(sub)]
     return found

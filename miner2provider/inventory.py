@@ -17,6 +17,7 @@ import difflib
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ ANSIBLE_TYPES: dict[str, type] = {
 
 DEFAULT_PORT = 22
 GROUP_KEYS = {"hosts", "vars", "children"}
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})+$")
 
 
 class Secret:
@@ -292,7 +294,7 @@ def _merge(raw: _RawHost) -> dict[str, tuple[Any, str]]:
 
 
 def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
-         environ: dict[str, str] | None = None) -> Inventory:
+         environ: Mapping[str, str] | None = None) -> Inventory:
     """Load and validate an inventory; raise InventoryError naming file:line."""
     p = Path(path)
     env = os.environ if environ is None else environ
@@ -311,7 +313,7 @@ def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
 
 
 def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], vault: _VaultOpener,
-                env: dict[str, str]) -> Host:
+                env: Mapping[str, str]) -> Host:
     values = {k: v for k, (v, _) in merged.items()}
     address = values.get("ansible_host")
     if address is None:
@@ -341,7 +343,7 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
 
 
 def _secret(values: dict[str, Any], merged: dict[str, tuple[Any, str]], keys: tuple[str, ...], env_key: str,
-            vault: _VaultOpener, env: dict[str, str]) -> Secret | None:
+            vault: _VaultOpener, env: Mapping[str, str]) -> Secret | None:
     for key in keys:
         if key in values:
             value = values[key]
@@ -405,6 +407,6 @@ class _VaultOpener:
                                  where=self.password_file) from None
             self._lib = vault_lib(secret)
         try:
-            return self._lib.decrypt(text.encode()).decode()
+            return str(self._lib.decrypt(text.encode()).decode())
         except Exception:  # ansible raises AnsibleError subclasses; never echo the text
             raise VaultError("cannot decrypt vault value (wrong vault password?)", where=where) from None

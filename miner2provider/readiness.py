@@ -70,7 +70,8 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
     warnings = _Findings()
 
     if facts.kernel.machine not in {"x86_64", "amd64"}:
-        blockers.append_code("cpu-arch", f"{facts.kernel.machine} CPU: k3s GPU nodes and NVIDIA's packages here need x86_64")
+        blockers.append_code(
+            "cpu-arch", f"{facts.kernel.machine} CPU: k3s GPU nodes and NVIDIA's packages here need x86_64")
 
     py = facts.python
     if py.version is None:
@@ -85,7 +86,9 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
     if facts.sudo.state == "absent":
         blockers.append_code("no-sudo", "no sudo and not root: log in as root or install sudo")
     elif facts.sudo.state == "password" and not settings.become_password_given:
-        warnings.append_code("sudo-password", "sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
+        warnings.append_code(
+            "sudo-password",
+            "sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
 
     _gpu_reasons(facts, blockers, warnings)
     _disk_reasons(facts, settings, blockers, warnings)
@@ -104,7 +107,9 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
         )
 
     if not facts.default_route.present:
-        blockers.append_code("no-default-route", "no default route: k3s needs one (add a gateway, or a dummy interface route as k3s's air-gap docs say)")
+        blockers.append_code(
+            "no-default-route",
+            "no default route: k3s needs one (add a gateway, or a dummy interface route as k3s's air-gap docs say)")
 
     if facts.xid.count:
         codes = ", ".join(f"Xid {c}" for c in facts.xid.codes)
@@ -115,7 +120,8 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
         )
 
     if facts.mining_os.kind == "unknown":
-        warnings.append_code("unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
+        warnings.append_code(
+            "unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
     return Verdict(tuple(blockers), tuple(warnings))
 
 
@@ -170,5 +176,6 @@ def _disk_reasons(facts: RigFacts, settings: Settings, blockers: _Findings, warn
     elif target.free_gb < RECOMMENDED_FREE_DISK_GB:
         warnings.append_code(
             "small-disk",
-            f"{target.free_gb:g} GB free on {where}: enough to start; lease images may need {RECOMMENDED_FREE_DISK_GB} GB"
+            f"{target.free_gb:g} GB free on {where}: enough to start; "
+            f"lease images may need {RECOMMENDED_FREE_DISK_GB} GB"
         )

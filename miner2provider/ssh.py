@@ -181,7 +181,7 @@ def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout:
         stdin.channel.shutdown_write()
         text = stdout.read().decode(errors="replace")
         return text, stdout.channel.recv_exit_status()
-    except socket.timeout as exc:
+    except TimeoutError as exc:
         raise CommandTimeout() from exc
 
 

@@ -84,8 +84,8 @@ def _gpu_limit(pod: dict[str, Any]) -> int:
 
 def is_placeholder(pod: dict[str, Any]) -> bool:
     meta = pod.get("metadata", {})
-    return meta.get("namespace") == PLACEHOLDER_NAMESPACE and meta.get("labels", {}).get(
-        "app.kubernetes.io/name") == PLACEHOLDER_APP
+    return bool(meta.get("namespace") == PLACEHOLDER_NAMESPACE and meta.get("labels", {}).get(
+        "app.kubernetes.io/name") == PLACEHOLDER_APP)
 
 
 def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

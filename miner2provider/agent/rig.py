@@ -49,7 +49,8 @@ class Miner:
             return
         proc = self._sh(cmd)
         if proc.returncode != 0:
-            raise RuntimeError(f"miner {what} ({cmd}) exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-200:]}")
+            output = (proc.stderr or proc.stdout).strip()[-200:]
+            raise RuntimeError(f"miner {what} ({cmd}) exited {proc.returncode}: {output}")
 
 
 def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> list[int]:
@@ -57,13 +58,16 @@ def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) ->
     Graphics processes (Xorg on HiveOS) are not counted: they hold a few MiB and no lease needs them gone."""
     try:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py: the real path; absent on a controller without it
+            import pynvml  # nvidia-ml-py: the real path; absent on a controller without it
+
+            nvml = pynvml
         nvml.nvmlInit()
     except Exception:  # no pynvml, or no libnvidia-ml (no driver loaded): ask nvidia-smi
         proc = run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
                    capture_output=True, text=True, timeout=20)
         if proc.returncode != 0:
-            raise RuntimeError(f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
+            raise RuntimeError(  # noqa: B904 - nvidia-smi failing is the news, not NVML missing
+                f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
         return sorted({int(line) for line in proc.stdout.split() if line.strip().isdigit()})
     try:
         pids: set[int] = set()

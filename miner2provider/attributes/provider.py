@@ -87,7 +87,8 @@ def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAtt
         lowest = min(cudas, key=_version_key)
         attrs.append(("cuda", lowest))
         if len(set(cudas)) > 1:
-            warnings.append(f"drivers differ across the fleet (CUDA {', '.join(sorted(set(cudas), key=_version_key))}): "
+            listed = ", ".join(sorted(set(cudas), key=_version_key))
+            warnings.append(f"drivers differ across the fleet (CUDA {listed}): "
                             f"advertising cuda {lowest}, what every rig can serve")
     regions = {r.region for r in rigs if r.region}
     chosen = region or (next(iter(regions)) if len(regions) == 1 else None)

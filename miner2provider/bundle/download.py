@@ -51,7 +51,7 @@ def _open(url: str) -> Any:
 
 def fetch_text(url: str) -> str:
     with _open(url) as response:
-        return response.read().decode("utf-8", errors="replace")
+        return str(response.read().decode("utf-8", errors="replace"))
 
 
 def fetch_file(url: str, dest: Path, sha256: str) -> None:

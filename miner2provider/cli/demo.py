@@ -49,7 +49,8 @@ def demo_command(ctx: Context) -> None:
         ssh = ["--accept-new", "--known-hosts", str(work / "known_hosts")]
         bundle = ["--bundle", str(work / "bundle")]
         steps = [("detect: what is this rig?", ["detect", "-i", str(inv), *ssh]),
-                 ("plan: what would convert change? (exit 1: changes pending)", ["plan", "-i", str(inv), *bundle, *ssh]),
+                 ("plan: what would convert change? (exit 1: changes pending)",
+                  ["plan", "-i", str(inv), *bundle, *ssh]),
                  ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
                  ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
                  ("status", ["status", "-i", str(inv), *ssh]),

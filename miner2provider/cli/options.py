@@ -8,7 +8,7 @@ command one object built from them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ _SSH = [
 _SSH_NAMES = ("accept_new", "known_hosts", "forks", "connect_timeout", "command_timeout")
 
 
-def _stack(f: Callable[..., Any], options: list[Decorator]) -> Callable[..., Any]:
+def _stack(f: Callable[..., Any], options: Sequence[Decorator]) -> Callable[..., Any]:
     for option in reversed(options):
         f = option(f)
     return f

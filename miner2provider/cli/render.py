@@ -73,7 +73,7 @@ def report(ctx: Context, r: RigReport) -> None:
             click.echo(f"  {label:<8} {value}")
     for b in v.blockers:
         click.echo(click.style(f"  x {b.sentence}", fg="red"))
-    for w in (*v.warnings, *r.warnings):
+    for w in (*(f.sentence for f in v.warnings), *r.warnings):
         click.echo(click.style(f"  ! {w}", fg="yellow"))
 
 

@@ -40,7 +40,7 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
     """A readable timeline of the modes the schedule asks for, in its timezone."""
     sched = schedule_model.load(file)
     try:
-        begin = datetime.datetime.fromisoformat(start) if start else datetime.datetime.now(datetime.timezone.utc)
+        begin = datetime.datetime.fromisoformat(start) if start else datetime.datetime.now(datetime.UTC)
     except ValueError:
         raise UsageError(f"--from {start}: use ISO 8601, e.g. 2026-03-29T00:00+01:00") from None
     if begin.tzinfo is None:

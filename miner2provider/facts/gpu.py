@@ -101,7 +101,7 @@ class GpusFact(Fact[Gpus]):
             cells = [c.strip() for c in line.split(", ")]
             if len(cells) != len(QUERY_FIELDS):
                 return Gpus("driver-error", (), f"unexpected nvidia-smi row: {line[:120]}")
-            gpus.append(gpu_from_fields(dict(zip(QUERY_FIELDS, cells))))
+            gpus.append(gpu_from_fields(dict(zip(QUERY_FIELDS, cells, strict=True))))
         return Gpus("ok", tuple(gpus))
 
 

@@ -30,7 +30,8 @@ class DefaultRouteFact(Fact[DefaultRoute]):
     """``ip -4 route show default`` (``default via 192.168.1.1 dev eth0 ...``); k3s needs a default route."""
 
     name = "default_route"
-    command = "ip -4 route show default 2>/dev/null || route -n 2>/dev/null | awk '$1==\"0.0.0.0\"{print \"default dev \" $8}'"
+    command = ("ip -4 route show default 2>/dev/null"
+               " || route -n 2>/dev/null | awk '$1==\"0.0.0.0\"{print \"default dev \" $8}'")
 
     @staticmethod
     def parse(out: Output) -> DefaultRoute:

@@ -79,7 +79,7 @@ class MiningOsFact(Fact[MiningOs]):
     @staticmethod
     def parse(out: Output) -> MiningOs:
         markers = tuple(m.group(1) for m in re.finditer(r"^marker (\S+)$", out.text, re.M))
-        info = {}
+        info: dict[str, str] = {}
         for line in out.text.splitlines():
             key, _, value = line.partition(" ")
             if key != "marker" and value:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import Any
 
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.facts.base import Output
@@ -91,5 +92,6 @@ def gather(text: str) -> RigFacts:
     missing = [f.name for f in ALL_FACTS if f.name not in outputs]
     if missing:
         raise ProbeIncomplete(f"probe output lacks {', '.join(missing)}")
-    return RigFacts(**{name: FACTS_BY_NAME[name].parse(out) for name, out in outputs.items()
-                       if name in FACTS_BY_NAME})
+    parsed: dict[str, Any] = {name: FACTS_BY_NAME[name].parse(out) for name, out in outputs.items()
+                              if name in FACTS_BY_NAME}
+    return RigFacts(**parsed)

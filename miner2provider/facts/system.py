@@ -155,7 +155,8 @@ class DisksFact(Fact[tuple[Mount, ...]]):
             if len(parts) < 7 or not parts[2].isdigit():
                 continue
             device, fstype, size, _, avail, _, mountpoint = parts
-            if mountpoint != "/" and (fstype in _NOT_A_DISK or mountpoint.startswith(("/proc", "/sys", "/dev", "/run"))):
+            pseudo = fstype in _NOT_A_DISK or mountpoint.startswith(("/proc", "/sys", "/dev", "/run"))
+            if mountpoint != "/" and pseudo:
                 continue
             mounts.append(Mount(device, fstype, mountpoint, round(int(size) / 1024**2, 1),
                                 round(int(avail) / 1024**2, 1)))

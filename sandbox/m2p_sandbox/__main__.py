@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from miner2provider.errors import SandboxError
 from m2p_sandbox import base, rig
+from miner2provider.errors import SandboxError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,7 +82,8 @@ def _build_deb(out: Path, name: str, version: str, files: dict[str, tuple[str, i
         deb = out / f"{name}_{version}_amd64.deb"
         # Fixed mtimes and root ownership make the package byte-identical from build to build.
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(tree), str(deb)],
-                       check=True, capture_output=True, env={"SOURCE_DATE_EPOCH": "1700000000", "PATH": "/usr/bin:/bin"})
+                       check=True, capture_output=True,
+                       env={"SOURCE_DATE_EPOCH": "1700000000", "PATH": "/usr/bin:/bin"})
     return deb
 
 

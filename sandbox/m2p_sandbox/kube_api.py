@@ -19,7 +19,7 @@ import json
 import threading
 import urllib.parse
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,7 +30,7 @@ from miner2provider.agent.service import PLACEHOLDER_LABEL
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -79,7 +79,7 @@ class KubeApiStandin:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def close(self) -> None:
         self.server.shutdown()
@@ -172,7 +172,8 @@ class KubeApiStandin:
                 selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
                 field, _, value = selector.partition("=")
                 if field != "spec.nodeName":
-                    return 400, _status(400, "BadRequest", "the stand-in serves only fieldSelector=spec.nodeName=<node>")
+                    return 400, _status(400, "BadRequest",
+                                        "the stand-in serves only fieldSelector=spec.nodeName=<node>")
                 items = [p for p in self.pods.values() if p["spec"].get("nodeName") == value]
                 return 200, {"kind": "PodList", "apiVersion": "v1",
                              "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import paramiko
 
-from miner2provider.errors import SandboxError
 from m2p_sandbox import base, flavours, gpu_standin, network, processes
+from miner2provider.errors import SandboxError
 
 BOOT_TIMEOUT = float(os.environ.get("M2P_SANDBOX_BOOT_TIMEOUT", "90"))
 
@@ -321,7 +321,7 @@ def boot(specs: Iterable[RigSpec], owner_pid: int | None = None) -> list[Rig]:
         if failed:
             retried = _boot_once([wanted[i] for i in failed], image.rootfs, owner_pid, BOOT_TIMEOUT,
                                  allow_fail=False)
-            for i, r in zip(failed, retried):
+            for i, r in zip(failed, retried, strict=True):
                 rigs[i] = r
     except BaseException:
         for rig in rigs:
@@ -436,7 +436,7 @@ def running() -> list[Rig]:
 
 def sweep() -> list[str]:
     """Tear down rigs whose owner died or whose supervisor is gone; return their ids."""
-    swept = []
+    swept: list[str] = []
     if not rigs_dir().exists():
         return swept
     for rig_dir in sorted(p for p in rigs_dir().iterdir() if p.is_dir()):

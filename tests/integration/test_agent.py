@@ -15,11 +15,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from miner2provider import cli
-from miner2provider.agent.service import PLACEHOLDER_LABEL
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider import cli
+from miner2provider.agent.service import PLACEHOLDER_LABEL
 
 from .conftest import run, ssh
 

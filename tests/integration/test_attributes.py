@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 
-from m2p_sandbox import gpu_standin, rig as sandbox
+from m2p_sandbox import gpu_standin
+from m2p_sandbox import rig as sandbox
 
 from .conftest import run, ssh
 

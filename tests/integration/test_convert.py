@@ -9,16 +9,14 @@ import secrets
 import shlex
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from miner2provider import collection, inventory, runner
-from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox import gpu_standin
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
+from miner2provider import collection, inventory, runner
 
 from .conftest import run, ssh
 
@@ -36,7 +34,7 @@ def outcomes(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
     try:
         return {o["name"]: o for o in json.loads(proc.stdout)}
     except json.JSONDecodeError:
-        raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
 
 
 @pytest.fixture

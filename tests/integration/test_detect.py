@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from m2p_sandbox import network, rig as sandbox
+from m2p_sandbox import network
+from m2p_sandbox import rig as sandbox
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from m2p_sandbox import network
+from m2p_sandbox import rig as sandbox
 from miner2provider.inventory import Host, Secret
 from miner2provider.runner import run_playbook
-from m2p_sandbox import network, rig as sandbox
 
 from .conftest import run, ssh
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from m2p_sandbox import network, rig as sandbox
+from m2p_sandbox import network
+from m2p_sandbox import rig as sandbox
 
 from .conftest import run, ssh
 

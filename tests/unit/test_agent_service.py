@@ -5,13 +5,13 @@ NVML that reports the miner's PID while the miner runs (no GPU here)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from datetime import UTC
 
 import pytest
 
+from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.agent import cluster, rig
 from miner2provider.agent.service import PLACEHOLDER_LABEL, Agent, Config
-from m2p_sandbox.kube_api import KubeApiStandin
 
 NODE = "rig01"
 
@@ -173,7 +173,7 @@ def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):
 
 
 def test_next_change_is_scanned_again_only_once_it_has_passed(api, tmp_path, monkeypatch):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from miner2provider.agent import service
     from miner2provider.schedule import policy
@@ -184,7 +184,7 @@ def test_next_change_is_scanned_again_only_once_it_has_passed(api, tmp_path, mon
     scans, scan = [], policy.next_change
     monkeypatch.setattr(service.policy, "next_change", lambda *a: scans.append(a) or scan(*a))
     first = agent.next_change(now[0])
-    assert first == scan(agent.schedule, datetime.fromtimestamp(now[0], timezone.utc))
+    assert first == scan(agent.schedule, datetime.fromtimestamp(now[0], UTC))
     now[0] += 1800
     assert agent.next_change(now[0]) == first and len(scans) == 1
     now[0] = first.timestamp()

@@ -3,9 +3,8 @@
 import pytest
 import yaml
 
-from miner2provider import collection
-
 from m2p_sandbox import bundle as standin
+from miner2provider import collection
 from miner2provider.bundle.manifest import load_bundle
 from miner2provider.errors import BundleError
 

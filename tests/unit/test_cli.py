@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import click
-import pytest
 
 from miner2provider import cli, errors, inventory
 
@@ -87,3 +86,21 @@ def test_status_line_of_the_agent():
     assert click.unstyle(_agent_line(blind)) == ("leasing since 2026-11-22T21:14, no change ahead (schedule night-lease)"
                                                  "; service failed; last error: API: refused")
     assert _agent_line({**agent, "mode": ""}) == "service active, no status yet"
+
+
+def test_readme_exit_code_table_is_the_code_s():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("### Exit codes\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ", 1) for line in table.splitlines() if line.startswith("| `")]
+    assert [(code.strip("| `"), meaning.rstrip(" |")) for code, meaning in rows] == errors.exit_codes()
+
+
+def test_every_exit_code_in_the_table_is_one_a_command_can_return(capsys):
+    codes = {c for c, _ in errors.exit_codes()}
+    for cls in (errors.UsageError, errors.InventoryError, errors.BundleError, errors.SandboxError,
+                errors.ScheduleError, errors.ChangesPending):
+        assert str(cls("x").exit_code) in codes
+    assert errors.RigFailures(3, 5).exit_code == 13 and errors.RigFailures(500, 500).exit_code == 99
+    # The usage error a command raises on a bad flag value ends as exit 2.
+    code, _, err = run(capsys, "convert", "-i", "x.yml", "--batch", "ten")
+    assert code == 2 and "--batch ten" in err

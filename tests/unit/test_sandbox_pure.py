@@ -2,8 +2,8 @@
 
 import pytest
 
-from miner2provider.errors import SandboxError
 from m2p_sandbox import base, flavours, network
+from miner2provider.errors import SandboxError
 
 
 def test_recipe_hash_is_stable_and_tracks_the_recipe(monkeypatch):

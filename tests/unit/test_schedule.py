@@ -1,6 +1,6 @@
 """Schedules: validation with file:line, what they ask for when, and daylight saving time."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -43,18 +43,18 @@ def test_a_fixed_schedule_leases_nights_and_weekends():
     assert desired_at(s, at("2026-11-24T07:59")).label == "lease"  # crossed midnight
     assert desired_at(s, at("2026-11-28T12:00")).label == "lease"  # Saturday
     assert desired_at(s, at("2026-11-30T07:00")).label == "mine"  # Monday early: Sunday is not mon-fri
-    assert next_change(s, at("2026-11-23T12:00")) == at("2026-11-23T18:00").astimezone(timezone.utc)
+    assert next_change(s, at("2026-11-23T12:00")) == at("2026-11-23T18:00").astimezone(UTC)
 
 
 def test_policies_map_windows_to_offer_and_idle_mining():
     lease_first = parse("timezone: UTC\npolicy: lease-first\nwindows:\n"
                         "  - {days: daily, from: '20:00', to: '23:00', mode: mine}\n")
     assert (desired_at(lease_first, at("2026-11-23T12:00")).offered, desired_at(lease_first, at("2026-11-23T12:00")).idle_mining) == (True, True)
-    assert desired_at(lease_first, datetime(2026, 11, 23, 21, tzinfo=timezone.utc)).label == "mine"
+    assert desired_at(lease_first, datetime(2026, 11, 23, 21, tzinfo=UTC)).label == "mine"
     mine_first = parse("timezone: UTC\npolicy: mine-first\nwindows:\n"
                        "  - {days: sat, from: '00:00', to: '24:00', mode: lease}\n")
-    assert desired_at(mine_first, datetime(2026, 11, 28, 9, tzinfo=timezone.utc)).label == "lease (idle mining)"
-    assert desired_at(mine_first, datetime(2026, 11, 27, 9, tzinfo=timezone.utc)).label == "mine"
+    assert desired_at(mine_first, datetime(2026, 11, 28, 9, tzinfo=UTC)).label == "lease (idle mining)"
+    assert desired_at(mine_first, datetime(2026, 11, 27, 9, tzinfo=UTC)).label == "mine"
 
 
 @pytest.mark.parametrize("text, line, message", [
@@ -91,25 +91,25 @@ def test_mistakes_are_one_line_with_file_and_line(text, line, message):
 def test_agreeing_overlaps_are_fine():
     s = parse("timezone: UTC\npolicy: fixed\nwindows:\n  - {days: mon-fri, from: '18:00', to: '08:00', mode: lease}\n"
               "  - {days: tue, from: '06:00', to: '09:00', mode: lease}\n")
-    assert desired_at(s, datetime(2026, 11, 24, 8, 30, tzinfo=timezone.utc)).label == "lease"
+    assert desired_at(s, datetime(2026, 11, 24, 8, 30, tzinfo=UTC)).label == "lease"
 
 
 def test_spring_forward_a_boundary_in_the_gap_takes_effect_after_it():
     s = parse("timezone: Europe/Berlin\npolicy: fixed\nwindows:\n"
               "  - {days: sun, from: '02:30', to: '06:00', mode: lease}\n")
     # 2026-03-29: 02:00 CET jumps to 03:00 CEST; 02:30 never happens.
-    before = datetime(2026, 3, 29, 0, 59, tzinfo=timezone.utc)  # 01:59 CET
+    before = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)  # 01:59 CET
     assert desired_at(s, before).label == "mine"
-    assert next_change(s, before) == datetime(2026, 3, 29, 1, 0, tzinfo=timezone.utc)  # 03:00 CEST
+    assert next_change(s, before) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 03:00 CEST
 
 
 def test_fall_back_a_boundary_in_the_repeated_hour_switches_once():
     s = parse("timezone: Europe/Berlin\npolicy: fixed\nwindows:\n"
               "  - {days: sun, from: '00:00', to: '02:30', mode: lease}\n")
     # 2026-10-25: 03:00 CEST goes back to 02:00 CET; 02:00-03:00 happens twice.
-    start = datetime(2026, 10, 24, 23, 0, tzinfo=timezone.utc)  # 01:00 CEST
+    start = datetime(2026, 10, 24, 23, 0, tzinfo=UTC)  # 01:00 CEST
     first = next_change(s, start)
-    assert first == datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc)  # the first 02:30 (CEST)
+    assert first == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # the first 02:30 (CEST)
     assert next_change(s, first, horizon=timedelta(hours=20)) is None  # not back to lease at 02:00 CET
     spans = timeline(s, start, 1)
     assert [d.label for _, _, d in spans] == ["lease", "mine"]
@@ -136,10 +136,10 @@ def test_timeline_spans_are_contiguous_and_each_is_one_mode(windows, tz, policy,
             continue
         lines.append(f"  - {{days: {w['days']}, from: '{w['from']}', to: '{to}', mode: {mode}}}")
     s = parse("\n".join(lines) + "\n")
-    begin = start.replace(tzinfo=timezone.utc, second=0, microsecond=0)
+    begin = start.replace(tzinfo=UTC, second=0, microsecond=0)
     spans = timeline(s, begin, 2)
     assert spans[0][0] == begin and spans[-1][1] == begin + timedelta(days=2)
-    for (a, b, d), nxt in zip(spans, spans[1:] + [None]):
+    for (a, b, d), nxt in zip(spans, spans[1:] + [None], strict=True):
         assert a < b
         for probe in (a, a + (b - a) / 2, b - timedelta(minutes=1)):
             assert desired_at(s, probe).same(d)

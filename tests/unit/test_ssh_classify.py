@@ -17,7 +17,7 @@ OPTS = SshOptions(known_hosts=Path("/home/m/.ssh/known_hosts"), connect_timeout=
 @pytest.mark.parametrize("exc, cls, words", [
     (socket.gaierror(-2, "Name or service not known"), "dns", "cannot resolve host name '10.0.0.7'"),
     (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "refused", "connection refused on 10.0.0.7:22"),
-    (socket.timeout("timed out"), "timeout", "no answer from 10.0.0.7:22 within 5s"),
+    (TimeoutError("timed out"), "timeout", "no answer from 10.0.0.7:22 within 5s"),
     (OSError(errno.EHOSTUNREACH, "No route to host"), "unreachable", "no route to 10.0.0.7:22"),
     (paramiko.AuthenticationException("Authentication failed."), "auth",
      "authentication failed for user 'user' (tried key, agent, password)"),

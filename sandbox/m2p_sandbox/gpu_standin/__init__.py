@@ -22,7 +22,8 @@ CUDA_VERSION = "12.4"  # the CUDA line an R550 driver reports
 
 
 def cards() -> dict[str, dict[str, str]]:
-    return yaml.safe_load((HERE / "cards.yml").read_text())
+    data: dict[str, dict[str, str]] = yaml.safe_load((HERE / "cards.yml").read_text())
+    return data
 
 
 def rig_config(rig_name: str, card_names: list[str], driver: str = DRIVER_VERSION,

@@ -1,0 +1,117 @@
+"""The product as users get it: the wheel, installed into a fresh virtualenv (not editable).
+
+The wheel is built from this checkout and installed with the pinned dependencies; everything
+below runs the installed ``m2p`` and ``ansible-*`` of that virtualenv, never this checkout.
+The sandbox rig is booted by the harness here (the test environment), not by the product.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
+from miner2provider import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sh(*argv: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
+       timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, Path]:
+    """The wheel, and a fresh virtualenv with it (and its pinned dependencies) installed."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    ok(sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", ROOT))
+    (wheel,) = (tmp / "dist").glob("miner2provider-*.whl")
+    venv = tmp / "venv"
+    ok(sh(sys.executable, "-m", "venv", venv))
+    ok(sh(venv / "bin/pip", "install", "-q", "-c", ROOT / "requirements/constraints.txt", wheel))
+    return {"wheel": wheel, "venv": venv, "tmp": tmp}
+
+
+def test_the_wheel_carries_the_collection_and_no_sandbox(installed):
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    for needed in ("ansible_collections/m2p/rigs/galaxy.yml", "ansible_collections/m2p/rigs/meta/runtime.yml",
+                   "ansible_collections/m2p/rigs/playbooks/convert.yml",
+                   "ansible_collections/m2p/rigs/roles/k3s_install/defaults/main.yml",
+                   "ansible_collections/m2p/rigs/plugins/action/m2p_facts.py"):
+        assert needed in names
+    assert not [n for n in names if "sandbox" in n or "standin" in n], "sandbox code in the product wheel"
+    galaxy = yaml.safe_load((ROOT / "ansible_collections/m2p/rigs/galaxy.yml").read_text())
+    assert galaxy["version"] == __version__
+
+
+def test_installed_m2p_runs_without_the_checkout(installed):
+    venv, tmp = installed["venv"], installed["tmp"]
+    # From another folder, with no PYTHONPATH: only the installed files can answer.
+    env = {"PYTHONPATH": "", "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
+    assert "convert" in ok(sh(venv / "bin/m2p", "--help", cwd=tmp, env=env))
+    where = ok(sh(venv / "bin/python", "-c", "from miner2provider import collection; print(collection.root())",
+                  cwd=tmp, env=env)).strip()
+    assert where.startswith(str(venv)), where
+    demo = sh(venv / "bin/m2p", "demo", cwd=tmp, env=env)
+    assert demo.returncode == 2 and "needs the sandbox harness" in demo.stderr, demo.stderr
+    # Users who drive rigs with their own playbooks: the collection as Ansible sees it.
+    (tmp / "hosts.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 192.0.2.1}\n")
+    for playbook in ("convert", "revert", "verify", "schedule"):
+        ok(sh(venv / "bin/ansible-playbook", "-i", tmp / "hosts.yml", f"m2p.rigs.{playbook}", "--syntax-check",
+              cwd=tmp, env=env))
+
+
+def test_ansible_galaxy_builds_the_collection_and_a_playbook_uses_it(installed):
+    venv, tmp = installed["venv"], installed["tmp"] / "galaxy"
+    tmp.mkdir()
+    env = {"PYTHONPATH": "", "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
+    ok(sh(venv / "bin/ansible-galaxy", "collection", "build", ROOT / "ansible_collections/m2p/rigs", cwd=tmp,
+          env=env))
+    (tarball,) = tmp.glob("m2p-rigs-*.tar.gz")
+    assert tarball.name == f"m2p-rigs-{__version__}.tar.gz"
+    with tarfile.open(tarball) as tar:
+        members = tar.getnames()
+    assert "roles/preflight/tasks/main.yml" in members and not [m for m in members if "__pycache__" in m]
+    ok(sh(venv / "bin/ansible-galaxy", "collection", "install", "-p", tmp / "collections", tarball, cwd=tmp,
+          env=env))
+    (tmp / "site.yml").write_text(
+        "- name: My own play with m2p's roles\n  hosts: all\n  gather_facts: false\n  roles:\n"
+        "    - m2p.rigs.preflight\n    - m2p.rigs.k3s_server\n  tasks:\n    - name: Facts\n"
+        "      m2p.rigs.m2p_facts: {}\n")
+    (tmp / "hosts.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 192.0.2.1}\n")
+    ok(sh(venv / "bin/ansible-playbook", "-i", "hosts.yml", "site.yml", "--syntax-check", cwd=tmp,
+          env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections")}))
+
+
+def test_installed_m2p_converts_and_reverts_a_sandbox_rig(installed, boot_rigs):
+    venv, tmp = installed["venv"], installed["tmp"] / "rig"
+    tmp.mkdir()
+    (rig,) = boot_rigs(sandbox.RigSpec("wh-hive", "hiveos", ("rtx3090",)))
+    build_test_bundle(tmp / "bundle")
+    inv = tmp / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"wh-hive": {
+        "ansible_host": rig.address, "ansible_user": rig.user, "ansible_ssh_private_key_file": rig.key_file,
+        "m2p_min_free_disk_gb": 5}}}}))
+    env = {"PYTHONPATH": "", "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
+    ssh = ["--known-hosts", str(tmp / "known_hosts")]
+    ok(sh(venv / "bin/m2p", "detect", "-i", inv, "--accept-new", *ssh, cwd=tmp, env=env))
+    for command in ("convert", "revert"):
+        out = ok(sh(venv / "bin/m2p", command, "-i", inv, "--bundle", tmp / "bundle", *ssh, "--yes", cwd=tmp, env=env))
+        assert "wh-hive" in out and "changed" in out, out
+    status = ok(sh(venv / "bin/m2p", "status", "-i", inv, *ssh, cwd=tmp, env=env))
+    assert "not converged" in status, status

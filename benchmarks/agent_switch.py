@@ -18,11 +18,11 @@ placeholder).  Then, per trial:
 
 What is not measured: the scheduler's preemption and the kubelet starting the hook (seconds
 in a real cluster, the same for any agent).  Side by side, the baseline is the cron-style
-poll that Clore.ai hosts use (mining-os.md: a script polling once a minute): the same agent
+poll that Clore.ai hosts use (mmp-clore.sh, a community cron script polling once a minute): the same agent
 at ``--baseline-interval`` s per tick, each trial started at a random phase of its tick, polling only (``wake_on_signal: false``).
 
 Then RSS (VmRSS) and CPU over ``--idle-seconds`` of idle mining, children included (the
-miner check and nvidia-smi it runs).  Targets (issue 6): p95 <= 5 s, RSS <= 40 MB, idle CPU <= 1 %.
+miner check and nvidia-smi it runs).  Targets: p95 <= 5 s, RSS <= 40 MB, idle CPU <= 1 %.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ side by side, each ``--repeat`` times (median), both as separate processes:
 
 Then drift: a hand-edited /etc/rancher/k3s/config.yaml on the first rig and a stopped
 k3s on the second.  ``m2p convert`` must run the playbook on exactly those two and repair
-them (checked: the next run skips every rig).  Target (issue 4): m2p >= 20x faster.
+them (checked: the next run skips every rig).  Target: m2p >= 20x faster.
 All rigs share this machine's cores, so absolute times are pessimistic; the ratio carries.
 """
 

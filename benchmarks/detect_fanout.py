@@ -8,7 +8,7 @@ removed by the benchmark): root's shell start-up on this machine (pyenv in .bash
 about 0.1 s per SSH command, which no rig pays and which would swamp what we measure.  Every rig every rig shares this machine's 2 cores, so absolute times are pessimistic
 and the ratios are what carries over.  All three contestants use the same parallelism
 (--forks), run as separate processes (start-up included), and are timed side by side;
-each is run --repeat times and the median is reported.  Targets (issue 3): m2p detect at
+each is run --repeat times and the median is reported.  Targets: m2p detect at
 least 10x faster than `ansible -m setup`, within 1.3x of the bare probe.
 """
 

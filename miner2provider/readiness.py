@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from miner2provider.collection import role_defaults
 from miner2provider.facts.probe import RigFacts
 
 # ansible-core 2.19 (the line m2p drives rigs with) supports target Python 3.8-3.13.
 MIN_TARGET_PYTHON = (3, 8)
 ANSIBLE_LINE = "ansible-core 2.19"
-DEFAULT_MIN_FREE_DISK_GB = 40  # hard floor for k3s data; images need tens of GB
+# The floors are the preflight role's (one place for `m2p detect` and convert's refusal alike).
+_PREFLIGHT = role_defaults("preflight")
+DEFAULT_MIN_FREE_DISK_GB = int(_PREFLIGHT["preflight_min_free_disk_gb"])  # k3s data; images need tens of GB
+DEFAULT_MIN_RAM_MB = int(_PREFLIGHT["preflight_min_ram_mb"])
 RECOMMENDED_FREE_DISK_GB = 100  # Akash's figure for a worker's ephemeral storage
-DEFAULT_MIN_RAM_MB = 4096
 MIN_CUDA_MAJOR = 12  # most lease images need CUDA 12 (driver >= 525)
 
 

@@ -7,7 +7,7 @@
 - Secrets never reach a message: ``redact`` scrubs any that an exception might carry.
 
 The pool is capped (default 32): paramiko with a thread per rig at 1,000 rigs lost rigs
-to "No existing session" errors in our measurements (shared/reference/fanout-performance.md).
+to "No existing session" errors in our measurements (benchmarks/detect_fanout.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from miner2provider.inventory import Host, Secret
 
 DEFAULT_POOL = 32
 
-# Logins mining OSes ship with (shared/reference/mining-os.md §1.1 Credentials).
+# Logins mining OSes ship with (HiveOS: user/1, per hiveos-linux).
 DEFAULT_LOGINS = (("user", "1", "HiveOS"),)
 
 

@@ -1,6 +1,6 @@
 """Akash provider attributes for a fleet, and the warnings an operator must see.  Pure.
 
-Key order as the docs and the provider's own key builder use it (gpu-stack.md §1.3):
+Key order as Akash's docs and its provider's own key builder (akash-network/provider) use it:
 ``capabilities/gpu/vendor/<vendor>/model/<model>[/ram/<size>][/interface/<iface>]``,
 plus ``capabilities/gpu``, the ``cuda`` the whole fleet can honestly serve (the lowest
 CUDA version any rig's driver supports) and ``location-region`` (never the legacy ``region``).

@@ -1,7 +1,7 @@
 """Which mining OS a rig runs, its version, and whether its miner is running.
 
-Markers and version sources: shared/reference/mining-os.md §1 (checked in the OSes'
-own scripts where marked [V] there).  Detection follows the reference's order, from
+Markers and version sources: each OS's own scripts (minershive/hiveos-linux,
+recolic/minerstat-os, nicehash/NHOS on GitHub).  Detection goes from
 the cheapest and most specific marker down to /etc/os-release.
 """
 

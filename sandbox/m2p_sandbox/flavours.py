@@ -3,7 +3,7 @@
 STAND-INS.  A flavour is data kept in the repo (``flavours/<name>/``): a ``root/``
 tree laid over the base, plus ``flavour.yml`` naming what cannot be a plain file
 (login users, dpkg status entries).  The files mimic the markers, configs and
-miner-control commands that ``shared/reference/mining-os.md`` documents for the real
+miner-control commands that each OS's own scripts define for the real
 OS; they are not the real OS, and say so in their headers.
 """
 
@@ -37,7 +37,7 @@ class Flavour:
     dpkg_status: tuple[Path, ...] = field(default=())
 
 
-# The mining OS's own configuration on a rig of each flavour (mining-os.md): m2p never edits it.
+# The mining OS's own configuration on a rig of each flavour: m2p never edits it.
 MINING_CONFIG = {"hiveos": "/hive-config", "msos": "/media/storage"}
 
 

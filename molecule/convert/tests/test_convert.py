@@ -8,8 +8,9 @@ import testinfra
 import yaml
 
 from m2p_sandbox import flavours
+from miner2provider.bundle import pins
 
-K3S_VERSION = "v1.33.2+k3s1"
+K3S_VERSION = pins.K3S_VERSION  # the k3s_install role's pin
 TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
            "nvidia-container-toolkit"]
 

@@ -43,10 +43,6 @@ def playbook(name: str) -> Path:
     return root() / "playbooks" / f"{name}.yml"
 
 
-def role_names() -> list[str]:
-    return sorted(p.name for p in (root() / "roles").iterdir() if (p / "tasks").is_dir())
-
-
 @functools.cache
 def role_defaults(role: str) -> dict[str, Any]:
     """A role's defaults/main.yml, parsed once."""

@@ -88,7 +88,6 @@ class ScheduleError(M2PError):
     meaning = "bad schedule (file:line)"
 
 
-
 def exit_codes() -> list[tuple[str, str]]:
     """(code, meaning) for README's exit-code table, from the classes above (a test keeps them equal).
     A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from miner2provider import __version__
-from miner2provider.errors import INTERNAL_ERROR, M2PError, UsageError
+from miner2provider.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
 
 
 class Context:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("m2p: aborted", err=True)
-        return 130
+        return ABORTED
     except click.ClickException as exc:
         exc.show()
         return UsageError.exit_code

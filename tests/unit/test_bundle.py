@@ -8,8 +8,6 @@ from miner2provider import collection
 from miner2provider.bundle.manifest import load_bundle
 from miner2provider.errors import BundleError
 
-ROLES = collection.root() / "roles"
-
 
 @pytest.fixture(scope="module")
 def bundle_dir(tmp_path_factory):
@@ -30,7 +28,7 @@ def test_role_vars_are_role_variables(bundle_dir):
     variables = load_bundle(bundle_dir).role_vars()
     known = {}
     for role in ("k3s_install", "nvidia_container_toolkit"):
-        known.update(yaml.safe_load((ROLES / role / "defaults/main.yml").read_text()))
+        known.update(collection.role_defaults(role))
     assert set(variables) <= set(known)
 
 

@@ -10,7 +10,7 @@ from miner2provider import collection
 
 ROOT = collection.root()
 TEMPLATE = ROOT / "roles/nvidia_device_plugin/templates/nvidia-device-plugin.yaml.j2"
-DEFAULTS = yaml.safe_load((ROOT / "roles/nvidia_device_plugin/defaults/main.yml").read_text())
+DEFAULTS = collection.role_defaults("nvidia_device_plugin")
 K8S_VERSION = "1.33"  # the pinned k3s line (v1.33.x)
 
 
@@ -47,7 +47,7 @@ def test_a_broken_manifest_is_caught():
 # -- the time-share objects (roles/timeshare_agent/templates) ---------------------------
 
 AGENT_ROLE = ROOT / "roles/timeshare_agent"
-AGENT_DEFAULTS = yaml.safe_load((AGENT_ROLE / "defaults/main.yml").read_text())
+AGENT_DEFAULTS = collection.role_defaults("timeshare_agent")
 
 
 def render_timeshare(template, node="rig01", gpus=6):

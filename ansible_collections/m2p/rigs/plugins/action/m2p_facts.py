@@ -6,8 +6,9 @@ rig in one round trip; parsing, the readiness verdict and the GPU labels happen 
 the controller.  Read-only, so it runs in check mode too.
 
 Sets ``ansible_facts.m2p``: the rig's facts as plain data plus ``readiness``
-(blockers, warnings), ``cards`` (database entry of each GPU), ``gpu_labels`` and
-``gpu_signature`` (what the fingerprint records).
+(blockers and warnings as sentences, their stable codes in ``blocker_codes`` and
+``warning_codes`` for playbooks to test, ``hardware_blockers``), ``cards`` (database entry
+of each GPU), ``gpu_labels`` and ``gpu_signature`` (what the fingerprint records).
 """
 
 from __future__ import annotations

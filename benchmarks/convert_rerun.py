@@ -39,15 +39,16 @@ PY = sys.executable
 BASELINE = r'''
 import sys
 from pathlib import Path
-from miner2provider import inventory
+from miner2provider import collection, inventory
 from miner2provider.bundle.manifest import load_bundle
-from miner2provider.convert import PLAYBOOKS, expected_inputs
+from miner2provider.convert import expected_inputs, fleet_role_vars
 from miner2provider.runner import run_playbook
 inv, bundle_dir, known_hosts = sys.argv[1:4]
 hosts = inventory.load(inv).select(None)
-inputs = expected_inputs(hosts, load_bundle(bundle_dir))
-report = run_playbook(PLAYBOOKS / "convert.yml", hosts,
-                      {"m2p_bundle_dir": bundle_dir, "m2p_fingerprint_inputs": inputs},
+derived = fleet_role_vars(hosts)
+for name, digest in expected_inputs(hosts, derived, load_bundle(bundle_dir)).items():
+    derived[name]["fingerprint_inputs"] = digest
+report = run_playbook(collection.playbook("convert"), hosts, {"m2p_bundle_dir": bundle_dir}, role_vars=derived,
                       forks=32, known_hosts=Path(known_hosts))
 changed = sum(s.changed for s in report.hosts.values())
 failed = sum(s.failures + s.unreachable for s in report.hosts.values())

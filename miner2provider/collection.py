@@ -48,3 +48,21 @@ def role_defaults(role: str) -> dict[str, Any]:
     """A role's defaults/main.yml, parsed once."""
     data = yaml.safe_load((root() / "roles" / role / "defaults" / "main.yml").read_text())
     return data if isinstance(data, dict) else {}
+
+
+@functools.cache
+def role_options() -> dict[str, dict[str, Any]]:
+    """Every role variable's entry in its role's meta/argument_specs.yml (entry point main): type,
+    description, default, choices.  Role variables carry their role's name, so one mapping holds all."""
+    options: dict[str, dict[str, Any]] = {}
+    for specs in sorted((root() / "roles").glob("*/meta/argument_specs.yml")):
+        data = yaml.safe_load(specs.read_text()) or {}
+        options.update(data.get("argument_specs", {}).get("main", {}).get("options", {}))
+    return options
+
+
+@functools.cache
+def role_names() -> tuple[str, ...]:
+    """The collection's roles, longest name first (``k3s_agent_x`` is looked up as role k3s's)."""
+    names = (p.name for p in (root() / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+    return tuple(sorted(names, key=lambda n: (-len(n), n)))

@@ -26,7 +26,8 @@ from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
 from miner2provider.errors import M2PError
 from miner2provider.inventory import Host
-from miner2provider.plan import fleet_settings, inputs_digest, reasons_to_run
+from miner2provider.plan import inputs_digest, reasons_to_run
+from miner2provider.role_vars import Rig, RunInputs, role_vars
 from miner2provider.runner import Event, run_playbook
 from miner2provider.ssh import SshOptions
 
@@ -71,12 +72,17 @@ def run_fleet(
     on_event: Callable[[Event], None] | None = None,
     keep_artifacts: Path | None = None,
     full: bool = False,
-    extravars: dict[str, Any] | None = None,
+    inventory_hosts: list[Host] | None = None,
+    run_inputs: RunInputs | None = None,
 ) -> list[RigOutcome]:
+    """Run ``playbook`` on ``hosts``, chosen from ``inventory_hosts`` (default: the same rigs), whose
+    settings decide the role variables of every rig (role_vars.py)."""
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
+    fleet = inventory_hosts or hosts
+    derived = fleet_role_vars(fleet, run_inputs)
     fingerprinted = playbook == "convert"  # revert always runs: it removes what any convert left
-    inputs = expected_inputs(hosts, bundle) if fingerprinted else {}
+    inputs = expected_inputs(hosts, derived, bundle) if fingerprinted else {}
     reasons: dict[str, tuple[str, ...]] = {}
     for host, report in zip(hosts, detect(hosts, opts), strict=True):
         if not report.ok:
@@ -90,11 +96,9 @@ def run_fleet(
             reachable.append(host)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
-    extravars = dict(extravars or {})
-    if fingerprinted:
-        extravars["m2p_fingerprint_inputs"] = {h.name: inputs[h.name] for h in reachable}
-    if bundle is not None:
-        extravars["m2p_bundle_dir"] = str(bundle.root)
+    for name, digest in inputs.items():
+        derived[name]["fingerprint_inputs"] = digest
+    extravars = {"m2p_bundle_dir": str(bundle.root)} if bundle is not None else {}
     tried = failed = 0
     for group in batches(reachable, batch):
         if tried and failed * 100 > max_fail_pct * tried:
@@ -102,8 +106,8 @@ def run_fleet(
                 outcomes[host.name] = RigOutcome(host.name, "not-started",
                                                  message=f"stopped: {failed} of {tried} rigs failed")
             continue
-        run = run_playbook(collection.playbook(playbook), reachable, extravars, check=check, diff=check,
-                           forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
+        run = run_playbook(collection.playbook(playbook), fleet, extravars, role_vars=derived, check=check,
+                           diff=check, forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
                            keep_artifacts=keep_artifacts, limit=[h.name for h in group])
         for host in group:
             stats = run.hosts.get(host.name)
@@ -138,10 +142,15 @@ def code_digest(bundle: Bundle | None) -> str:
     return digest.hexdigest()
 
 
-def expected_inputs(hosts: list[Host], bundle: Bundle | None) -> dict[str, str]:
+def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
+    """Every rig's role variables, derived from the whole inventory's settings."""
+    rigs = [Rig(h.name, h.address, h.groups, h.vars) for h in fleet]
+    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+
+
+def expected_inputs(hosts: list[Host], derived: dict[str, dict[str, Any]], bundle: Bundle | None) -> dict[str, str]:
     code = code_digest(bundle)
-    fleet = fleet_settings(h.vars for h in hosts)
-    return {h.name: inputs_digest(code, h.vars, h.groups, fleet) for h in hosts}
+    return {h.name: inputs_digest(code, h.vars, derived[h.name], h.groups) for h in hosts}
 
 
 def reasons_to_run_on(report: RigReport, inputs: str) -> tuple[str, ...]:

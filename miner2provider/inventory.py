@@ -3,8 +3,9 @@
 The file is an ordinary Ansible YAML inventory (groups with ``hosts``, ``vars`` and
 ``children``; hosts with ``ansible_host``, ``ansible_user``, ``ansible_port``,
 ``ansible_ssh_private_key_file``, ``ansible_password``), so a miner's existing inventory
-works and the same file feeds the roles later.  m2p's own variables start with
-``m2p_`` and are checked against ``M2P_VARIABLES``.
+works and the same file feeds the roles later.  m2p's own settings start with ``m2p_`` and
+are checked against the contract in ``settings.py``; a role variable set directly (``k3s_version``)
+is checked against its role's argument specs, so a typo is an error, not a silent no-op.
 
 Secrets: ``ansible_password`` may be a ``!vault`` value (decrypted with the vault
 password file), or the password may come from an environment variable named by
@@ -17,34 +18,15 @@ import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from miner2provider import collection, settings
 from miner2provider.errors import InventoryError, VaultError
-
-# m2p's inventory variables: name -> (type, what it means).  Unknown m2p_* names are errors.
-M2P_VARIABLES: dict[str, tuple[type, str]] = {
-    "m2p_ssh_password_env": (str, "name of an environment variable holding the SSH password"),
-    "m2p_become_password_env": (str, "name of an environment variable holding the sudo password"),
-    "m2p_check_default_password": (bool, "warn when the rig still accepts its mining OS's default login"),
-    "m2p_data_dir": (str, "directory on a data disk for k3s data (for rigs on small USB sticks)"),
-    "m2p_min_free_disk_gb": (int, "free disk (GB) k3s data needs; less makes the rig not ready"),
-    "m2p_min_ram_mb": (int, "RAM (MB) below which the rig is not ready"),
-    "m2p_location_region": (str, "provider attribute location-region"),
-    "m2p_schedule": (str, "time-share schedule file for this rig"),
-    "m2p_miner_unit": (str, "systemd unit of the miner on a plain Ubuntu/Debian rig"),
-    "m2p_allow_driver_upgrade": (bool, "let convert upgrade a too-old NVIDIA driver (stops the miner, reboots)"),
-    "m2p_time_slicing_replicas": (int, "advertise each GPU this many times (device plugin time-slicing)"),
-    "m2p_k3s_server_url": (str, "join this existing k3s server (https://HOST:6443) instead of the k3s_server group"),
-    "m2p_k3s_token_env": (str, "name of an environment variable holding the k3s join token"),
-    "m2p_agent_api_server": (str, "Kubernetes API the time-share agent talks to (https://HOST:6443)"),
-    "m2p_agent_token_env": (str, "name of an environment variable holding the time-share agent's API token"),
-    "m2p_agent_ca_file": (str, "CA certificate (on this machine) of the API server the agent talks to"),
-}
 
 ANSIBLE_TYPES: dict[str, type] = {
     "ansible_host": str,
@@ -214,16 +196,17 @@ def _kind(node: yaml.Node) -> str:
 def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: Any) -> None:
     name = key.value
     where = _line(path, value_node)
+    choices: tuple[Any, ...] = ()
     if name.startswith("m2p_"):
-        if name not in M2P_VARIABLES:
-            close = difflib.get_close_matches(name, M2P_VARIABLES, n=1)
-            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(M2P_VARIABLES))}"
-            raise InventoryError(f"unknown m2p variable {name!r}{hint}", where=_line(path, key))
-        expected = M2P_VARIABLES[name][0]
+        contract = settings.contract()
+        if name not in contract:
+            raise InventoryError(f"unknown m2p setting {name!r}{_closest(name, contract)}", where=_line(path, key))
+        expected, choices = contract[name].python_type, contract[name].choices
     elif name in ANSIBLE_TYPES:
         expected = ANSIBLE_TYPES[name]
     else:
-        return  # other Ansible or role variables pass through to the roles untouched
+        _check_role_variable(path, key)
+        return  # role variables and other Ansible variables pass through to the roles
     if isinstance(value, _Vaulted) and expected is str:
         return
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
@@ -233,8 +216,27 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
         )
     if name == "ansible_port" and not 1 <= value <= 65535:
         raise InventoryError(f"ansible_port must be 1-65535, found {value}", where=where)
+    if expected is int and value < 0:
+        raise InventoryError(f"{name} must not be negative, found {value}", where=where)
     if expected is str and not value.strip():
         raise InventoryError(f"{name} is empty", where=where)
+    if choices and value not in choices:
+        raise InventoryError(f"{name} must be one of {', '.join(map(str, choices))}, found {value!r}", where=where)
+
+
+def _check_role_variable(path: Path, key: yaml.ScalarNode) -> None:
+    """A name in a role's namespace (``k3s_...``) must be one of that role's variables."""
+    options = collection.role_options()
+    role = next((r for r in collection.role_names() if key.value.startswith(r + "_")), None)
+    if role is not None and key.value not in options:
+        known = [name for name in options if name.startswith(role + "_")]
+        raise InventoryError(f"unknown variable {key.value!r} of role m2p.rigs.{role}{_closest(key.value, known)}",
+                             where=_line(path, key))
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
 
 
 def _type_name(t: type) -> str:

@@ -16,25 +16,18 @@ from typing import Any
 from miner2provider.facts.fingerprint import Fingerprint, gpu_signature
 from miner2provider.facts.gpu import Gpus
 
-# Inventory settings that change what convert applies (see playbooks/vars.yml).  Group
-# membership matters too (k3s_server or k3s_agent); secrets never enter the digest.
-FLEET_WIDE = ("m2p_time_slicing_replicas",)  # the device plugin's config map lists every value in the fleet
 
-
-def inputs_digest(code: str, settings: Mapping[str, Any], groups: Iterable[str],
-                  fleet: Mapping[str, Any]) -> str:
-    """sha256 over the code digest, the rig's m2p_* settings, its groups and the fleet-wide settings."""
+def inputs_digest(code: str, settings: Mapping[str, Any], role_vars: Mapping[str, Any], groups: Iterable[str]) -> str:
+    """sha256 over the code digest, the rig's inventory variables, the role variables m2p derived for
+    it (which carry what other rigs' settings mean for it) and its groups.  Connection variables
+    (``ansible_*``) decide how to reach the rig, not what it becomes; secrets never enter."""
     doc = {
         "code": code,
-        "settings": {k: v for k, v in settings.items() if k.startswith("m2p_")},
+        "settings": {k: v for k, v in settings.items() if not k.startswith("ansible_")},
+        "role_vars": dict(role_vars),
         "groups": sorted(set(groups)),
-        "fleet": fleet,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def fleet_settings(all_settings: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    return {name: sorted({str(s[name]) for s in all_settings if name in s}) for name in FLEET_WIDE}
 
 
 def reasons_to_run(fingerprint: Fingerprint, gpus: Gpus, expected_inputs: str | None) -> tuple[str, ...]:

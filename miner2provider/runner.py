@@ -21,7 +21,7 @@ import secrets
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,16 @@ _KINDS = {
 }
 
 
-def build_inventory(hosts: list[Host], vault_key: str) -> str:
-    """The inventory as YAML text; every secret in it is a ``!vault`` value under ``vault_key``."""
+def build_inventory(hosts: list[Host], vault_key: str,
+                    role_vars: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The inventory as YAML text: each host's inventory variables, then the role variables m2p
+    derived for it (role_vars.py); every secret in it is a ``!vault`` value under ``vault_key``."""
     vault = vault_lib(vault_key.encode())
     hostvars: dict[str, dict[str, Any]] = {}
     children: dict[str, dict[str, Any]] = {}
     for host in hosts:
         hv: dict[str, Any] = dict(host.vars)
+        hv.update((role_vars or {}).get(host.name, {}))
         hv.update({"ansible_host": host.address, "ansible_port": host.port})
         if host.user:
             hv["ansible_user"] = host.user
@@ -111,6 +114,7 @@ def run_playbook(
     hosts: list[Host],
     extravars: dict[str, Any] | None = None,
     *,
+    role_vars: Mapping[str, Mapping[str, Any]] | None = None,
     check: bool = False,
     diff: bool = False,
     forks: int = 32,
@@ -119,9 +123,11 @@ def run_playbook(
     keep_artifacts: Path | None = None,
     limit: list[str] | None = None,
 ) -> RunReport:
-    """Run ``playbook`` on ``hosts``; ``keep_artifacts`` copies runner's artifacts there (for audits)."""
+    """Run ``playbook`` on ``limit`` (default: every host) of ``hosts``, the whole inventory (a rig's
+    play may read another's variables or delegate to it, e.g. an agent reads its server's token);
+    ``keep_artifacts`` copies runner's artifacts there (for audits)."""
     vault_key = secrets.token_urlsafe(32)
-    inventory = build_inventory(hosts, vault_key)
+    inventory = build_inventory(hosts, vault_key, role_vars)
     ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s"]
     if known_hosts is not None:
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]

@@ -52,9 +52,9 @@ class Bundle:
     def role_vars(self) -> dict[str, Any]:
         """Role variables that make the roles install from this bundle."""
         return {
-            "k3s_install_version": self.k3s.version,
-            "k3s_install_binary_src": str(self.k3s.path),
-            "k3s_install_binary_sha256": self.k3s.sha256,
+            "k3s_version": self.k3s.version,
+            "k3s_binary_src": str(self.k3s.path),
+            "k3s_binary_sha256": self.k3s.sha256,
             "nvidia_container_toolkit_version": self.toolkit_version,
             "nvidia_container_toolkit_debs": [
                 {"name": a.name, "version": a.version, "src": str(a.path), "sha256": a.sha256}

@@ -11,8 +11,8 @@ def role_default(role: str, var: str) -> Any:
     return role_defaults(role)[var]
 
 
-K3S_VERSION = str(role_default("k3s_install", "k3s_install_version"))
-K3S_RELEASE_URL = str(role_default("k3s_install", "k3s_install_release_url"))
+K3S_VERSION = str(role_default("k3s", "k3s_version"))
+K3S_RELEASE_URL = str(role_default("k3s", "k3s_release_url"))
 TOOLKIT_VERSION = str(role_default("nvidia_container_toolkit", "nvidia_container_toolkit_version"))
 TOOLKIT_REPO_URL = str(role_default("nvidia_container_toolkit", "nvidia_container_toolkit_repo_url"))
 TOOLKIT_PACKAGES = [str(p) for p in role_default("nvidia_container_toolkit", "nvidia_container_toolkit_packages")]

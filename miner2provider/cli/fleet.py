@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import click
 
@@ -11,6 +10,7 @@ from miner2provider import inventory
 from miner2provider.bundle.manifest import Bundle, load_bundle
 from miner2provider.convert import RigOutcome, run_fleet
 from miner2provider.errors import ChangesPending, RigFailures
+from miner2provider.role_vars import RunInputs
 from miner2provider.runner import Event
 
 from . import render
@@ -40,18 +40,19 @@ def _progress(ctx: Context) -> Callable[[Event], None]:
 
 
 def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = False, confirm: bool = False,
-        full: bool = False, extravars: dict[str, Any] | None = None,
-        hosts: list[inventory.Host] | None = None) -> list[RigOutcome]:
-    """Run ``playbook`` on the fleet; ``hosts``: already loaded and selected, else from the inventory."""
-    if hosts is None:
-        hosts = inventory.load(fleet.inventory_file, fleet.vault_password_file).select(fleet.limit)
+        full: bool = False, run_inputs: RunInputs | None = None,
+        inv: inventory.Inventory | None = None) -> list[RigOutcome]:
+    """Run ``playbook`` on the rigs ``--limit`` selects; ``inv``: already loaded, else from the inventory file."""
+    if inv is None:
+        inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
+    hosts = inv.select(fleet.limit)
     bundle = _load_bundle(ctx, fleet.bundle)
     if confirm:
         click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
                       f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
     return run_fleet(playbook, hosts, fleet.ssh, bundle=bundle, check=check, batch=fleet.batch,
                      max_fail_pct=fleet.max_fail, on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts,
-                     full=full, extravars=extravars)
+                     full=full, inventory_hosts=list(inv.hosts), run_inputs=run_inputs)
 
 
 def raise_failures(outcomes: list[RigOutcome]) -> None:

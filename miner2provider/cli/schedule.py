@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import click
 
 from miner2provider import inventory
 from miner2provider.errors import UsageError
+from miner2provider.role_vars import RunInputs
 from miner2provider.schedule import model as schedule_model
 from miner2provider.schedule import policy as schedule_policy
 from miner2provider.timeshare import schedule_files
@@ -68,11 +68,9 @@ def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check
     """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
     inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
-    extravars: dict[str, Any] = {"m2p_schedule_files": schedule_files(hosts, file, inv.path)}
-    if api_server:
-        extravars["m2p_agent_api_server"] = api_server
-    outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), extravars=extravars,
-                             hosts=hosts)
+    run_inputs = RunInputs(schedule_files(hosts, file, inv.path), api_server or None)
+    outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), run_inputs=run_inputs,
+                             inv=inv)
     render.outcomes(outcomes, fleet.as_json, show_tasks=check or ctx.verbosity > 0)
     if check:
         fleet_run.raise_pending(outcomes, "m2p schedule apply")

@@ -51,7 +51,7 @@ def test_the_wheel_carries_the_collection_and_no_sandbox(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     for needed in ("ansible_collections/m2p/rigs/galaxy.yml", "ansible_collections/m2p/rigs/meta/runtime.yml",
                    "ansible_collections/m2p/rigs/playbooks/convert.yml",
-                   "ansible_collections/m2p/rigs/roles/k3s_install/defaults/main.yml",
+                   "ansible_collections/m2p/rigs/roles/k3s/defaults/main.yml",
                    "ansible_collections/m2p/rigs/plugins/action/m2p_facts.py"):
         assert needed in names
     assert not [n for n in names if "sandbox" in n or "standin" in n], "sandbox code in the product wheel"
@@ -91,7 +91,7 @@ def test_ansible_galaxy_builds_the_collection_and_a_playbook_uses_it(installed):
           env=env))
     (tmp / "site.yml").write_text(
         "- name: My own play with m2p's roles\n  hosts: all\n  gather_facts: false\n  roles:\n"
-        "    - m2p.rigs.preflight\n    - m2p.rigs.k3s_server\n  tasks:\n    - name: Facts\n"
+        "    - m2p.rigs.preflight\n    - m2p.rigs.k3s\n  tasks:\n    - name: Facts\n"
         "      m2p.rigs.m2p_facts: {}\n")
     (tmp / "hosts.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 192.0.2.1}\n")
     ok(sh(venv / "bin/ansible-playbook", "-i", "hosts.yml", "site.yml", "--syntax-check", cwd=tmp,

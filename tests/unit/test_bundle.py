@@ -27,7 +27,7 @@ def test_test_bundle_loads_and_says_it_is_a_stand_in(bundle_dir):
 def test_role_vars_are_role_variables(bundle_dir):
     variables = load_bundle(bundle_dir).role_vars()
     known = {}
-    for role in ("k3s_install", "nvidia_container_toolkit"):
+    for role in ("k3s", "nvidia_container_toolkit"):
         known.update(collection.role_defaults(role))
     assert set(variables) <= set(known)
 

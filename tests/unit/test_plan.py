@@ -8,7 +8,7 @@ from pathlib import Path
 from miner2provider.facts.base import Output
 from miner2provider.facts.fingerprint import RECORD, WATCH, FingerprintFact, gpu_signature, state_script
 from miner2provider.facts.gpu import GpusFact
-from miner2provider.plan import fleet_settings, inputs_digest, reasons_to_run
+from miner2provider.plan import inputs_digest, reasons_to_run
 
 CASES = Path(__file__).parent / "facts" / "fingerprint"
 # The two stand-in RTX 3090s of the sandbox rig the fingerprint cases were captured on.
@@ -62,20 +62,17 @@ def test_no_fingerprint_or_a_corrupt_one_runs_the_playbook():
     assert reason.startswith(f"no fingerprint ({RECORD} is not valid")
 
 
-def test_inputs_digest_follows_m2p_settings_groups_and_code_never_secrets():
-    base = inputs_digest("code", {"m2p_data_dir": "/mnt/ssd"}, ["farm"], {})
-    assert base == inputs_digest("code", {"m2p_data_dir": "/mnt/ssd"}, ["farm", "farm"], {})
-    assert base != inputs_digest("code", {"m2p_data_dir": "/mnt/other"}, ["farm"], {})
-    assert base != inputs_digest("code", {"m2p_data_dir": "/mnt/ssd"}, ["k3s_agent"], {})
-    assert base != inputs_digest("code2", {"m2p_data_dir": "/mnt/ssd"}, ["farm"], {})
+def test_inputs_digest_follows_settings_role_vars_groups_and_code_never_connection_or_secrets():
+    settings, derived = {"m2p_data_dir": "/mnt/ssd"}, {"k3s_data_dir": "/mnt/ssd"}
+    base = inputs_digest("code", settings, derived, ["farm"])
+    assert base == inputs_digest("code", settings, derived, ["farm", "farm"])
+    assert base != inputs_digest("code", {"m2p_data_dir": "/mnt/other"}, derived, ["farm"])
+    assert base != inputs_digest("code", settings, {"k3s_data_dir": "/mnt/other"}, ["farm"])  # e.g. its server moved
+    assert base != inputs_digest("code", settings, derived, ["k3s_agent"])
+    assert base != inputs_digest("code2", settings, derived, ["farm"])
     # a password never enters the digest (a hash of a short password can be brute-forced)
-    assert base == inputs_digest("code", {"m2p_data_dir": "/mnt/ssd", "ansible_password": "hunter2"}, ["farm"], {})
-
-
-def test_fleet_settings_collect_every_time_slicing_value():
-    fleet = fleet_settings([{"m2p_time_slicing_replicas": 4}, {}, {"m2p_time_slicing_replicas": 2},
-                            {"m2p_time_slicing_replicas": 4}])
-    assert fleet == {"m2p_time_slicing_replicas": ["2", "4"]}
+    assert base == inputs_digest("code", {**settings, "ansible_password": "hunter2", "ansible_host": "10.0.0.9"},
+                                 derived, ["farm"])
 
 
 def test_the_role_and_the_probe_read_state_with_the_same_loop(tmp_path):

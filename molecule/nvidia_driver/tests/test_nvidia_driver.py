@@ -4,6 +4,9 @@ OS's own tool and only when allowed, and come back mining after the reboot."""
 import pytest
 
 from m2p_sandbox import flavours
+from miner2provider import collection
+
+MIN_DRIVER = collection.role_defaults("nvidia_driver")["nvidia_driver_min_version"]
 
 LOG = "/var/log/nvidia-driver-update.log"
 
@@ -45,5 +48,16 @@ def test_old_driver_without_permission_is_refused_with_the_fix(host):
     assert driver(host) == "470.82.01"
     with host.sudo():
         text = host.file("/root/m2p-molecule-refusal.txt").content_string
-    assert text.startswith("nd-old: NVIDIA driver 470.82.01 is older than 525.60.13; upgrade it (your OS's driver tool)")
+    assert text.startswith(f"nd-old: NVIDIA driver 470.82.01 is older than {MIN_DRIVER}; upgrade it (your OS's driver tool)")
     assert "m2p_allow_driver_upgrade: true" in text
+
+
+def test_the_setting_the_refusal_names_reaches_the_role(host):
+    """nd-allowed is nd-old plus m2p_allow_driver_upgrade: true.  The role now gets past the
+    permission check and stops at the next one (no safe upgrade path on plain Debian)."""
+    if name(host) != "nd-allowed":
+        pytest.skip("another rig")
+    assert driver(host) == "470.82.01"
+    with host.sudo():
+        text = host.file("/root/m2p-molecule-refusal.txt").content_string
+    assert text.startswith("nd-allowed: m2p cannot upgrade the driver on debian")

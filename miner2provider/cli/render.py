@@ -26,6 +26,10 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+def echo_yaml(data: Any) -> None:
+    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
+
+
 def _counts(keys: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for key in keys:

@@ -10,6 +10,7 @@ import click
 from miner2provider import inventory
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
+from miner2provider.convert import fleet_role_vars
 from miner2provider.detect import detect, detect_local
 from miner2provider.errors import RigFailures, UsageError
 from miner2provider.ssh import SshOptions
@@ -45,7 +46,7 @@ def inventory_group() -> None:
 @json_option
 @pass_ctx
 def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as_json: bool) -> None:
-    """Validate an inventory: syntax, addresses, duplicates, m2p_ variables and types."""
+    """Validate an inventory: syntax, addresses, duplicates, m2p_ settings, role variable names, types."""
     inv = inventory.load(file, vault_password_file)
     groups = sorted({g for h in inv.hosts for g in h.groups})
     if as_json:
@@ -57,6 +58,18 @@ def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as
     for h in inv.hosts:
         ctx.detail(f"  {h.name}: {h.user or '(current user)'}@{h.address}:{h.port}"
                    f"{' password set' if h.password else ''}")
+
+
+@inventory_group.command("vars")
+@click.argument("file", type=click.Path(dir_okay=False))
+@vault_option
+def inventory_vars(file: str, vault_password_file: str | None) -> None:
+    """Print the role variables m2p derives for each rig, as a YAML inventory.
+
+    For your own playbooks with the m2p.rigs roles: `ansible-playbook -i FILE -i THIS ...`
+    gives the roles what `m2p convert` gives them (no secrets are printed)."""
+    inv = inventory.load(file, vault_password_file)
+    render.echo_yaml({"all": {"hosts": fleet_role_vars(list(inv.hosts))}})
 
 
 @cli.command("detect")

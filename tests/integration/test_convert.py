@@ -37,6 +37,9 @@ def outcomes(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
         raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
 
 
+DATA_DIR = "/srv/k3s-data"  # the server's m2p_data_dir
+
+
 @pytest.fixture
 def farm(boot_rigs, tmp_path):
     """A HiveOS-layout k3s server, a plain agent logging in with a password, and a rig whose password is wrong."""
@@ -53,8 +56,10 @@ def farm(boot_rigs, tmp_path):
     inv.write_text(yaml.safe_dump({"all": {
         "vars": {"m2p_min_free_disk_gb": 5},
         "children": {
+            # k3s's data on a data disk: the agent must read its join token from there.
             "k3s_server": {"hosts": {"cv-hive": {"ansible_host": hive.address, "ansible_user": hive.user,
-                                                 "ansible_ssh_private_key_file": hive.key_file}}},
+                                                 "ansible_ssh_private_key_file": hive.key_file,
+                                                 "m2p_data_dir": DATA_DIR}}},
             "k3s_agent": {"hosts": {"cv-plain": {"ansible_host": plain.address, "ansible_user": "rigadmin",
                                                  "m2p_ssh_password_env": "CV_PLAIN_PW",
                                                  "m2p_become_password_env": "CV_PLAIN_PW"}}},
@@ -110,7 +115,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
 
     # Secrets: the SSH/sudo password and the join token appear in no output and no runner artifact.
     with ssh(farm["hive"]) as client:
-        rc, token = run(client, "sudo cat /var/lib/rancher/k3s/server/token")
+        rc, token = run(client, f"sudo cat {DATA_DIR}/server/token")
     token = token.strip()
     assert rc == 0 and len(token) > 40
     texts = {"convert stdout": first.stdout, "convert stderr": first.stderr, "second": second.stdout + second.stderr,

@@ -147,7 +147,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert "drift: unit k3s-agent.service: inactive enabled (was active enabled)" in verified.failures["cv-plain"]
     assert "GPUs changed: " in verified.failures["cv-hive"]
     planned = outcomes(m2p("plan", *common, *good, "--json", env=env))  # the stopped unit is in the plan
-    assert "Start the k3s agent now and at boot" in planned["cv-plain"]["tasks"], planned["cv-plain"]
+    assert "Start k3s now and at boot" in planned["cv-plain"]["tasks"], planned["cv-plain"]
     repaired = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
     assert repaired["cv-plain"]["result"] == "changed" and "drift: file" in repaired["cv-plain"]["message"], repaired
     assert repaired["cv-hive"]["result"] == "changed" and "GPUs changed" in repaired["cv-hive"]["message"], repaired

@@ -15,7 +15,7 @@ No printing here: progress goes to ``on_event``, results come back as ``RigOutco
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,10 +142,14 @@ def code_digest(bundle: Bundle | None) -> str:
     return digest.hexdigest()
 
 
+def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
+    """role_vars over ``rigs`` with the installed k3s role's default data directory."""
+    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+
+
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """Every rig's role variables, derived from the whole inventory's settings."""
-    rigs = [Rig(h.name, h.address, h.groups, h.vars) for h in fleet]
-    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+    return derive_role_vars([Rig(h.name, h.address, h.groups, h.vars) for h in fleet], run_inputs)
 
 
 def expected_inputs(hosts: list[Host], derived: dict[str, dict[str, Any]], bundle: Bundle | None) -> dict[str, str]:

@@ -18,7 +18,7 @@ import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,7 +234,7 @@ def _check_role_variable(path: Path, key: yaml.ScalarNode) -> None:
                              where=_line(path, key))
 
 
-def _closest(name: str, known: Iterable[str]) -> str:
+def _closest(name: str, known: Collection[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
 

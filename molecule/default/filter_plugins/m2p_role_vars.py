@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from miner2provider import collection
-from miner2provider.role_vars import Rig, role_vars
+from miner2provider.convert import derive_role_vars
+from miner2provider.role_vars import Rig
 
 
 def m2p_role_vars(hostnames: list[str], hostvars: Any) -> dict[str, dict[str, Any]]:
@@ -22,7 +23,7 @@ def m2p_role_vars(hostnames: list[str], hostvars: Any) -> dict[str, dict[str, An
         hv = hostvars.raw_get(name)
         settings = {k: v for k, v in hv.items() if k.startswith("m2p_") or k in names}
         rigs.append(Rig(name, str(hv.get("ansible_host", name)), tuple(hv["group_names"]), settings))
-    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]))
+    return derive_role_vars(rigs)
 
 
 class FilterModule:

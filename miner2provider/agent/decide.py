@@ -23,8 +23,8 @@ starts the miner while NVML shows GPU processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Callable  # not collections.abc: ToMode below is evaluated, on 3.8 too
 
 from miner2provider.schedule.policy import Desired
 

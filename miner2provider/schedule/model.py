@@ -19,14 +19,19 @@ Pure parsing and validation; the file is read by ``load`` only.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 from miner2provider.errors import ScheduleError
+
+if sys.version_info >= (3, 9):
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # novermin (3.8 takes the branch below)
+else:  # python3 3.8 (HiveOS 0.6-227 on Ubuntu 20.04): the rig's TZif files, read by m2p
+    from miner2provider.schedule.tzif import ZoneInfo, ZoneInfoNotFoundError
 
 POLICIES = ("fixed", "lease-first", "mine-first")
 MODES = ("mine", "lease")

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m m2p_sandbox")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="boot rigs; prints them as JSON")
-    up.add_argument("specs", nargs="+", metavar="NAME[:FLAVOUR[:GPU+GPU...]]")
+    up.add_argument("specs", nargs="+", metavar="NAME[:FLAVOUR[:GPU+GPU...[:PYTHON+PYTHON...]]]",
+                    help="PYTHON: the rig's python3 (3.8), then versions installed beside it")
     up.add_argument("--owner-pid", type=int, default=None,
                     help="tear the rigs down when this process dies "
                          "(default: $M2P_SANDBOX_OWNER_PID, else none)")
@@ -47,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parse_spec(text: str) -> rig.RigSpec:
     name, _, rest = text.partition(":")
-    flavour, _, gpus = rest.partition(":")
-    return rig.RigSpec(name, flavour or "plain", tuple(g for g in gpus.split("+") if g))
+    flavour, _, rest = rest.partition(":")
+    gpus, _, python = rest.partition(":")
+    return rig.RigSpec(name, flavour or "plain", tuple(g for g in gpus.split("+") if g),
+                       tuple(v for v in python.split("+") if v))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -26,18 +26,20 @@ from miner2provider.errors import SandboxError
 
 SUITE = "bookworm"
 
+# Only what a mining OS image has too (HiveOS, msOS and their peers are Ubuntu server images
+# cut down to a USB stick).  Nothing here may exist only because a role needs it: a role that
+# needs something brings it (bundle) or does without (python3-apt is not here: no apt module).
 PACKAGES = (
-    "systemd",
-    "systemd-sysv",
-    "dbus",
-    "openssh-server",
-    "python3",
-    "python3-apt",  # Ansible's apt module needs it on the target
-    "sudo",
+    "systemd",  # every mining OS boots systemd and runs its miner service under it
+    "systemd-sysv",  # /sbin/init, reboot, poweroff: the rig boots and reboots like a real one
+    "dbus",  # systemctl talks to systemd over it (a real rig has it)
+    "openssh-server",  # how m2p and the owner reach a rig
+    "python3",  # Ubuntu's base has it (HiveOS's own tools use it); old versions: pythons.py
+    "sudo",  # the login user (HiveOS: user) becomes root through it
     "screen",  # HiveOS and msOS run their miners in screen sessions
-    "iproute2",
-    "procps",
-    "ca-certificates",
+    "iproute2",  # `ip`: every Ubuntu image; the default-route fact reads it
+    "procps",  # ps, pgrep, kill: every Ubuntu image; the miner adapters use them
+    "ca-certificates",  # every Ubuntu image; HiveOS's own tools speak HTTPS
 )
 
 # Keep the image small (it is a USB-stick-sized rig, and CI copies nothing of it).

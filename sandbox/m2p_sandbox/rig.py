@@ -28,7 +28,7 @@ from pathlib import Path
 
 import paramiko
 
-from m2p_sandbox import base, flavours, gpu_standin, network, processes
+from m2p_sandbox import base, flavours, gpu_standin, network, processes, pythons
 from miner2provider.errors import SandboxError
 
 BOOT_TIMEOUT = float(os.environ.get("M2P_SANDBOX_BOOT_TIMEOUT", "90"))
@@ -48,11 +48,13 @@ def rigs_dir() -> Path:
 
 @dataclass(frozen=True)
 class RigSpec:
-    """What to boot: a hostname, a flavour and, optionally, stand-in GPUs."""
+    """What to boot: a hostname, a flavour and, optionally, stand-in GPUs and an old python3
+    (``("3.8",)``: the rig's python3 is 3.8; more versions go beside it, see ``pythons``)."""
 
     name: str
     flavour: str = "plain"
     gpus: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Rig:
     key_file: str
     dir: str
     gpus: list[str] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
     owner_pid: int | None = None
     owner_start: int | None = None
     port: int = 22
@@ -129,6 +132,7 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
             key_file=str(rig_dir / "id_ed25519"),
             dir=str(rig_dir),
             gpus=list(spec.gpus),
+            python=list(spec.python),
             owner_pid=owner_pid,
             owner_start=processes.start_time(owner_pid) if owner_pid else None,
         )
@@ -147,13 +151,16 @@ def _run(cmd: list[str], **kw: object) -> None:
 
 
 def _mount_overlay(rig: Rig, base_rootfs: Path, flavour: flavours.Flavour) -> Path:
+    lower = [base_rootfs]
+    if rig.python:
+        lower.insert(0, pythons.layer(tuple(rig.python), base_rootfs, cache_dir()))
     layer = rig.path / "flavour"
     # A private copy: git checkouts do not keep ownership, and the layer must be root's.
     shutil.copytree(flavour.root, layer, symlinks=True, ignore=shutil.ignore_patterns(".keep"))
     _run(["chown", "-R", "--no-dereference", "root:root", str(layer)])
     for sub in ("upper", "work", "merged"):
         (rig.path / sub).mkdir()
-    opts = f"lowerdir={layer}:{base_rootfs},upperdir={rig.path / 'upper'},workdir={rig.path / 'work'}"
+    opts = f"lowerdir={':'.join(map(str, [layer, *lower]))},upperdir={rig.path / 'upper'},workdir={rig.path / 'work'}"
     _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(rig.path / "merged")])
     return rig.path / "merged"
 

@@ -12,6 +12,7 @@ from miner2provider.facts.gpu import Gpus
 from miner2provider.facts.probe import RigFacts
 from miner2provider.inventory import Host
 from miner2provider.readiness import Settings, Verdict, assess
+from miner2provider.role_vars import python_of
 from miner2provider.ssh import Result, SshOptions, fan_out
 
 
@@ -61,7 +62,7 @@ def detect(hosts: list[Host], opts: SshOptions,
         if on_done:
             on_done(report)
 
-    fan_out(hosts, probe.script(), opts, done)
+    fan_out(hosts, lambda host: probe.script(python_of(host.vars)), opts, done)
     return [reports[h.name] for h in hosts]
 
 

@@ -222,6 +222,9 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
         raise InventoryError(f"{name} is empty", where=where)
     if choices and value not in choices:
         raise InventoryError(f"{name} must be one of {', '.join(map(str, choices))}, found {value!r}", where=where)
+    if name == "m2p_python_interpreter" and not value.startswith("/"):
+        raise InventoryError(f"m2p_python_interpreter must be an absolute path on the rig "
+                             f"(such as /opt/python3.10/bin/python3), found {value!r}", where=where)
 
 
 def _check_role_variable(path: Path, key: yaml.ScalarNode) -> None:

@@ -83,7 +83,8 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
         blockers.append_code(
             "old-python",
             f"python3 {py.version} is older than {'.'.join(map(str, MIN_TARGET_PYTHON))}, the oldest "
-            f"{ANSIBLE_LINE} drives: reflash to an image on Ubuntu 20.04 or newer"
+            f"{ANSIBLE_LINE} drives: reflash to an image on Ubuntu 20.04 or newer, or point "
+            "m2p_python_interpreter at a newer python3 installed beside it"
         )
 
     if facts.sudo.state == "absent":

@@ -60,8 +60,21 @@ def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = No
         derived.update(_k3s(rig, server, k3s_data_dir))
         derived.update(_device_plugin(rig, slicing, k3s_data_dir))
         derived.update(_timeshare(rig, server, k3s_data_dir, run))
+        derived.update(_python(rig))
         out[rig.name] = {k: v for k, v in derived.items() if k not in rig.settings}
     return out
+
+
+def python_of(settings: Mapping[str, Any]) -> str | None:
+    """The rig's python3 the inventory names (m2p_python_interpreter, or an absolute
+    ansible_python_interpreter), for Ansible, the probe and the agent alike; None: python3."""
+    named = settings.get("m2p_python_interpreter") or settings.get("ansible_python_interpreter")
+    return str(named) if isinstance(named, str) and named.startswith("/") else None
+
+
+def _python(rig: Rig) -> dict[str, Any]:
+    named = python_of(rig.settings)
+    return {"ansible_python_interpreter": named, "timeshare_agent_python": named} if named else {}
 
 
 def replicas(rig: Rig) -> int:

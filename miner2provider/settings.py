@@ -41,6 +41,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_miner_unit": ("mining_os_miner_unit",),
     "m2p_k3s_server_url": ("k3s_agent_server_url",),
     "m2p_agent_ca_file": ("timeshare_agent_ca_src",),
+    # Also ansible_python_interpreter (role_vars.py), and the probe's python3 (detect.py).
+    "m2p_python_interpreter": ("timeshare_agent_python",),
 }
 
 # Settings read by m2p itself, or that several role variables are derived from (role_vars.py).

@@ -223,16 +223,17 @@ def run_one(host: Host, script: str, opts: SshOptions, known: paramiko.HostKeys 
     return Result(host, stdout=stdout, rc=rc, warnings=tuple(warnings))
 
 
-def fan_out(hosts: list[Host], script: str, opts: SshOptions,
+def fan_out(hosts: list[Host], script: str | Callable[[Host], str], opts: SshOptions,
             on_done: Callable[[Result], None] | None = None) -> list[Result]:
-    """Run ``script`` on every host, at most ``opts.pool_size`` at once; results in host order."""
+    """Run ``script`` (or ``script(host)``) on every host, at most ``opts.pool_size`` at once;
+    results in host order."""
     if not hosts:
         return []
     workers = max(1, min(opts.pool_size, len(hosts)))
     known = load_known_hosts(opts)
 
     def task(host: Host) -> Result:
-        result = run_one(host, script, opts, known)
+        result = run_one(host, script(host) if callable(script) else script, opts, known)
         if on_done:
             on_done(result)
         return result

@@ -13,6 +13,7 @@ Output framing, one block per fact::
 from __future__ import annotations
 
 import base64
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,10 @@ RC_MARK = "@@m2p-rc "
 PROBE_VERSION = 2
 
 
-def script() -> str:
-    lines = ["#!/bin/sh", f"# m2p detect probe v{PROBE_VERSION}: read-only", "LC_ALL=C; export LC_ALL"]
+def script(python: str | None = None) -> str:
+    """The probe; ``python``: the rig's python3 to report (m2p_python_interpreter), else python3."""
+    lines = ["#!/bin/sh", f"# m2p detect probe v{PROBE_VERSION}: read-only", "LC_ALL=C; export LC_ALL",
+             f"M2P_PYTHON={shlex.quote(python or 'python3')}"]
     for fact in ALL_FACTS:
         # A subshell each: one fact's failure or `exit` cannot stop the others.
         lines.append(f"echo '{FACT_MARK}{fact.name}'; ( {fact.command} ) 2>&1 </dev/null; echo \"{RC_MARK}$?\"")

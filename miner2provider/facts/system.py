@@ -173,10 +173,11 @@ class Python:
 
 
 class PythonFact(Fact[Python]):
-    """``python3 -V``: ``Python 3.6.9``, or ``absent``.  (-V starts no site imports: fast.)"""
+    """``python3 -V``: ``Python 3.6.9``, or ``absent``.  (-V starts no site imports: fast.)
+    ``$M2P_PYTHON``: the probe's python3 (``python3``, or the rig's m2p_python_interpreter)."""
 
     name = "python"
-    command = "if command -v python3 >/dev/null 2>&1; then python3 -V 2>&1; else echo absent; fi"
+    command = 'if command -v "$M2P_PYTHON" >/dev/null 2>&1; then "$M2P_PYTHON" -V 2>&1; else echo absent; fi'
 
     @staticmethod
     def parse(out: Output) -> Python:

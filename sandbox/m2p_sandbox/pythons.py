@@ -5,9 +5,10 @@ HiveOS stable images: 0.6-222 on Ubuntu 18.04 (python3 3.6), 0.6-227 on 20.04 (3
 python3 is 3.11.  A rig booted with ``python=("3.8",)`` gets one more read-only overlay layer,
 built once per version list and cached beside the base:
 
-- pyenv's build of that version (this machine's ``/root/.pyenv/versions/3.8.*``), copied at the
-  same absolute path (its binary finds libpython through an absolute RUNPATH), without its test
-  suite, site-packages, build config, IDLE, tkinter and pip's wheels;
+- pyenv's build of that version (this machine's ``/root/.pyenv/versions/3.8.*``) laid out as
+  Ubuntu's python3 package is: ``/usr/bin/python3.8``, ``/usr/lib/python3.8``, libpython in
+  ``/usr/lib/x86_64-linux-gnu``; without its test suite, site-packages, build config, IDLE,
+  tkinter and pip's wheels;
 - ``/usr/bin/python3`` pointing at it, and overlayfs whiteouts over bookworm's own
   ``/usr/bin/python3.*``, so neither Ansible's interpreter discovery (which tries python3.13 ...
   python3.8 before /usr/bin/python3) nor anything else on the rig can find a newer Python.
@@ -30,7 +31,7 @@ from miner2provider.errors import SandboxError
 # Left out of the copy: not needed to run Ansible's modules or m2p's agent, and 150 MB of 190.
 LEFT_OUT = ("test", "site-packages", "config-*", "ensurepip", "idlelib", "tkinter", "turtledemo",
             "lib2to3", "__pycache__", "include", "share", "pkgconfig")
-LAYER_FORMAT = 1
+LAYER_FORMAT = 2
 
 
 def versions_dir() -> Path:
@@ -56,30 +57,33 @@ def _whiteout(path: Path) -> None:
 
 
 def _fill(layer: Path, versions: tuple[str, ...], base_rootfs: Path) -> None:
-    for version in versions:
+    libdir = layer / "usr" / "lib" / "x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    for i, version in enumerate(versions):
         build = build_of(version)
-        shutil.copytree(build, layer / build.relative_to("/"), symlinks=True,
-                        ignore=shutil.ignore_patterns(*LEFT_OUT))
-        (layer / build.relative_to("/") / "lib" / f"python{version}" / "site-packages").mkdir(exist_ok=True)
-    first = build_of(versions[0])
+        # The first as Ubuntu lays it out (prefix /usr); the others as an owner's own build.
+        prefix = layer / "usr" if i == 0 else layer / "opt" / f"python{version}"
+        shutil.copytree(build / "lib" / f"python{version}", prefix / "lib" / f"python{version}",
+                        symlinks=True, ignore=shutil.ignore_patterns(*LEFT_OUT))
+        (prefix / "lib" / f"python{version}" / "site-packages").mkdir()
+        (prefix / "bin").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build / "bin" / f"python{version}", prefix / "bin" / f"python{version}")
+        # The binary's RUNPATH names pyenv's folder, absent on the rig: the loader falls back to
+        # the system library folder, where Ubuntu keeps libpython too.
+        for lib in build.glob(f"lib/libpython{version}*.so.1.0"):
+            shutil.copy2(lib, libdir / lib.name)
+        if i > 0:
+            (prefix / "bin" / "python3").symlink_to(f"python{version}")
     usr_bin = layer / "usr" / "bin"
-    usr_bin.mkdir(parents=True)
     for own in sorted(base_rootfs.glob("usr/bin/python3*")):
         _whiteout(usr_bin / own.name)
-    for name in ("python3", f"python{versions[0]}"):
-        target = usr_bin / name
-        if target.exists() or target.is_char_device():
-            target.unlink()
-        target.symlink_to(first / "bin" / f"python{versions[0]}")
-    for version in versions[1:]:
-        beside = layer / "opt" / f"python{version}" / "bin"
-        beside.mkdir(parents=True)
-        (beside / "python3").symlink_to(build_of(version) / "bin" / f"python{version}")
+    (usr_bin / "python3").unlink()
+    (usr_bin / "python3").symlink_to(f"python{versions[0]}")
 
 
 def layer(versions: tuple[str, ...], base_rootfs: Path, cache_dir: Path) -> Path:
     """The cached layer for ``versions`` (built now if needed); safe from parallel workers."""
-    recipe = [LAYER_FORMAT, *[str(build_of(v)) for v in versions], str(base_rootfs)]
+    recipe = [str(LAYER_FORMAT), *[str(build_of(v)) for v in versions], str(base_rootfs)]
     key = hashlib.sha256("\0".join(recipe).encode()).hexdigest()[:16]
     final = cache_dir / f"python-{key}"
     if final.is_dir():

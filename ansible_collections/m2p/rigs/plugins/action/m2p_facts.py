@@ -40,7 +40,9 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = self._task.args
-        res = self._low_level_execute_command(probe.inline_command(probe.script()), sudoable=True)
+        python = (task_vars or {}).get("ansible_python_interpreter")
+        script = probe.script(python if isinstance(python, str) and python.startswith("/") else None)
+        res = self._low_level_execute_command(probe.inline_command(script), sudoable=True)
         try:
             facts = probe.gather(res.get("stdout", ""))
         except probe.ProbeIncomplete as exc:

@@ -116,7 +116,8 @@ def run_fleet(
                 # No task ran at all (ok == 0): the playbook never reached the rig.
                 message = (run.failures.get(host.name)
                            or f"the playbook did not run ({run.status}): {run.error}")
-                outcome = RigOutcome(host.name, "failed", message=message)
+                # What it changed before it failed counts: the owner must know the rig is not as it was.
+                outcome = RigOutcome(host.name, "failed", stats.changed if stats else 0, message, tasks)
             elif stats.changed:
                 why = "; ".join(reasons.get(host.name, ())[:2])
                 outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, why, tasks)

@@ -81,6 +81,10 @@ class SandboxError(M2PError):
     meaning = "sandbox harness error (tests, `m2p demo`)"
 
 
+class DemoFailed(SandboxError):
+    """A step of `m2p demo` ended with another exit code than the one it shows (exit 5, as the harness)."""
+
+
 class ScheduleError(M2PError):
     """A time-share schedule file is invalid (file:line says where)."""
 

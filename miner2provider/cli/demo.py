@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from miner2provider.errors import UsageError
+from miner2provider.errors import DemoFailed, UsageError
 
 from .app import Context, cli, main, pass_ctx
 
@@ -48,17 +48,21 @@ def demo_command(ctx: Context) -> None:
                        "      m2p_min_free_disk_gb: 5\n")
         ssh = ["--accept-new", "--known-hosts", str(work / "known_hosts")]
         bundle = ["--bundle", str(work / "bundle")]
-        steps = [("detect: what is this rig?", ["detect", "-i", str(inv), *ssh]),
+        # (what it shows, the command, the exit it must end with)
+        steps = [("detect: what is this rig?", ["detect", "-i", str(inv), *ssh], 0),
                  ("plan: what would convert change? (exit 1: changes pending)",
-                  ["plan", "-i", str(inv), *bundle, *ssh]),
-                 ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
-                 ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"]),
-                 ("status", ["status", "-i", str(inv), *ssh]),
-                 ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"])]
-        for title, args in steps:
+                  ["plan", "-i", str(inv), *bundle, *ssh], 1),
+                 ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
+                 ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
+                 ("status", ["status", "-i", str(inv), *ssh], 0),
+                 ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"], 0)]
+        for title, args, expected in steps:
             ctx.info(click.style(f"\n$ m2p {' '.join(args[:1])}   # {title}", fg="cyan", bold=True))
             code = main(args)
             ctx.info(f"(exit {code})")
+            if code != expected:  # the demo stops at the first step that went wrong, and says which
+                raise DemoFailed(f"the demo's step `m2p {args[0]}` ({title}) exited {code}, not {expected}; "
+                                 "see its output above")
     finally:
         for r in rigs:
             sandbox.stop(r)

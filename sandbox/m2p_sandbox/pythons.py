@@ -103,3 +103,13 @@ def layer(versions: tuple[str, ...], base_rootfs: Path, cache_dir: Path) -> Path
             raise
         os.rename(building, final)
         return final
+
+
+def assert_only(host: object, version: str) -> None:
+    """Molecule verify, on a rig booted with ``python=(version, ...)``: its python3 is ``version``
+    and no newer python3.X is on PATH (so nothing m2p ran could have used one)."""
+    run = host.run  # type: ignore[attr-defined]
+    reported = run("python3 -V").stdout.strip()
+    assert reported.startswith(f"Python {version}."), reported
+    others = run("bash -c 'compgen -c python3. | sort -u'").stdout.split()
+    assert others == [f"python{version}"], others

@@ -7,7 +7,7 @@ import pytest
 import testinfra
 import yaml
 
-from m2p_sandbox import flavours
+from m2p_sandbox import flavours, pythons
 from miner2provider.bundle import pins
 
 K3S_VERSION = pins.K3S_VERSION  # the k3s_install role's pin
@@ -133,3 +133,10 @@ def test_fingerprint_records_what_convert_left(host):
     assert state["nvidia-container-toolkit"] == "1.17.8-1 hi"  # installed and held
     assert record["gpus"].startswith("driver 550.127.05; ")
     assert record["inputs"] == ""  # converged by Molecule, not by m2p: the next m2p convert runs in full
+
+
+def test_the_python38_rig_has_no_newer_python(host):
+    """conv-hive is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
+    if name(host) != "conv-hive":
+        pytest.skip("another rig")
+    pythons.assert_only(host, "3.8")

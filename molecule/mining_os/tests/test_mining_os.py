@@ -3,7 +3,9 @@ the miner keeps running and the mining OS's configuration is untouched."""
 
 import json
 
-from m2p_sandbox import flavours
+import pytest
+
+from m2p_sandbox import flavours, pythons
 
 EXPECTED = {  # rig -> (mining OS, autostart units enabled before)
     "mo-hive": ("hiveos", ["hive.service"]),
@@ -52,3 +54,10 @@ def test_driver_packages_are_held_and_kept_from_unattended_upgrades(host):
         assert holds == [] and before(host)["holds_added"] == []  # .run drivers: nothing from dpkg
     text = host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").content_string
     assert '"nvidia-";' in text and '"libnvidia-";' in text
+
+
+def test_the_python38_rig_has_no_newer_python(host):
+    """mo-hive is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
+    if name(host) != "mo-hive":
+        pytest.skip("another rig")
+    pythons.assert_only(host, "3.8")

@@ -1,6 +1,9 @@
 """Role nvidia_container_toolkit: pinned packages held, hardened config, CDI spec per GPU."""
 
+import pytest
 import yaml
+
+from m2p_sandbox import pythons
 
 TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
            "nvidia-container-toolkit"]
@@ -29,3 +32,10 @@ def test_cdi_spec_names_each_gpu_and_all(host):
     spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
     assert spec["kind"] == "nvidia.com/gpu"
     assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(GPUS[name(host)])] + ["all"]
+
+
+def test_the_python38_rig_has_no_newer_python(host):
+    """ct-hive is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
+    if name(host) != "ct-hive":
+        pytest.skip("another rig")
+    pythons.assert_only(host, "3.8")

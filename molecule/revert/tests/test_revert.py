@@ -2,7 +2,7 @@
 
 import pytest
 
-from m2p_sandbox import flavours
+from m2p_sandbox import flavours, pythons
 
 
 def name(host):
@@ -36,3 +36,10 @@ def test_hiveos_rig_mines_as_before(host):
     assert host.service("hive").is_enabled
     with host.sudo():
         assert ".miner" in host.check_output("screen -ls miner || true")
+
+
+def test_the_python38_rig_has_no_newer_python(host):
+    """rev-hive is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
+    if name(host) != "rev-hive":
+        pytest.skip("another rig")
+    pythons.assert_only(host, "3.8")

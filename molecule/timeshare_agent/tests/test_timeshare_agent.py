@@ -8,7 +8,7 @@ import pytest
 import testinfra
 import yaml
 
-from m2p_sandbox import flavours
+from m2p_sandbox import flavours, pythons
 
 TOKEN = "standin-agent-token-molecule"
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
@@ -75,3 +75,10 @@ def test_mining_config_untouched(host):
     if flavour is None:
         pytest.skip("plain Debian: no mining config")
     assert flavours.config_changes(host, flavour) == []
+
+
+def test_the_python38_rig_has_no_newer_python(host):
+    """ts-server is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
+    if name(host) != "ts-server":
+        pytest.skip("another rig")
+    pythons.assert_only(host, "3.8")

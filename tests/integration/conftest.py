@@ -8,12 +8,16 @@ process, so if it dies (even by SIGKILL) their supervisors tear them down.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import paramiko
 import pytest
+import testinfra
 
 from m2p_sandbox import rig as sandbox
 
@@ -77,3 +81,31 @@ def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
     _, stdout, stderr = client.exec_command(command, timeout=60)
     out = stdout.read().decode() + stderr.read().decode()
     return stdout.channel.recv_exit_status(), out
+
+
+M2P = [sys.executable, "-m", "miner2provider"]
+
+
+def m2p(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """The m2p command line, as a user runs it (its own process)."""
+    return subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def outcomes(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
+    """``--json`` outcomes of a fleet command, by rig."""
+    try:
+        return {o["name"]: o for o in json.loads(proc.stdout)}
+    except json.JSONDecodeError:
+        raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
+
+
+def rig_entry(r: sandbox.Rig, **extra: object) -> dict[str, object]:
+    """A rig's inventory entry (key login as the test user)."""
+    return {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file, **extra}
+
+
+def testinfra_host(r: sandbox.Rig) -> testinfra.host.Host:
+    """testinfra's view of a rig (what Molecule's verify gets), over SSH with the rig's key."""
+    return testinfra.get_host(f"ssh://{r.user}@{r.address}", ssh_identity_file=r.key_file,
+                              ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")

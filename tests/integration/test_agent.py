@@ -1,4 +1,4 @@
-"""The time-share agent on a HiveOS-layout sandbox rig: installed by the timeshare_agent role
+"""The time-share agent on a HiveOS-layout sandbox rig with python3 3.8: installed by the timeshare_agent role
 (playbooks/schedule.yml), run by systemd, talking to the STAND-IN Kubernetes API server
 (sandbox/m2p_sandbox/kube_api.py) on the sandbox network's gateway.  The miner is the
 HiveOS stand-in's real `screen` session."""
@@ -59,12 +59,13 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 
 
 def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tmp_path, monkeypatch):
-    (r,) = boot_rigs(sandbox.RigSpec("ag-hive", "hiveos", ("rtx3090", "rtx3090")))
+    # HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8, no zoneinfo: the agent reads the zone's TZif file itself.
+    (r,) = boot_rigs(sandbox.RigSpec("ag-hive", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
     api = KubeApiStandin(host=str(network.gateway()))
     token = secrets.token_urlsafe(24)
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
     api.add_node(r.name, token)
-    lease_first = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"
+    lease_first = "timezone: Europe/Berlin\npolicy: lease-first\nmin_switch_interval: 0s\n"
     try:
         assert wait_for("hive.service to start the miner", lambda: miner_running(r))
         # --check: the plan, and nothing on the rig.

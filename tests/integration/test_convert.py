@@ -8,7 +8,6 @@ import os
 import secrets
 import shlex
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -18,24 +17,9 @@ from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from miner2provider import collection, inventory, runner
 
-from .conftest import run, ssh
+from .conftest import M2P, m2p, outcomes, run, ssh
 
 pytestmark = pytest.mark.integration
-
-M2P = [sys.executable, "-m", "miner2provider"]
-
-
-def m2p(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def outcomes(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
-    try:
-        return {o["name"]: o for o in json.loads(proc.stdout)}
-    except json.JSONDecodeError:
-        raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
-
 
 DATA_DIR = "/srv/k3s-data"  # the server's m2p_data_dir
 

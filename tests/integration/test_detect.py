@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,21 +12,9 @@ import yaml
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 
+from .conftest import m2p, rig_entry
+
 pytestmark = pytest.mark.integration
-
-M2P = [sys.executable, "-m", "miner2provider"]
-
-
-def m2p(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
-
-
-def rig_entry(r: sandbox.Rig, **extra: object) -> dict[str, object]:
-    return {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file, **extra}
-
 
 @pytest.fixture
 def fleet(sandbox_rigs, boot_rigs, tmp_path):

@@ -3,7 +3,7 @@ OS's own tool and only when allowed, and come back mining after the reboot."""
 
 import pytest
 
-from m2p_sandbox import flavours
+from m2p_sandbox import flavours, pythons
 from miner2provider import collection
 
 MIN_DRIVER = collection.role_defaults("nvidia_driver")["nvidia_driver_min_version"]
@@ -61,3 +61,21 @@ def test_the_setting_the_refusal_names_reaches_the_role(host):
     with host.sudo():
         text = host.file("/root/m2p-molecule-refusal.txt").content_string
     assert text.startswith("nd-allowed: m2p cannot upgrade the driver on debian")
+
+
+def test_old_ubuntu_driver_upgraded_with_apt_and_rig_rebooted(host):
+    """upgrade_apt.yml: the branch's packages from the rig's apt sources (offline: a repository
+    on its disk), a reboot, and the packages held by nothing but dpkg's own state."""
+    if name(host) != "nd-ubuntu":
+        pytest.skip("another rig")
+    assert driver(host) == "550.127.05"
+    for package in ("nvidia-headless-550-server", "nvidia-utils-550-server"):
+        assert host.package(package).is_installed
+        assert host.package(package).version == "550.127.05-0ubuntu1"
+    assert not host.package("python3-apt").is_installed  # apt-get, not the apt module
+    assert not host.file(LOG).exists  # never HiveOS's tool
+    # Rebooted after the install: this boot's systemd started after dpkg wrote the package's file list.
+    installed = int(host.check_output("stat -c %Y /var/lib/dpkg/info/nvidia-utils-550-server.list"))
+    boot = host.check_output("systemctl show -p UserspaceTimestamp --value --timestamp=unix")
+    assert int(boot.lstrip("@").split(".")[0]) >= installed
+    pythons.assert_only(host, "3.8")

@@ -19,6 +19,7 @@ from miner2provider.errors import SandboxError
 HERE = Path(__file__).parent
 DRIVER_VERSION = "550.127.05"  # an R550 production driver, as HiveOS ships
 CUDA_VERSION = "12.4"  # the CUDA line an R550 driver reports
+RIG_FILE = "/etc/m2p-standin/gpus.json"  # on the rig: what the stand-in nvidia-smi reports
 
 
 def cards() -> dict[str, dict[str, str]]:
@@ -45,6 +46,6 @@ def install(root: Path, card_names: list[str], rig_name: str = "rig") -> None:
     target = root / "usr/bin/nvidia-smi"
     shutil.copy(HERE / "nvidia-smi", target)
     target.chmod(0o755)
-    conf = root / "etc/m2p-standin/gpus.json"
+    conf = root / RIG_FILE.lstrip("/")
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(json.dumps(rig_config(rig_name, card_names), indent=2))

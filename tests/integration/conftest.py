@@ -105,7 +105,7 @@ def rig_entry(r: sandbox.Rig, **extra: object) -> dict[str, object]:
     return {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file, **extra}
 
 
-def testinfra_host(r: sandbox.Rig) -> testinfra.host.Host:
+def infra_host(r: sandbox.Rig) -> testinfra.host.Host:
     """testinfra's view of a rig (what Molecule's verify gets), over SSH with the rig's key."""
     return testinfra.get_host(f"ssh://{r.user}@{r.address}", ssh_identity_file=r.key_file,
                               ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")

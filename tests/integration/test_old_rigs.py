@@ -17,7 +17,7 @@ from m2p_sandbox import flavours
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 
-from .conftest import m2p, outcomes, rig_entry, run, ssh, testinfra_host
+from .conftest import infra_host, m2p, outcomes, rig_entry, run, ssh
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +79,6 @@ def test_old_pythons_convert_refuse_and_revert(boot_rigs, tmp_path):
     for r in (old38, beside):
         assert rig_state(r) == before, r.name  # mining, and nothing of m2p's left: no package, no k3s
     for r in (old38, old36, beside):
-        assert flavours.config_changes(testinfra_host(r), "hiveos") == [], r.name
+        assert flavours.config_changes(infra_host(r), "hiveos") == [], r.name
     with ssh(old38) as client:
         assert run(client, "bash -c 'compgen -c python3. | sort -u'")[1].split() == ["python3.8"]

@@ -17,14 +17,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import miner2provider
-from miner2provider import __version__, collection
+from miner2provider import __version__, collection, drain, leases
 from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
 from miner2provider.errors import M2PError
+from miner2provider.facts.cluster import Lease
 from miner2provider.inventory import Host
 from miner2provider.plan import inputs_digest, reasons_to_run
 from miner2provider.role_vars import Rig, RunInputs, role_vars
@@ -74,9 +76,11 @@ def run_fleet(
     full: bool = False,
     inventory_hosts: list[Host] | None = None,
     run_inputs: RunInputs | None = None,
+    drain_timeout_s: float | None = None,
 ) -> list[RigOutcome]:
     """Run ``playbook`` on ``hosts``, chosen from ``inventory_hosts`` (default: the same rigs), whose
-    settings decide the role variables of every rig (role_vars.py)."""
+    settings decide the role variables of every rig (role_vars.py).  A rig whose agent reports a
+    running lease is left alone (leases.py), unless ``drain_timeout_s`` says how long to wait for it."""
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
     fleet = inventory_hosts or hosts
@@ -84,6 +88,7 @@ def run_fleet(
     fingerprinted = playbook == "convert"  # revert always runs: it removes what any convert left
     inputs = expected_inputs(hosts, derived, bundle) if fingerprinted else {}
     reasons: dict[str, tuple[str, ...]] = {}
+    leased: list[tuple[Host, tuple[Lease, ...]]] = []
     for host, report in zip(hosts, detect(hosts, opts), strict=True):
         if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
@@ -92,8 +97,17 @@ def run_fleet(
             reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
         if fingerprinted and not full and not reasons[host.name]:
             outcomes[host.name] = RigOutcome(host.name, "converged", message="fingerprint matches: skipped")
+        elif not check and report.facts is not None and report.facts.agent_status.leases:
+            leased.append((host, report.facts.agent_status.leases))
         else:
             reachable.append(host)
+    now = datetime.now(UTC)
+    if drain_timeout_s is None:
+        for host, running in leased:
+            outcomes[host.name] = RigOutcome(host.name, "failed", message=leases.refusal(host.name, running, now))
+    drained = [host for host, _ in leased] if drain_timeout_s is not None else []
+    if drained:
+        reachable += _drain(drained, opts, drain_timeout_s or 0.0, outcomes, on_event)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
     for name, digest in inputs.items():
@@ -126,7 +140,25 @@ def run_fleet(
             outcomes[host.name] = outcome
             tried += 1
             failed += outcome.failed
+    if drained:  # the agents uncordon the nodes they cordoned (revert removed them: nothing to do)
+        drain.request(drained, opts, on=False)
     return [outcomes[h.name] for h in hosts]
+
+
+def _drain(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict[str, RigOutcome],
+           on_event: Callable[[Event], None] | None) -> list[Host]:
+    """Cordon, wait for the leases to end; returns the rigs that may go on (the others get an outcome)."""
+    for name, error in drain.request(hosts, opts).items():
+        outcomes[name] = RigOutcome(name, "failed", message=f"{name}: --drain: {error}")
+    asked = [h for h in hosts if h.name not in outcomes]
+    for host in asked:
+        if on_event:
+            on_event(Event("task", host.name, f"--drain: waiting for the leases on {host.name} to end"))
+    cleared, still = drain.wait(asked, opts, timeout_s)
+    now = datetime.now(UTC)
+    for name, running in still.items():
+        outcomes[name] = RigOutcome(name, "failed", message=leases.drain_timed_out(name, running, timeout_s, now))
+    return cleared
 
 
 def code_digest(bundle: Bundle | None) -> str:

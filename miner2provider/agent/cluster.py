@@ -95,6 +95,28 @@ def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and p.get("status", {}).get("phase") not in FINISHED]
 
 
+# Namespaces of the cluster's own workloads (k3s, m2p, Akash's provider services): not leases.
+SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", PLACEHOLDER_NAMESPACE, "akash-services"}
+
+
+def tenant_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods on this node that restarting k3s would kill under a tenant: every unfinished pod
+    outside the system namespaces that no DaemonSet runs (a DaemonSet's pod is on every node;
+    GPUs or not: a CPU-only lease is a lease too)."""
+    def system(pod: dict[str, Any]) -> bool:
+        meta = pod.get("metadata", {})
+        owners = meta.get("ownerReferences") or []
+        return meta.get("namespace") in SYSTEM_NAMESPACES or any(o.get("kind") == "DaemonSet" for o in owners)
+    return [p for p in pods if not system(p) and p.get("status", {}).get("phase") not in FINISHED]
+
+
+def lease_summary(pod: dict[str, Any]) -> dict[str, str]:
+    """What the agent reports of a lease: its identity and start, no tenant data."""
+    meta = pod.get("metadata", {})
+    since = pod.get("status", {}).get("startTime") or meta.get("creationTimestamp") or ""
+    return {"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "since": str(since)}
+
+
 def placeholder_holding(pods: list[dict[str, Any]]) -> bool:
     return any(is_placeholder(p) and p.get("status", {}).get("phase") == "Running"
                and not p.get("metadata", {}).get("deletionTimestamp") for p in pods)

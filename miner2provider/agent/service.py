@@ -76,6 +76,7 @@ class Agent:
     _watchdog_checked: float = float("-inf")
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
+    _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -110,8 +111,10 @@ class Agent:
         try:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
+            self._leases = sorted((cluster.lease_summary(p) for p in cluster.tenant_pods(pods)),
+                                  key=lambda lease: lease["pod"])
         except cluster.ApiError as exc:
-            self.last_error = f"API: {exc}"
+            self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
         waiting = self.lease_waiting()
         obs = Observation(
@@ -156,6 +159,7 @@ class Agent:
         except (cluster.ApiError, RuntimeError, OSError) as exc:
             self.last_error = f"{' '.join(actions)}: {exc}"
         self.keep_watchdog_off(now)
+        self.keep_drain(node)
         if self.state != before:
             self._save()
         self._publish(now, node is not None)
@@ -171,6 +175,25 @@ class Agent:
             self.config.miner.silence_watchdog()
         except (RuntimeError, OSError) as exc:
             self.last_error = f"watchdog: {exc}"
+
+    def keep_drain(self, node: dict[str, Any] | None) -> None:
+        """``m2p ... --drain`` asks for it with ``<state_dir>/drain``: cordon the node so no new lease
+        lands while running ones end; uncordon once the request is gone, only if the agent cordoned
+        it (``<state_dir>/cordoned``: an owner's own cordon stays)."""
+        if node is None:
+            return
+        wanted, mark = (self.dir / "drain").exists(), self.dir / "cordoned"
+        cordoned = bool(node.get("spec", {}).get("unschedulable"))
+        try:
+            if wanted and not cordoned:
+                self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})
+                mark.write_text(f"{self.clock():.0f}\n")
+            elif not wanted and mark.exists():
+                if cordoned:
+                    self.client.patch_node(self.config.node, {"spec": {"unschedulable": None}})
+                mark.unlink()
+        except (cluster.ApiError, OSError) as exc:
+            self.last_error = f"drain: {exc}"
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
@@ -190,7 +213,8 @@ class Agent:
         change = self.next_change(now)
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
-                "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__}
+                "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
+                "leases": self._leases, "drain": (self.dir / "drain").exists()}
 
     def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)

@@ -52,7 +52,8 @@ def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = Fals
                       f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
     return run_fleet(playbook, hosts, fleet.ssh, bundle=bundle, check=check, batch=fleet.batch,
                      max_fail_pct=fleet.max_fail, on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts,
-                     full=full, inventory_hosts=list(inv.hosts), run_inputs=run_inputs)
+                     full=full, inventory_hosts=list(inv.hosts), run_inputs=run_inputs,
+                     drain_timeout_s=fleet.drain_timeout_s)
 
 
 def raise_failures(outcomes: list[RigOutcome]) -> None:
@@ -80,7 +81,7 @@ def plan_command(ctx: Context, fleet: FleetSettings, full: bool) -> None:
 
 
 @cli.command("convert")
-@fleet_options()
+@fleet_options(drain=True)
 @full_option
 @yes_option
 @pass_ctx
@@ -92,7 +93,7 @@ def convert_command(ctx: Context, fleet: FleetSettings, full: bool, yes: bool) -
 
 
 @cli.command("revert")
-@fleet_options()
+@fleet_options(drain=True)
 @yes_option
 @pass_ctx
 def revert_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:

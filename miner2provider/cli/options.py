@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from miner2provider import leases
 from miner2provider.errors import UsageError
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
 
@@ -92,6 +93,7 @@ class FleetSettings:
     max_fail: int = 100
     keep_artifacts: Path | None = None
     as_json: bool = False
+    drain_timeout_s: float | None = None  # --drain: wait this long for running leases; None: refuse leased rigs
 
     def __post_init__(self) -> None:
         batch = self.batch
@@ -102,16 +104,29 @@ class FleetSettings:
 _FLEET_NAMES = ("inventory_file", "limit", "vault_password_file", "batch", "max_fail", "as_json")
 
 
-def fleet_options(bundle: bool = True) -> Decorator:
-    """The options of a fleet run; the command gets ``fleet: FleetSettings``."""
+_DRAIN = [
+    click.option("--drain", is_flag=True,
+                 help="Wait for running leases instead of refusing their rigs: the agent cordons the node, "
+                      "m2p waits for the leases to end, then goes on and uncordons."),
+    click.option("--drain-timeout", default=leases.DEFAULT_DRAIN_TIMEOUT, show_default=True, metavar="DURATION",
+                 help="How long --drain waits (90s, 30m, 2h, 1d); a rig still leased then is not touched."),
+]
+
+
+def fleet_options(bundle: bool = True, drain: bool = False) -> Decorator:
+    """The options of a fleet run; the command gets ``fleet: FleetSettings``.  ``drain``: the command
+    changes rigs, so it refuses leased ones unless told to wait (--drain, --drain-timeout)."""
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(f)
         def command(*args: Any, **kw: Any) -> Any:
             ssh = _ssh_from(kw)
             keep = kw.pop("keep_artifacts")
+            wait = kw.pop("drain", False)
+            timeout = leases.parse_span(kw.pop("drain_timeout", leases.DEFAULT_DRAIN_TIMEOUT))
             settings = FleetSettings(ssh=ssh, bundle=kw.pop("bundle", None),
                                      keep_artifacts=Path(keep) if keep else None,
+                                     drain_timeout_s=timeout if wait else None,
                                      **{n: kw.pop(n) for n in _FLEET_NAMES})
             return f(*args, fleet=settings, **kw)
 
@@ -122,7 +137,7 @@ def fleet_options(bundle: bool = True) -> Decorator:
                          help="Stop starting new batches once more than this % of rigs failed."),
             click.option("--keep-artifacts", type=click.Path(file_okay=False),
                          help="Copy ansible-runner's artifacts (events, stdout) here, for audits."),
-            json_option, *_SSH,
+            json_option, *(_DRAIN if drain else []), *_SSH,
         ])
 
     return decorate

@@ -61,7 +61,7 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
                    "(m2p_agent_api_server, m2p_k3s_server_url).  [env M2P_AGENT_API_SERVER]")
 @click.option("--check", is_flag=True, help="Show what would change on each rig, change nothing.  Exit 1: pending.")
 @yes_option
-@fleet_options(bundle=False)
+@fleet_options(bundle=False, drain=True)
 @pass_ctx
 def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check: bool, yes: bool,
                    fleet: FleetSettings) -> None:

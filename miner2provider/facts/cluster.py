@@ -54,6 +54,12 @@ class InstalledFact(Fact[Installed]):
 
 
 @dataclass(frozen=True)
+class Lease:
+    pod: str  # namespace/name
+    since: str  # ISO 8601 ("" when the API did not say)
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     present: bool  # the agent has written a status
     mode: str = ""  # mining | idle-mining | leasing | draining | unknown (status unreadable)
@@ -61,11 +67,13 @@ class AgentStatus:
     next_change: str = ""  # ISO 8601, or "" when the schedule never changes
     schedule: str = ""
     last_error: str = ""
+    leases: tuple[Lease, ...] = ()  # tenant pods on the rig's node, as the agent last read them
+    drain: bool = False  # m2p asked the agent to cordon the node (--drain)
 
 
 class AgentStatusFact(Fact[AgentStatus]):
     """The agent's ``status.json`` (``{"mode", "since", "next_change", "schedule", "last_error",
-    "agent_version"}``), or nothing when no agent has run on the rig."""
+    "agent_version", "leases": [{"pod", "since"}], "drain"}``), or nothing when no agent has run on the rig."""
 
     name = "agent_status"
     command = f"cat {AGENT_STATUS} 2>/dev/null; true"
@@ -80,6 +88,9 @@ class AgentStatusFact(Fact[AgentStatus]):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
             return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: {exc}")
+        listed = raw.get("leases")
+        leases = tuple(Lease(str(item.get("pod") or "?"), str(item.get("since") or ""))
+                       for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
         return AgentStatus(True, str(raw.get("mode") or "unknown"), str(raw.get("since") or ""),
                            str(raw.get("next_change") or ""), str(raw.get("schedule") or ""),
-                           str(raw.get("last_error") or ""))
+                           str(raw.get("last_error") or ""), leases, raw.get("drain") is True)

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import secrets
+import threading
 import time
 
 import kubernetes_validate
@@ -17,11 +18,13 @@ import yaml
 
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
 from miner2provider.agent.service import PLACEHOLDER_LABEL
 
-from .conftest import run, ssh
+from .conftest import m2p, run, ssh
+from .conftest import outcomes as conftest_outcomes
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +153,63 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         raise AssertionError(f"{exc}\nnode: {api.nodes[r.name]}\nagent:\n{journal}") from None
     finally:
         api.close()
+
+
+def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_drained(boot_rigs, tmp_path, monkeypatch):
+    """A lease on the rig's node (a pod in a tenant namespace, seen by the agent and reported in its
+    status): convert, schedule apply and revert refuse the rig with one sentence; --drain cordons
+    the node (the agent does), waits for the lease to end, goes on; a drain that times out touches
+    nothing and uncordons."""
+    (r,) = boot_rigs(sandbox.RigSpec("lg-hive", "hiveos", ("rtx3060",)))
+    api = KubeApiStandin(host=str(network.gateway()))
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", (token := secrets.token_urlsafe(24)))
+    api.add_node(r.name, token)
+    bundle = tmp_path / "bundle"
+    build_test_bundle(bundle)
+    schedule = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"
+    try:
+        code, outcomes = apply(r, tmp_path, api, schedule)
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        api.add_pod("job-abc", r.name, 1, namespace="tenant-ns")
+        wait_for("the agent to report the lease", lambda: '"tenant-ns/job-abc"' in agent_status(r), timeout=30)
+        common = ["-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"), "--yes", "--json"]
+        refused = "lg-hive: 1 lease running (pod tenant-ns/job-abc, "
+        for command in (["convert", "--bundle", str(bundle)], ["revert"]):
+            proc = m2p(*command, *common)
+            result = conftest_outcomes(proc)[r.name]
+            assert proc.returncode == 11 and result["result"] == "failed", proc.stdout + proc.stderr
+            assert result["message"].startswith(refused) and result["message"].endswith(
+                "not touched; use --drain to wait for it"), result
+        code, outcomes = apply(r, tmp_path, api, schedule.replace("0s", "1m"))
+        assert code == 11 and outcomes[0]["message"].startswith(refused), outcomes
+        with ssh(r) as client:  # nothing was touched: the old schedule, k3s never installed
+            assert "min_switch_interval: 0s" in run(client, "cat /etc/m2p/schedule.yml")[1]
+            assert run(client, "test -e /usr/local/bin/k3s")[0] == 1
+
+        # A drain that runs out of time: refused as before, and the node is schedulable again.
+        proc = m2p("convert", "--bundle", str(bundle), *common, "--drain", "--drain-timeout", "8s")
+        result = conftest_outcomes(proc)[r.name]
+        assert result["message"].startswith("lg-hive: 1 lease still running after 8 s of --drain"), result
+        wait_for("the agent to uncordon", lambda: not api.nodes[r.name].get("spec", {}).get("unschedulable"))
+
+        # A drain that sees the lease end: revert waits, then goes on; the miner runs afterwards.
+        def end_lease_once_cordoned() -> None:
+            wait_for("the agent to cordon the node", lambda: api.nodes[r.name].get("spec", {}).get("unschedulable"),
+                     timeout=60)
+            api.delete_pod("job-abc", "tenant-ns")
+        ender = threading.Thread(target=end_lease_once_cordoned)
+        ender.start()
+        proc = m2p("revert", *common, "--drain", "--drain-timeout", "2m")
+        ender.join()
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert conftest_outcomes(proc)[r.name]["result"] == "changed"
+        assert miner_running(r)
+        with ssh(r) as client:
+            assert run(client, "test -e /var/lib/m2p || test -e /etc/m2p")[0] == 1
+    finally:
+        api.close()
+
+
+def agent_status(r) -> str:
+    with ssh(r) as client:
+        return run(client, "cat /var/lib/m2p/agent/status.json")[1]

@@ -249,3 +249,36 @@ def test_agent_zipapp_is_self_contained_and_byte_identical_on_every_build():
     assert {"__main__.py", "miner2provider/agent/service.py", "miner2provider/schedule/model.py",
             "yaml/__init__.py", "pynvml.py"} <= set(names)
     assert not [n for n in names if n.endswith(".so")]  # pure Python: any rig's python3
+
+
+def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path):
+    """The lease guard's eyes (leases.py): every tenant pod on the node (GPU or not, not the
+    placeholder, not a system or DaemonSet pod); --drain's request cordons the node while it
+    exists, and the agent lifts only its own cordon."""
+    api.add_pod("gpu-job", NODE, 1, namespace="akash-abc")
+    api.add_pod("cpu-job", NODE, 0, namespace="akash-def")
+    api.add_pod("done", NODE, 1, namespace="akash-ghi", phase="Succeeded")
+    api.add_pod("coredns", NODE, 0, namespace="kube-system")
+    api.add_pod("m2p-placeholder-x", NODE, 2, namespace="m2p-system",
+                labels={"app.kubernetes.io/name": "m2p-placeholder"})
+    api.add_pod("exporter", NODE, 0, namespace="monitoring")
+    api.pods[("monitoring", "exporter")]["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x"}]
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    agent.tick()
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert [lease["pod"] for lease in status["leases"]] == ["akash-abc/gpu-job", "akash-def/cpu-job"]
+    assert all(lease["since"].endswith("Z") for lease in status["leases"]) and status["drain"] is False
+    assert not api.nodes[NODE].get("spec", {}).get("unschedulable")
+
+    (tmp_path / "state" / "drain").write_text("")
+    agent.tick()
+    assert api.nodes[NODE]["spec"]["unschedulable"] is True
+    assert json.loads((tmp_path / "state" / "status.json").read_text())["drain"] is True
+    (tmp_path / "state" / "drain").unlink()
+    agent.tick()
+    assert "unschedulable" not in api.nodes[NODE]["spec"]
+
+    # An owner's own cordon stays: the agent never cordoned it.
+    client(api, tmp_path).patch_node(NODE, {"spec": {"unschedulable": True}})
+    agent.tick()
+    assert api.nodes[NODE]["spec"]["unschedulable"] is True

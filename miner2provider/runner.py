@@ -160,7 +160,8 @@ def run_playbook(
                 changed_tasks.setdefault(host, []).append(task)
             message = str(res.get("msg", "")) if kind in {"failed", "unreachable"} else ""
             if kind in {"failed", "unreachable"} and not data.get("ignore_errors"):
-                failures.setdefault(host, f"{task}: {message}".strip(": "))
+                # The last one: a rescue block's own failure sums up the step that failed before it.
+                failures[host] = f"{task}: {message}".strip(": ")
             _emit(on_event, Event(kind, host, task, message))
         return True
 

@@ -183,7 +183,7 @@ def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_dra
         code, outcomes = apply(r, tmp_path, api, schedule.replace("0s", "1m"))
         assert code == 11 and outcomes[0]["message"].startswith(refused), outcomes
         with ssh(r) as client:  # nothing was touched: the old schedule, k3s never installed
-            assert "min_switch_interval: 0s" in run(client, "cat /etc/m2p/schedule.yml")[1]
+            assert "min_switch_interval: 0s" in run(client, "sudo cat /etc/m2p/schedule.yml")[1]
             assert run(client, "test -e /usr/local/bin/k3s")[0] == 1
 
         # A drain that runs out of time: refused as before, and the node is schedulable again.

@@ -1,0 +1,119 @@
+"""A failure never leaves a rig worse than it was: faults injected on HiveOS and msOS rigs.
+
+Each fault is real on the rig: dpkg refuses to run (its own ``pre-invoke`` hook fails, as a full
+disk or a broken maintainer script would make it), k3s's unit cannot start (a systemd drop-in
+whose ExecStartPre fails).  After each failed run the miner runs exactly as before, the mining
+configuration is byte-identical, the fleet table counts what changed before the failure, and the
+next run (fault gone) converges.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from m2p_sandbox import flavours
+from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
+
+from .conftest import infra_host, m2p, outcomes, rig_entry, run, ssh
+
+pytestmark = pytest.mark.integration
+
+SESSION = {"hiveos": "miner", "msos": "minew"}  # the screen session each OS runs its miner in
+DPKG_FAULT = "/etc/dpkg/dpkg.cfg.d/zz-m2p-test-fault"
+K3S_FAULT = "/etc/systemd/system/k3s.service.d/zz-m2p-test-fault.conf"
+
+
+def sh(r: sandbox.Rig, command: str) -> str:
+    with ssh(r) as client:
+        rc, out = run(client, command)
+    assert rc == 0, f"{r.name}: {command}: {out}"
+    return out
+
+
+def mining(r: sandbox.Rig) -> bool:
+    with ssh(r) as client:
+        return run(client, f"sudo screen -ls {SESSION[r.flavour]}")[0] == 0
+
+
+def untouched(r: sandbox.Rig) -> bool:
+    return flavours.config_changes(infra_host(r), r.flavour) == []
+
+
+def fault(r: sandbox.Rig, kind: str, on: bool) -> None:
+    path, content = {"dpkg": (DPKG_FAULT, "pre-invoke=false"),
+                     "k3s": (K3S_FAULT, "[Service]\nExecStartPre=/bin/false")}[kind]
+    if on:
+        sh(r, f"sudo mkdir -p $(dirname {path}) && printf '{content}\\n' | sudo tee {path} >/dev/null")
+    else:
+        sh(r, f"sudo rm -f {path}")
+    if kind == "k3s":
+        sh(r, "sudo systemctl daemon-reload")
+
+
+def test_failed_convert_and_revert_leave_the_rigs_mining_and_the_next_run_converges(boot_rigs, tmp_path):
+    hive, ms = boot_rigs(sandbox.RigSpec("flt-hive", "hiveos", ("rtx3090",)),
+                         sandbox.RigSpec("flt-ms", "msos", ("rtx3060",)))
+    rigs = (hive, ms)
+    bundle = tmp_path / "bundle"
+    build_test_bundle(bundle)
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"m2p_min_free_disk_gb": 5},
+                                           "hosts": {r.name: rig_entry(r) for r in rigs}}}))
+    common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "kh"), "--yes", "--json"]
+    convert = ["convert", "--bundle", str(bundle), *common]
+    for r in rigs:
+        assert mining(r), f"{r.name}: the flavour's miner should run from boot"
+
+    # 1. A package that fails to install: dpkg itself refuses.
+    for r in rigs:
+        fault(r, "dpkg", on=True)
+    proc = m2p(*convert)
+    result = outcomes(proc)
+    assert proc.returncode == 12, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in rigs:
+        assert result[r.name]["result"] == "failed", result
+        assert "Install the packages together with apt" in result[r.name]["message"], result[r.name]
+        assert result[r.name]["changed"] > 0, result[r.name]  # what it did before the failure counts
+        assert mining(r) and untouched(r), r.name
+        fault(r, "dpkg", on=False)
+
+    # 2. k3s that cannot start.
+    for r in rigs:
+        fault(r, "k3s", on=True)
+    result = outcomes(m2p(*convert))
+    for r in rigs:
+        assert result[r.name]["result"] == "failed" and "k3s" in result[r.name]["message"], result[r.name]
+        assert mining(r) and untouched(r), r.name
+        fault(r, "k3s", on=False)
+
+    # The next run completes what was left; one more changes nothing.
+    proc = m2p(*convert)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {o["result"] for o in outcomes(proc).values()} == {"changed"}
+    again = outcomes(m2p(*convert, "--full"))
+    assert [again[r.name]["changed"] for r in rigs] == [0, 0], again
+
+    # 3. Revert while m2p has the miner stopped (as the agent does while leasing), and dpkg
+    #    refuses the purge: the rig mines again anyway, and a second revert finishes.
+    sh(hive, "sudo /hive/bin/miner stop")
+    sh(ms, "sudo /home/minerstat/minerstat-os/core/stop")
+    for r in rigs:
+        assert not mining(r), r.name
+        fault(r, "dpkg", on=True)
+    result = outcomes(m2p("revert", *common))
+    for r in rigs:
+        assert result[r.name]["result"] == "failed", result
+        assert result[r.name]["message"].startswith("Report the step that failed"), result[r.name]
+        assert "Purge the toolkit packages" in result[r.name]["message"], result[r.name]
+        assert "the rig mines as before" in result[r.name]["message"]
+        assert mining(r) and untouched(r), r.name
+        fault(r, "dpkg", on=False)
+    proc = m2p("revert", *common)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in rigs:
+        assert mining(r) and untouched(r), r.name
+        assert sh(r, "dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' 'nvidia-container*' "
+                     "'libnvidia-container*' 2>/dev/null | grep -c '^ii' || true").strip() == "0"
+        assert sh(r, "test -e /var/lib/m2p && echo left || echo gone").strip() == "gone"

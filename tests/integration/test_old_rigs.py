@@ -74,6 +74,12 @@ def test_old_pythons_convert_refuse_and_revert(boot_rigs, tmp_path):
     second = outcomes(m2p("convert", *common, "--limit", "old38,beside36", "--yes", "--json", "--full"))
     assert [second[n]["changed"] for n in ("old38", "beside36")] == [0, 0], second
 
+    # revert (like schedule apply) refuses the 3.6 rig the same way, before any module runs.
+    refused = outcomes(m2p("revert", *common, "--limit", "old36", "--yes", "--json"))["old36"]
+    assert refused["result"] == "failed" and refused["changed"] == 0, refused
+    assert "python3 3.6.15 is older than 3.8" in refused["message"], refused
+    assert rig_state(old36) == before
+
     reverted = m2p("revert", *common, "--limit", "old38,beside36", "--yes", "--json")
     assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
     for r in (old38, beside):

@@ -128,7 +128,10 @@ def run_playbook(
     ``keep_artifacts`` copies runner's artifacts there (for audits)."""
     vault_key = secrets.token_urlsafe(32)
     inventory = build_inventory(hosts, vault_key, role_vars)
-    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s"]
+    # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
+    # 30 s instead of stalling the run until TCP gives up (many minutes).
+    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",
+                "-o ServerAliveCountMax=3"]
     if known_hosts is not None:
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
     env = {

@@ -124,3 +124,9 @@ def namespace_inode(slot: int) -> int | None:
         return os.stat(Path("/run/netns", namespace_name(slot))).st_ino
     except OSError:
         return None
+
+
+def set_link(slot: int, up: bool) -> None:
+    """Cut (or restore) a rig's network the way a flaky farm switch does: its veth's host end goes
+    down, open connections stall; nothing on the rig notices until it is back."""
+    _ip("link", "set", veth_host_name(slot), "up" if up else "down")

@@ -2,21 +2,25 @@
 
 Each fault is real on the rig: dpkg refuses to run (its own ``pre-invoke`` hook fails, as a full
 disk or a broken maintainer script would make it), k3s's unit cannot start (a systemd drop-in
-whose ExecStartPre fails).  After each failed run the miner runs exactly as before, the mining
+whose ExecStartPre fails), the rig's network drops mid-play (its veth goes down).  After each failed run the miner runs exactly as before, the mining
 configuration is byte-identical, the fleet table counts what changed before the failure, and the
 next run (fault gone) converges.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+
 import pytest
 import yaml
 
-from m2p_sandbox import flavours
+from m2p_sandbox import flavours, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 
-from .conftest import infra_host, m2p, outcomes, rig_entry, run, ssh
+from .conftest import M2P, infra_host, m2p, outcomes, rig_entry, run, ssh
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +121,43 @@ def test_failed_convert_and_revert_leave_the_rigs_mining_and_the_next_run_conver
         assert sh(r, "dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' 'nvidia-container*' "
                      "'libnvidia-container*' 2>/dev/null | grep -c '^ii' || true").strip() == "0"
         assert sh(r, "test -e /var/lib/m2p && echo left || echo gone").strip() == "gone"
+
+
+def test_connection_cut_mid_revert_leaves_the_rig_mining_and_the_next_revert_finishes(boot_rigs, tmp_path):
+    """The controller loses the rig mid-revert (its network drops for 40 s right after revert gave
+    the miner back): the rig is reported unreachable, it mines, and the next revert finishes."""
+    (r,) = boot_rigs(sandbox.RigSpec("flt-cut", "hiveos", ("rtx3090",)))
+    bundle = tmp_path / "bundle"
+    build_test_bundle(bundle)
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"m2p_min_free_disk_gb": 5}, "hosts": {r.name: rig_entry(r)}}}))
+    common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "kh"), "--yes"]
+    assert m2p("convert", "--bundle", str(bundle), *common).returncode == 0
+    sh(r, "sudo /hive/bin/miner stop")  # as the agent does while leasing
+    assert not mining(r)
+    proc = subprocess.Popen([*M2P, "revert", *common], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen: list[str] = []
+    cut_at = None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "changed" in line and "Start the miner again" in line:
+                network.set_link(r.slot, up=False)
+                cut_at = time.monotonic()
+                break
+        rest, _ = proc.communicate(timeout=300)
+    finally:
+        if cut_at is not None:  # the drop lasts 40 s (m2p's ssh gives up after 30 s of silence)
+            time.sleep(max(0.0, cut_at + 40 - time.monotonic()))
+            network.set_link(r.slot, up=True)
+    text = "".join(seen) + rest
+    assert cut_at is not None, "revert never restarted the miner: the cut never happened\n" + text[-3000:]
+    assert proc.returncode == 11 and "unreachable" in text, text[-3000:]
+    sandbox.wait_ssh(r, timeout=60)
+    assert mining(r) and untouched(r)
+    proc = m2p("revert", *common)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert mining(r) and untouched(r)
+    assert sh(r, "test -e /var/lib/m2p && echo left || echo gone").strip() == "gone"

@@ -64,8 +64,60 @@ class UnknownHostKey(paramiko.SSHException):
         self.key_type = key_type
 
 
+class RevokedHostKey(paramiko.SSHException):
+    def __init__(self, fingerprint: str, key_type: str) -> None:
+        super().__init__(f"revoked host key {key_type} {fingerprint}")
+        self.fingerprint = fingerprint
+        self.key_type = key_type
+
+
 class CommandTimeout(Exception):
     pass
+
+
+class KnownHosts(paramiko.HostKeys):
+    """The known_hosts file as OpenSSH reads it: what m2p cannot use is skipped with a note
+    (``skipped``: file:line and why), and ``@revoked`` keys are refused for every host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[str] = []
+        self.revoked: set[str] = set()  # base64 key blobs
+
+    def read(self, path: Path) -> None:
+        entries = []
+        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                self.skipped.append(f"{where}: not UTF-8, skipped")
+                continue
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@"):
+                marker, _, rest = line.partition(" ")
+                fields = rest.split()
+                if marker == "@revoked" and len(fields) >= 3:
+                    self.revoked.add(fields[2])
+                elif marker == "@cert-authority":
+                    self.skipped.append(f"{where}: @cert-authority line skipped (m2p does not check host certificates)")
+                else:
+                    self.skipped.append(f"{where}: {marker} line not understood, skipped")
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+            except Exception:  # noqa: BLE001 - a truncated or damaged key: OpenSSH skips the line too
+                entry = None
+            if entry is None:
+                self.skipped.append(f"{where}: unreadable or unsupported key, skipped")
+            else:
+                entries.append(entry)
+        # OpenSSH: a revoked key is never trusted, even where a line lists it for the host.
+        for entry in entries:
+            if entry.key.get_base64() not in self.revoked:
+                for name in entry.hostnames:  # hashed names (|1|...) stay hashed: lookup hashes to compare
+                    self.add(name, entry.key.get_name(), entry.key)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -82,11 +134,14 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
 
     _lock = threading.Lock()
 
-    def __init__(self, path: Path, accept_new: bool) -> None:
+    def __init__(self, path: Path, accept_new: bool, revoked: set[str] | None = None) -> None:
         self.path = path
         self.accept_new = accept_new
+        self.revoked = revoked or set()
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.get_base64() in self.revoked:  # before any login: a revoked key never gets a password
+            raise RevokedHostKey(fingerprint(key), key.get_name())
         if not self.accept_new:
             raise UnknownHostKey(fingerprint(key), key.get_name())
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
@@ -122,6 +177,11 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
             f"someone is intercepting the connection. If you trust the new key, run: "
             f'ssh-keygen -f "{opts.known_hosts}" -R "{known_hosts_name(host)}"'
         )
+    if isinstance(exc, RevokedHostKey):
+        return "host-key-revoked", (
+            f"host key for {target} ({exc.key_type} {exc.fingerprint}) is marked @revoked in {opts.known_hosts}: "
+            "refused"
+        )
     if isinstance(exc, UnknownHostKey):
         return "host-key-unknown", (
             f"unknown host key for {target} ({exc.key_type} {exc.fingerprint}): check it, then run again with "
@@ -144,22 +204,22 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
     return "error", f"{type(exc).__name__} on {target}: {exc}"
 
 
-def load_known_hosts(opts: SshOptions) -> paramiko.HostKeys:
+def load_known_hosts(opts: SshOptions) -> KnownHosts:
     """Parsed once per fan-out: re-reading the file for each of N rigs costs O(N^2)."""
-    keys = paramiko.HostKeys()
-    if opts.known_hosts.exists():
-        keys.load(str(opts.known_hosts))
+    keys = KnownHosts()
+    if opts.known_hosts.is_file():
+        keys.read(opts.known_hosts)
     return keys
 
 
 def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
-             known: paramiko.HostKeys, use_keys: bool = True) -> paramiko.SSHClient:
+             known: KnownHosts, use_keys: bool = True) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     # Only this rig's entries: the client checks the server's key against them.
     name = known_hosts_name(host)
     for key_type, key in (known.lookup(name) or {}).items():
         client.get_host_keys().add(name, key_type, key)
-    client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new))
+    client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new, known.revoked))
     try:
         client.connect(
             host.address, port=host.port, username=username, password=password,
@@ -185,7 +245,7 @@ def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout:
         raise CommandTimeout() from exc
 
 
-def _default_login_warning(host: Host, opts: SshOptions, known: paramiko.HostKeys) -> str | None:
+def _default_login_warning(host: Host, opts: SshOptions, known: KnownHosts) -> str | None:
     """After a failed login: does the rig still take its mining OS's default login?"""
     for user, password, os_name in DEFAULT_LOGINS:
         try:
@@ -197,12 +257,13 @@ def _default_login_warning(host: Host, opts: SshOptions, known: paramiko.HostKey
     return None
 
 
-def run_one(host: Host, script: str, opts: SshOptions, known: paramiko.HostKeys | None = None,
-            command: str = "sh -s") -> Result:
+def run_one(host: Host, script: str, opts: SshOptions, known: KnownHosts | None = None,
+            command: str = "sh -s", file_notes: bool = True) -> Result:
+    """``file_notes``: report the known_hosts lines skipped (a fan-out reports them once)."""
     known = load_known_hosts(opts) if known is None else known
     username = host.user or getpass.getuser()
     password = host.password.reveal() if host.password else None
-    warnings: list[str] = []
+    warnings: list[str] = list(known.skipped) if file_notes else []
     for user, default_pw, os_name in DEFAULT_LOGINS:
         if username == user and password == default_pw:
             warnings.append(f"inventory uses {os_name}'s default login {user}/{default_pw}: change it on the rig")
@@ -233,7 +294,8 @@ def fan_out(hosts: list[Host], script: str | Callable[[Host], str], opts: SshOpt
     known = load_known_hosts(opts)
 
     def task(host: Host) -> Result:
-        result = run_one(host, script(host) if callable(script) else script, opts, known)
+        result = run_one(host, script(host) if callable(script) else script, opts, known,
+                         file_notes=host is hosts[0])
         if on_done:
             on_done(result)
         return result

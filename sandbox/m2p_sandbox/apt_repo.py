@@ -6,16 +6,16 @@ here carry those names and versions and do one thing when installed: the utils p
 postinst sets the driver version the GPU stand-in reports (what loading the new module after
 the reboot would show).  The repository is a folder with a ``Packages`` index, used through a
 ``deb [trusted=yes] file:<folder> ./`` source: apt reads it with no network, as it reads a
-mirror.  Built with dpkg-deb, like the test bundle's packages (bundle.py).
+mirror.  Built like the test bundle's packages (bundle.build_deb).
 """
 
 from __future__ import annotations
 
 import hashlib
 import subprocess
-import tempfile
 from pathlib import Path
 
+from m2p_sandbox.bundle import build_deb
 from m2p_sandbox.gpu_standin import CUDA_VERSION, DRIVER_VERSION, RIG_FILE
 
 SET_DRIVER = f"""#!/bin/sh
@@ -27,25 +27,6 @@ if [ "$1" = configure ] && [ -f {RIG_FILE} ]; then
         -e 's/"cuda_version": "[^"]*"/"cuda_version": "{CUDA_VERSION}"/' {RIG_FILE}
 fi
 """
-
-
-def _package(out: Path, name: str, version: str, depends: str = "", postinst: str = "") -> Path:
-    with tempfile.TemporaryDirectory(prefix="m2p-deb-") as tmp:
-        tree = Path(tmp) / name
-        (tree / "DEBIAN").mkdir(parents=True)
-        control = [f"Package: {name}", f"Version: {version}-0ubuntu1", "Architecture: amd64",
-                   "Maintainer: m2p test harness <m2p@localhost>", "Section: restricted/libs", "Priority: optional"]
-        control += [f"Depends: {depends}"] if depends else []
-        control.append(f"Description: m2p STAND-IN for Ubuntu's {name} (not the real driver)")
-        (tree / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
-        if postinst:
-            (tree / "DEBIAN" / "postinst").write_text(postinst.replace("@VERSION@", version))
-            (tree / "DEBIAN" / "postinst").chmod(0o755)
-        deb = out / f"{name}_{version}-0ubuntu1_amd64.deb"
-        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(tree), str(deb)],
-                       check=True, capture_output=True,
-                       env={"SOURCE_DATE_EPOCH": "1700000000", "PATH": "/usr/bin:/bin"})
-    return deb
 
 
 def _index_entry(deb: Path) -> str:
@@ -61,9 +42,13 @@ def build_driver_repo(root: Path | str, version: str = DRIVER_VERSION) -> Path:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     branch = version.split(".")[0]
-    debs = [_package(root, f"nvidia-utils-{branch}-server", version, postinst=SET_DRIVER),
-            _package(root, f"nvidia-headless-{branch}-server", version,
-                     depends=f"nvidia-utils-{branch}-server (= {version}-0ubuntu1)")]
+    package = f"{version}-0ubuntu1"
+
+    def deb(name: str, depends: str = "", postinst: str = "") -> Path:
+        return build_deb(root, name, package, section="restricted/libs", depends=depends, postinst=postinst,
+                         description=f"m2p STAND-IN for Ubuntu's {name} (not the real driver)")
+    debs = [deb(f"nvidia-utils-{branch}-server", postinst=SET_DRIVER.replace("@VERSION@", version)),
+            deb(f"nvidia-headless-{branch}-server", depends=f"nvidia-utils-{branch}-server (= {package})")]
     (root / "Packages").write_text("\n".join(_index_entry(d) for d in debs))
     return root
 

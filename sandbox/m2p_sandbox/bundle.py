@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from miner2provider.bundle.manifest import sha256_of, write_manifest
@@ -48,8 +49,9 @@ def build_test_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION,
     _render("k3s", k3s, k3s_version, 0o755)
     packages = []
     for name, (files, depends, conffiles) in _PACKAGES.items():
-        deb = _build_deb(root / "debs", name, f"{toolkit_version}-1", files, depends.format(v=toolkit_version),
-                         conffiles, toolkit_version)
+        deb = build_deb(root / "debs", name, f"{toolkit_version}-1", files=files,
+                        depends=depends.format(v=toolkit_version), conffiles=conffiles, upstream=toolkit_version,
+                        description=f"m2p STAND-IN for NVIDIA's {name} (test bundle; not the real package)")
         packages.append({"name": name, "version": f"{toolkit_version}-1",
                          "file": str(deb.relative_to(root)), "sha256": sha256_of(deb)})
     return write_manifest(
@@ -64,21 +66,27 @@ def _render(source: str, dest: Path, version: str, mode: int) -> None:
     dest.chmod(mode)
 
 
-def _build_deb(out: Path, name: str, version: str, files: dict[str, tuple[str, int]], depends: str,
-               conffiles: list[str], upstream: str) -> Path:
+def build_deb(out: Path, name: str, version: str, *, description: str, files: dict[str, tuple[str, int]] | None = None,
+              depends: str = "", conffiles: Sequence[str] = (), upstream: str = "", section: str = "utils",
+              postinst: str = "") -> Path:
+    """A reproducible stand-in ``.deb`` in ``out``: ``files`` maps a path in the package to a file of
+    ``bundle_files/`` (``@VERSION@`` becomes ``upstream``) and its mode."""
     with tempfile.TemporaryDirectory(prefix="m2p-deb-") as tmp:
         tree = Path(tmp) / name
         (tree / "DEBIAN").mkdir(parents=True)
-        for target, (source, mode) in files.items():
+        for target, (source, mode) in (files or {}).items():
             _render(source, tree / target, upstream, mode)
         control = [f"Package: {name}", f"Version: {version}", "Architecture: amd64",
-                   "Maintainer: m2p test harness <m2p@localhost>", "Section: utils", "Priority: optional"]
+                   "Maintainer: m2p test harness <m2p@localhost>", f"Section: {section}", "Priority: optional"]
         if depends:
             control.append(f"Depends: {depends}")
-        control.append(f"Description: m2p STAND-IN for NVIDIA's {name} (test bundle; not the real package)")
+        control.append(f"Description: {description}")
         (tree / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
         if conffiles:
             (tree / "DEBIAN" / "conffiles").write_text("\n".join(conffiles) + "\n")
+        if postinst:
+            (tree / "DEBIAN" / "postinst").write_text(postinst)
+            (tree / "DEBIAN" / "postinst").chmod(0o755)
         deb = out / f"{name}_{version}_amd64.deb"
         # Fixed mtimes and root ownership make the package byte-identical from build to build.
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(tree), str(deb)],

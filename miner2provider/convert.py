@@ -101,13 +101,14 @@ def run_fleet(
             leased.append((host, report.facts.agent_status.leases))
         else:
             reachable.append(host)
-    now = datetime.now(UTC)
-    if drain_timeout_s is None:
+    drained: list[Host] = []
+    if leased and drain_timeout_s is None:
+        now = datetime.now(UTC)
         for host, running in leased:
             outcomes[host.name] = RigOutcome(host.name, "failed", message=leases.refusal(host.name, running, now))
-    drained = [host for host, _ in leased] if drain_timeout_s is not None else []
-    if drained:
-        reachable += _drain(drained, opts, drain_timeout_s or 0.0, outcomes, on_event)
+    elif leased and drain_timeout_s is not None:
+        drained = [host for host, _ in leased]
+        reachable += _drain(drained, opts, drain_timeout_s, outcomes, on_event)
     # Servers first: agents in later batches join a server that is already up.
     reachable.sort(key=lambda h: "k3s_server" not in h.groups)
     for name, digest in inputs.items():

@@ -48,11 +48,12 @@ def wait(hosts: list[Host], opts: SshOptions, timeout_s: float, *, poll_s: float
     cleared: list[Host] = []
     while waiting:
         for report in detect(list(waiting.values()), opts):
-            if report.facts is not None:
+            if report.facts is None:
+                continue  # not reached this time: still waiting, leases as last seen
+            if report.facts.agent_status.leases:
                 still[report.name] = report.facts.agent_status.leases
-                if not still[report.name]:
-                    cleared.append(waiting.pop(report.name))
-                    del still[report.name]
+            else:
+                cleared.append(waiting.pop(report.name))
         if not waiting or clock() + poll_s > deadline:
             break
         sleep(poll_s)

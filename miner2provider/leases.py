@@ -13,26 +13,25 @@ its node and cannot guard it (README says so).
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from miner2provider.errors import UsageError
 from miner2provider.facts.cluster import Lease
+from miner2provider.schedule.model import duration_seconds
 
 # The agent cordons its node while this file exists (agent/service.py keep_drain).
 DRAIN_REQUEST = "/var/lib/m2p/agent/drain"
 SHOWN = 3  # leases named in a refusal; the count says how many more
 DEFAULT_DRAIN_TIMEOUT = "2h"
-_SPAN = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 def parse_span(text: str, option: str = "--drain-timeout") -> float:
-    """90s, 30m, 2h, 1d (or plain seconds) -> seconds."""
-    match = _SPAN.match(text.strip())
-    if not match or int(match.group(1)) == 0:
+    """90s, 30m, 2h, 1d (the schedule's durations), or plain seconds -> seconds; never 0."""
+    plain = text.strip()
+    seconds = duration_seconds(plain + "s" if plain.isdigit() else plain)
+    if not seconds:
         raise UsageError(f"{option} {text}: give a duration such as 90s, 30m, 2h or 1d")
-    return float(int(match.group(1)) * _UNIT[match.group(2)])
+    return seconds
 
 
 def span(seconds: float) -> str:
@@ -52,16 +51,19 @@ def _age(lease: Lease, now: datetime) -> str:
         return "running"
 
 
+def _named(leases: tuple[Lease, ...], now: datetime) -> str:
+    """The first SHOWN leases with their ages, and how many more."""
+    shown = "; ".join(f"{lease.pod}, {_age(lease, now)}" for lease in leases[:SHOWN])
+    return shown + (f"; {len(leases) - SHOWN} more" if len(leases) > SHOWN else "")
+
+
 def refusal(rig: str, leases: tuple[Lease, ...], now: datetime) -> str:
     """rig07: 1 lease running (pod tenant-ns/job-abc, 3 h): not touched; use --drain to wait for it"""
     many = len(leases) > 1
-    shown = "; ".join(f"{lease.pod}, {_age(lease, now)}" for lease in leases[:SHOWN])
-    more = f"; {len(leases) - SHOWN} more" if len(leases) > SHOWN else ""
-    return (f"{rig}: {len(leases)} lease{'s' if many else ''} running (pod{'s' if many else ''} {shown}{more}): "
-            f"not touched; use --drain to wait for {'them' if many else 'it'}")
+    return (f"{rig}: {len(leases)} lease{'s' if many else ''} running (pod{'s' if many else ''} "
+            f"{_named(leases, now)}): not touched; use --drain to wait for {'them' if many else 'it'}")
 
 
 def drain_timed_out(rig: str, leases: tuple[Lease, ...], waited_s: float, now: datetime) -> str:
-    shown = "; ".join(f"{lease.pod}, {_age(lease, now)}" for lease in leases[:SHOWN])
     return (f"{rig}: {len(leases)} lease{'s' if len(leases) > 1 else ''} still running after {span(waited_s)} "
-            f"of --drain ({shown}): not touched; the node is schedulable again")
+            f"of --drain ({_named(leases, now)}): not touched; the node is schedulable again")

@@ -134,10 +134,10 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
 
     _lock = threading.Lock()
 
-    def __init__(self, path: Path, accept_new: bool, revoked: set[str] | None = None) -> None:
+    def __init__(self, path: Path, accept_new: bool, revoked: set[str]) -> None:
         self.path = path
         self.accept_new = accept_new
-        self.revoked = revoked or set()
+        self.revoked = revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         if key.get_base64() in self.revoked:  # before any login: a revoked key never gets a password

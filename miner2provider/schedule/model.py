@@ -233,11 +233,17 @@ def _duration(path: str, field: tuple[yaml.Node, Any] | None, *, default: float 
     where = f"{path}:{node.start_mark.line + 1}"
     if forever_ok and value == "forever":
         return None
-    m = _DURATION.match(str(value).strip())
-    if isinstance(value, bool) or not m:
+    seconds = None if isinstance(value, bool) else duration_seconds(str(value))
+    if seconds is None:
         hint = "a duration such as 90s, 30m, 2h" + (" or forever" if forever_ok else "")
         raise ScheduleError(f"duration {value!r}: use {hint}", where=where)
-    return float(int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+    return seconds
+
+
+def duration_seconds(text: str) -> float | None:
+    """90s, 30m, 2h, 1d -> seconds; None for anything else (the schedule's and --drain-timeout's form)."""
+    m = _DURATION.match(text.strip())
+    return float(int(m.group(1)) * _UNIT_SECONDS[m.group(2)]) if m else None
 
 
 def _check_overlaps(path: str, windows: tuple[Window, ...]) -> None:

@@ -23,6 +23,7 @@ from miner2provider.attributes.labels import cards_of, node_labels
 from miner2provider.facts import probe
 from miner2provider.facts.fingerprint import gpu_signature
 from miner2provider.readiness import HARDWARE_CODES, Settings, assess
+from miner2provider.role_vars import python_of
 
 
 def plain(value: Any) -> Any:
@@ -40,8 +41,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         args = self._task.args
-        python = (task_vars or {}).get("ansible_python_interpreter")
-        script = probe.script(python if isinstance(python, str) and python.startswith("/") else None)
+        script = probe.script(python_of(task_vars or {}))  # the python3 Ansible's modules use (role_vars)
         res = self._low_level_execute_command(probe.inline_command(script), sudoable=True)
         try:
             facts = probe.gather(res.get("stdout", ""))

@@ -49,8 +49,16 @@ def report_from(result: Result) -> RigReport:
     except probe.ProbeIncomplete as exc:
         return RigReport(host.name, host.address, None, None, "probe",
                          f"probe on {host.address} ended early (exit {result.rc}): {exc}", result.warnings)
-    return RigReport(host.name, host.address, facts, assess(facts, settings_for(host)),
-                     warnings=result.warnings)
+    except probe.ProbeUnreadable as exc:
+        return RigReport(host.name, host.address, None, None, "probe", f"{exc} on {host.address}",
+                         result.warnings)
+    try:
+        verdict = assess(facts, settings_for(host))
+    except Exception as exc:  # noqa: BLE001 - a bug judging one rig must not lose the fleet's results
+        return RigReport(host.name, host.address, facts, None, "probe",
+                         f"m2p could not judge the rig's facts ({type(exc).__name__}: {str(exc)[:100]})",
+                         result.warnings)
+    return RigReport(host.name, host.address, facts, verdict, warnings=result.warnings)
 
 
 def detect(hosts: list[Host], opts: SshOptions,

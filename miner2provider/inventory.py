@@ -18,6 +18,7 @@ import difflib
 import ipaddress
 import os
 import re
+import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from miner2provider import collection, settings
+from miner2provider import collection, settings, textfiles
 from miner2provider.errors import InventoryError, VaultError
 
 ANSIBLE_TYPES: dict[str, type] = {
@@ -36,13 +37,20 @@ ANSIBLE_TYPES: dict[str, type] = {
     "ansible_password": str,
     "ansible_ssh_pass": str,
     "ansible_become_password": str,
+    "ansible_become_pass": str,
     "ansible_python_interpreter": str,
 }
+
+# Variables whose values no message may quote; names with these words are treated alike.
+SECRET_NAMES = {"ansible_password", "ansible_ssh_pass", "ansible_become_password", "ansible_become_pass",
+                "k3s_agent_token", "timeshare_agent_api_token"}
+_SECRET_WORDS = ("pass", "token", "secret", "api_key")
 
 DEFAULT_PORT = 22
 GROUP_KEYS = {"hosts", "vars", "children"}
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})+$")
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")  # RFC 1123, ASCII
+_NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
 
 
 class Secret:
@@ -101,18 +109,26 @@ SECRET_VARIABLES = {"password": "ansible_password", "become_password": "ansible_
 class Inventory:
     path: Path
     hosts: tuple[Host, ...]
+    warnings: tuple[str, ...] = ()  # "file:line: ..." the CLI shows before it works
 
     def select(self, limit: str | None) -> list[Host]:
-        """``--limit``: comma-separated host or group names."""
-        if not limit:
+        """``--limit``: comma-separated host or group names; selecting no rig is an error."""
+        if limit is None:
             return list(self.hosts)
         wanted = {part.strip() for part in limit.split(",") if part.strip()}
+        if not wanted:
+            raise InventoryError(f"--limit {textfiles.shown(limit)} names no host or group", where=str(self.path))
         chosen = [h for h in self.hosts if h.name in wanted or wanted & set(h.groups)]
         known = {h.name for h in self.hosts} | {g for h in self.hosts for g in h.groups}
         unknown = sorted(wanted - known)
         if unknown:
-            raise InventoryError(f"--limit names no host or group: {', '.join(unknown)}", where=str(self.path))
+            raise InventoryError(f"--limit names no host or group: {textfiles.printable(', '.join(unknown))[:200]}",
+                                 where=str(self.path))
         return chosen
+
+
+def is_secret(name: str) -> bool:
+    return name in SECRET_NAMES or any(word in name.lower() for word in _SECRET_WORDS)
 
 
 # -- YAML with line numbers --------------------------------------------------------
@@ -138,27 +154,13 @@ def _line(path: Path, node: yaml.Node) -> str:
 
 
 def _compose(path: Path) -> yaml.Node | None:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InventoryError("inventory file not found", where=str(path)) from None
-    except OSError as exc:
-        raise InventoryError(f"cannot read inventory: {exc.strerror}", where=str(path)) from None
-    try:
-        return yaml.compose(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = exc.problem or "invalid YAML"
-        raise InventoryError(f"YAML syntax error: {problem}", where=where) from None
+    text = textfiles.read_text(path, "inventory file", InventoryError)
+    return textfiles.yaml_tree(text, str(path), InventoryError, _Loader)
 
 
-def _value(path: Path, node: yaml.Node) -> Any:
-    loader = _Loader("")
-    try:
-        return loader.construct_object(node, deep=True)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"cannot read value: {exc}", where=_line(path, node)) from None
+def _value(path: Path, node: yaml.Node, name: str = "") -> Any:
+    return textfiles.construct(node, str(path), InventoryError, f"value of {name}" if name else "value",
+                               _Loader, secret=name in SECRET_NAMES)
 
 
 def _mapping(path: Path, node: yaml.Node | None, what: str) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
@@ -174,7 +176,7 @@ def _mapping(path: Path, node: yaml.Node | None, what: str) -> list[tuple[yaml.S
             raise InventoryError(f"{what}: keys must be plain names", where=_line(path, key))
         if key.value in seen:
             raise InventoryError(
-                f"duplicate {what} key {key.value!r} (first at line {seen[key.value].start_mark.line + 1})",
+                f"duplicate {what} key {textfiles.shown(key.value)} (first at line {seen[key.value].start_mark.line + 1})",
                 where=_line(path, key),
             )
         seen[key.value] = key
@@ -187,7 +189,7 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return f"{node.value!r}"
+    return textfiles.shown(node.value)
 
 
 # -- validation ---------------------------------------------------------------------
@@ -211,9 +213,7 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
         return
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if not ok:
-        raise InventoryError(
-            f"{name} must be {_type_name(expected)}, found {type(value).__name__} {value!r}", where=where
-        )
+        raise InventoryError(f"{name} must be {_type_name(expected)}, found {_found(name, value)}", where=where)
     if name == "ansible_port" and not 1 <= value <= 65535:
         raise InventoryError(f"ansible_port must be 1-65535, found {value}", where=where)
     if expected is int and value < 0:
@@ -221,10 +221,24 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
     if expected is str and not value.strip():
         raise InventoryError(f"{name} is empty", where=where)
     if choices and value not in choices:
-        raise InventoryError(f"{name} must be one of {', '.join(map(str, choices))}, found {value!r}", where=where)
+        raise InventoryError(f"{name} must be one of {', '.join(map(str, choices))}, found {_found(name, value)}",
+                             where=where)
     if name == "m2p_python_interpreter" and not value.startswith("/"):
         raise InventoryError(f"m2p_python_interpreter must be an absolute path on the rig "
-                             f"(such as /opt/python3.10/bin/python3), found {value!r}", where=where)
+                             f"(such as /opt/python3.10/bin/python3), found {_found(name, value)}", where=where)
+    if name == "ansible_host":
+        _address(value, where)
+
+
+def _found(name: str, value: Any) -> str:
+    """What a message says was found: the type, and the value itself only when it is no secret."""
+    kind = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list",
+            dict: "a mapping", type(None): "nothing"}.get(type(value), type(value).__name__)
+    if isinstance(value, _Vaulted):
+        return "a vault-encrypted value"
+    if is_secret(name):
+        return f"{kind} (its value is not shown{'; quote it' if isinstance(value, (int, float)) else ''})"
+    return f"{kind} {textfiles.shown(value)}"
 
 
 def _check_role_variable(path: Path, key: yaml.ScalarNode) -> None:
@@ -249,7 +263,7 @@ def _type_name(t: type) -> str:
 def _vars(path: Path, node: yaml.Node | None, what: str) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     for key, value_node in _mapping(path, node, what):
-        value = _value(path, value_node)
+        value = _value(path, value_node, key.value)
         _check_var(path, key, value_node, value)
         out[key.value] = (value, _line(path, value_node))
     return out
@@ -281,12 +295,14 @@ def _walk_group(path: Path, name: str, node: yaml.Node | None, depth: int,
         layers.append((depth, _vars(path, pairs["vars"][1], f"vars of group {name!r}")))
     if "hosts" in pairs:
         for hkey, hnode in _mapping(path, pairs["hosts"][1], f"hosts of group {name!r}"):
+            _check_name(path, hkey, "host")
             host = hosts.setdefault(hkey.value, _RawHost(hkey.value, _line(path, hkey)))
             host.layers.extend(layers)
             host.layers.append((10_000, _vars(path, hnode, f"host {hkey.value!r}")))
             host.groups.extend(g for g in [*lineage, name] if g not in host.groups)
     if "children" in pairs:
         for ckey, cnode in _mapping(path, pairs["children"][1], f"children of group {name!r}"):
+            _check_name(path, ckey, "group")
             _walk_group(path, ckey.value, cnode, depth + 1, layers, [*lineage, name], hosts)
 
 
@@ -308,28 +324,36 @@ def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
         raise InventoryError("inventory is empty: it needs at least one group with hosts", where=str(p))
     raw_hosts: dict[str, _RawHost] = {}
     for gkey, gnode in _mapping(p, root, "top level"):
+        _check_name(p, gkey, "group")
         _walk_group(p, gkey.value, gnode, 0, [], [], raw_hosts)
     if not raw_hosts:
         raise InventoryError("inventory lists no hosts", where=str(p))
     vault = _VaultOpener(p, vault_password_file)
-    hosts = [_build_host(p, raw, _merge(raw), vault, env) for raw in raw_hosts.values()]
+    warnings: dict[str, None] = {}  # ordered, once per place
+    hosts = [_build_host(p, raw, _merge(raw), vault, env, warnings) for raw in raw_hosts.values()]
     _check_duplicates(hosts)
-    return Inventory(p, tuple(hosts))
+    return Inventory(p, tuple(hosts), tuple(warnings))
 
 
 def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], vault: _VaultOpener,
-                env: Mapping[str, str]) -> Host:
+                env: Mapping[str, str], warnings: dict[str, None]) -> Host:
     values = {k: v for k, (v, _) in merged.items()}
-    address = values.get("ansible_host")
-    if address is None:
-        if not _is_address(raw.name):
-            raise InventoryError(
-                f"host {raw.name!r} has no address: add ansible_host: <IP or DNS name>", where=raw.where
-            )
-        address = raw.name
+    if "ansible_host" in values:
+        address = _address(values["ansible_host"], merged["ansible_host"][1])
+    elif _is_address(raw.name):
+        address = _address(raw.name, raw.where)
+    else:
+        raise InventoryError(
+            f"host {textfiles.shown(raw.name)} has no address: add ansible_host: <IP or DNS name>", where=raw.where)
+    for key in ("ansible_password", "ansible_ssh_pass", "ansible_become_password", "ansible_become_pass"):
+        if key in values and not isinstance(values[key], _Vaulted):
+            warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
+                     f"(ansible-vault encrypt_string) or name an environment variable in "
+                     f"{'m2p_ssh_password_env' if 'become' not in key else 'm2p_become_password_env'}"] = None
     port = values.get("ansible_port", DEFAULT_PORT)
     password = _secret(values, merged, ("ansible_password", "ansible_ssh_pass"), "m2p_ssh_password_env", vault, env)
-    become = _secret(values, merged, ("ansible_become_password",), "m2p_become_password_env", vault, env)
+    become = _secret(values, merged, ("ansible_become_password", "ansible_become_pass"), "m2p_become_password_env",
+                     vault, env)
     k3s_token = _secret(values, merged, ("k3s_agent_token",), "m2p_k3s_token_env", vault, env)
     agent_token = _secret(values, merged, ("timeshare_agent_api_token",), "m2p_agent_token_env", vault, env)
     key_file = values.get("ansible_ssh_private_key_file")
@@ -337,11 +361,14 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
         # Relative to the inventory file, as Ansible reads it.
         expanded = Path(key_file).expanduser()
         key_file = str(expanded if expanded.is_absolute() else (path.parent / expanded).resolve())
+        if Path(key_file).is_dir():
+            raise InventoryError(f"ansible_ssh_private_key_file {textfiles.shown(key_file)} is a directory, "
+                                 "not a key file", where=merged["ansible_ssh_private_key_file"][1])
     clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
-    for k in ("ansible_ssh_pass", *SECRET_VARIABLES.values()):
+    for k in ("ansible_ssh_pass", "ansible_become_pass", *SECRET_VARIABLES.values()):
         clean.pop(k, None)
     return Host(
-        name=raw.name, address=str(address), port=int(port), user=values.get("ansible_user"),
+        name=raw.name, address=address, port=int(port), user=values.get("ansible_user"),
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
         vars=clean, where=raw.where, k3s_token=k3s_token, agent_token=agent_token,
     )
@@ -363,12 +390,43 @@ def _secret(values: dict[str, Any], merged: dict[str, tuple[Any, str]], keys: tu
     return None
 
 
-def _is_address(name: str) -> bool:
+def _address(text: str, where: str) -> str:
+    """``ansible_host`` (or a host name used as the address) in the form the resolver sees it: an IP
+    address in its usual spelling (``127.0.0.01`` is ``127.0.0.1``, as inet_aton reads it), or an
+    RFC 1123 DNS name; anything else (``;``, ``$(...)``, spaces, a newline) is an error."""
+    canonical = _canonical_address(text)
+    if canonical is None:
+        raise InventoryError(f"ansible_host {textfiles.shown(text)} is not an IP address or a DNS name "
+                             "(letters, digits, hyphens and dots)", where=where)
+    return canonical
+
+
+def _canonical_address(text: str) -> str | None:
     try:
-        ipaddress.ip_address(name)
-        return True
+        return str(ipaddress.ip_address(text))
     except ValueError:
-        return bool(_HOSTNAME.match(name))
+        pass
+    if _NUMERIC.fullmatch(text):  # a numbers-only name is an IPv4 address to the resolver, in any spelling
+        try:
+            return socket.inet_ntoa(socket.inet_aton(text))
+        except OSError:
+            return None
+    return text if _HOSTNAME.fullmatch(text) else None
+
+
+def _is_address(name: str) -> bool:
+    """A host name that can be its own address: an IP address or a dotted DNS name (``rig01`` alone is
+    more likely a label than a name the resolver knows: it needs ansible_host)."""
+    canonical = _canonical_address(name)
+    return canonical is not None and ("." in canonical or ":" in canonical)
+
+
+def _check_name(path: Path, key: yaml.ScalarNode, what: str) -> None:
+    """Host and group names end up in terminal lines, log lines and node labels: printable, no spaces."""
+    name = key.value
+    if not name or len(name) > 253 or textfiles.printable(name) != name or any(ch.isspace() for ch in name):
+        raise InventoryError(f"{what} name {textfiles.shown(name)} has spaces, control or invisible characters "
+                             "(or is over 253 characters)", where=_line(path, key))
 
 
 def _check_duplicates(hosts: list[Host]) -> None:

@@ -7,6 +7,7 @@ files of real captured output (tests/unit/facts/<fact>/<case>.json).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
@@ -29,3 +30,14 @@ class Fact(Generic[T]):
     @staticmethod
     def parse(out: Output) -> T:  # pragma: no cover - every fact overrides it
         raise NotImplementedError
+
+
+# A rig's numbers fit in 18 ASCII digits; more (or `N/A`, `-`, `²`) is output m2p cannot read.
+_WHOLE = re.compile(r"[0-9]{1,18}")
+
+
+def whole(text: str) -> int | None:
+    """``text`` as a whole number when it is 1-18 ASCII digits (``str.isdigit`` also takes ``²``, which
+    ``int`` refuses, and ``int`` refuses 4,301 digits); None otherwise."""
+    text = text.strip()
+    return int(text) if _WHOLE.fullmatch(text) else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 from dataclasses import dataclass
 
 from miner2provider.facts.base import Fact, Output
@@ -86,11 +87,18 @@ class AgentStatusFact(Fact[AgentStatus]):
             raw = json.loads(out.text)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as exc:
-            return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: {exc}")
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
+            return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: {reason}")
         listed = raw.get("leases")
-        leases = tuple(Lease(str(item.get("pod") or "?"), str(item.get("since") or ""))
+        leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
                        for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
-        return AgentStatus(True, str(raw.get("mode") or "unknown"), str(raw.get("since") or ""),
-                           str(raw.get("next_change") or ""), str(raw.get("schedule") or ""),
-                           str(raw.get("last_error") or ""), leases, raw.get("drain") is True)
+        return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
+                           _field(raw, "next_change"), _field(raw, "schedule"),
+                           _field(raw, "last_error", 300), leases, raw.get("drain") is True)
+
+
+def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:
+    """One text field of status.json (a file on the rig): a string, cut; anything else reads as absent."""
+    value = raw.get(key)
+    return value[:cut] if isinstance(value, str) else ""

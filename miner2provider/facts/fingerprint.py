@@ -92,10 +92,15 @@ class FingerprintFact(Fact[Fingerprint]):
             data = json.loads(record)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as exc:
-            return Fingerprint(False, error=f"{RECORD} is not valid: {exc}")
-        return Fingerprint(True, str(data.get("inputs", "")), str(data.get("gpus", "")),
-                           state_lines(str(s) for s in data.get("state", [])), state_lines(state.splitlines()))
+            recorded = data.get("state", [])
+            if not isinstance(recorded, list):
+                raise ValueError("its state is not a list")
+            # A file on the rig, writable by whoever owns the rig: any shape must read as "not valid".
+            return Fingerprint(True, str(data.get("inputs", ""))[:200], str(data.get("gpus", ""))[:200],
+                               state_lines(str(s)[:500] for s in recorded), state_lines(state.splitlines()))
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
+            return Fingerprint(False, error=f"{RECORD} is not valid: {reason}")
 
 
 def state_lines(lines: Iterable[str]) -> tuple[str, ...]:

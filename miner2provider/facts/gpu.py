@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from miner2provider.facts.base import Fact, Output
+from miner2provider.facts.base import Fact, Output, whole
 
 QUERY_FIELDS = (
     "index", "name", "uuid", "pci.bus_id", "pci.device_id", "pci.sub_device_id",
@@ -57,18 +57,19 @@ def _pci_ids(device_field: str) -> tuple[str, str]:
     return "", ""
 
 
-def gpu_from_fields(values: dict[str, str]) -> Gpu:
+def gpu_from_fields(values: dict[str, str], row: int) -> Gpu:
+    """``row``: the GPU's place in nvidia-smi's output, its index when the index column is unreadable."""
     vendor, device = _pci_ids(values["pci.device_id"])
-    memory = re.sub(r"[^0-9]", "", values["memory.total"])
+    index = whole(values["index"])
     return Gpu(
-        index=int(values["index"]),
+        index=row if index is None else index,
         name=values["name"],
         uuid=values["uuid"],
         pci_bus_id=values["pci.bus_id"],
         vendor_id=vendor,
         device_id=device,
         subsystem_id=values["pci.sub_device_id"],
-        memory_mib=int(memory) if memory else 0,
+        memory_mib=whole(re.sub(r"[^0-9]", "", values["memory.total"])) or 0,
         driver_version=values["driver_version"],
     )
 
@@ -101,7 +102,7 @@ class GpusFact(Fact[Gpus]):
             cells = [c.strip() for c in line.split(", ")]
             if len(cells) != len(QUERY_FIELDS):
                 return Gpus("driver-error", (), f"unexpected nvidia-smi row: {line[:120]}")
-            gpus.append(gpu_from_fields(dict(zip(QUERY_FIELDS, cells, strict=True))))
+            gpus.append(gpu_from_fields(dict(zip(QUERY_FIELDS, cells, strict=True)), len(gpus)))
         return Gpus("ok", tuple(gpus))
 
 
@@ -148,7 +149,7 @@ def gpus_from_nvml(nvml) -> tuple[Gpus, str]:  # type: ignore[no-untyped-def]
                 "pci.sub_device_id": f"0x{pci.pciSubSystemId:08X}",
                 "memory.total": str(mem.total // (1024 * 1024)),
                 "driver_version": driver,
-            }))
+            }, index))
         return (Gpus("ok", tuple(gpus)) if gpus else Gpus("no-gpu", ())), cuda
     finally:
         nvml.nvmlShutdown()

@@ -63,5 +63,5 @@ class XidFact(Fact[XidErrors]):
         if any("@@unreadable" in line for line in lines):
             return XidErrors(False, 0, (), "")
         xids = [line for line in lines if "NVRM: Xid" in line]
-        codes = sorted({int(m.group(1)) for line in xids if (m := re.search(r"Xid \([^)]*\): (\d+)", line))})
+        codes = sorted({int(m.group(1)) for line in xids if (m := re.search(r"Xid \([^)]*\): ([0-9]{1,9})\b", line))})
         return XidErrors(True, len(xids), tuple(codes), xids[-1].strip() if xids else "")

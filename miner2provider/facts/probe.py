@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
-from miner2provider.facts.base import Output
+from miner2provider.facts.base import Output, whole
 from miner2provider.facts.cluster import AgentStatus, Installed
 from miner2provider.facts.fingerprint import Fingerprint
 from miner2provider.facts.gpu import Gpus
@@ -56,8 +56,8 @@ def split(text: str) -> dict[str, Output]:
             name, body = line[len(FACT_MARK):].strip(), []
         elif line.startswith(RC_MARK) and name is not None:
             rc_text = line[len(RC_MARK):].strip()
-            outputs[name] = Output("\n".join(body) + ("\n" if body else ""),
-                                   int(rc_text) if rc_text.lstrip("-").isdigit() else -1)
+            rc = whole(rc_text)
+            outputs[name] = Output("\n".join(body) + ("\n" if body else ""), -1 if rc is None else rc)
             name = None
         elif name is not None:
             body.append(line)
@@ -90,11 +90,21 @@ class ProbeIncomplete(ValueError):
     """The probe's output lacks some facts (the connection dropped, or it was cut)."""
 
 
+class ProbeUnreadable(ValueError):
+    """A fact's output is something its parser cannot read (the rig printed what no rig should)."""
+
+
 def gather(text: str) -> RigFacts:
     outputs = split(text)
     missing = [f.name for f in ALL_FACTS if f.name not in outputs]
     if missing:
         raise ProbeIncomplete(f"probe output lacks {', '.join(missing)}")
-    parsed: dict[str, Any] = {name: FACTS_BY_NAME[name].parse(out) for name, out in outputs.items()
-                              if name in FACTS_BY_NAME}
+    parsed: dict[str, Any] = {}
+    for name, out in outputs.items():
+        if name not in FACTS_BY_NAME:
+            continue
+        try:
+            parsed[name] = FACTS_BY_NAME[name].parse(out)
+        except Exception as exc:  # noqa: BLE001 - one rig's odd output is that rig's failure, never the fleet's
+            raise ProbeUnreadable(f"m2p cannot read the rig's {name} output ({type(exc).__name__})") from exc
     return RigFacts(**parsed)

@@ -6,7 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from miner2provider.facts.base import Fact, Output
+from miner2provider.facts.base import Fact, Output, whole
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class CpuFact(Fact[Cpu]):
     @staticmethod
     def parse(out: Output) -> Cpu:
         lines = out.text.splitlines()
-        cores = int(lines[0]) if lines and lines[0].strip().isdigit() else 0
+        cores = (whole(lines[0]) if lines else None) or 0
         model = next((ln.split(":", 1)[1].strip() for ln in lines[1:] if ":" in ln), "unknown")
         return Cpu(cores, re.sub(r"\s+", " ", model))
 
@@ -121,7 +121,7 @@ class MemoryFact(Fact[Memory]):
 
     @staticmethod
     def parse(out: Output) -> Memory:
-        kb = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+):\s+(\d+) kB", out.text, re.M)}
+        kb = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+):[ \t]+([0-9]{1,18}) kB", out.text, re.M)}
         return Memory(kb.get("MemTotal", 0) // 1024, kb.get("MemAvailable", 0) // 1024)
 
 
@@ -152,14 +152,17 @@ class DisksFact(Fact[tuple[Mount, ...]]):
         mounts = []
         for line in out.text.splitlines()[1:]:
             parts = line.split(None, 6)
-            if len(parts) < 7 or not parts[2].isdigit():
+            if len(parts) < 7:
                 continue
-            device, fstype, size, _, avail, _, mountpoint = parts
+            device, fstype, size_text, _, avail_text, _, mountpoint = parts
+            size, avail = whole(size_text), whole(avail_text)
+            if size is None or avail is None:  # a header, or `-` where a FUSE mount knows no figure
+                continue
             pseudo = fstype in _NOT_A_DISK or mountpoint.startswith(("/proc", "/sys", "/dev", "/run"))
             if mountpoint != "/" and pseudo:
                 continue
-            mounts.append(Mount(device, fstype, mountpoint, round(int(size) / 1024**2, 1),
-                                round(int(avail) / 1024**2, 1)))
+            mounts.append(Mount(device, fstype, mountpoint, round(size / 1024**2, 1),
+                                round(avail / 1024**2, 1)))
         return tuple(mounts)
 
 
@@ -181,7 +184,7 @@ class PythonFact(Fact[Python]):
 
     @staticmethod
     def parse(out: Output) -> Python:
-        match = re.fullmatch(r"Python (\d+\.\d+\.\d+)\S*", out.text.strip())
+        match = re.fullmatch(r"Python ([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4})\S*", out.text.strip())
         return Python(match.group(1) if match else None)
 
 

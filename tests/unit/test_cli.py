@@ -31,7 +31,7 @@ def test_inventory_errors_are_one_line_with_file_and_line(capsys):
     code, out, err = run(capsys, "inventory", "check", str(path))
     assert code == 3
     assert err.strip().splitlines() == [f"m2p: error: {path}:5: ansible_port must be a whole number, "
-                                         "found str 'twenty-two'"]
+                                         "found text 'twenty-two'"]
 
 
 def test_inventory_check_json_never_shows_passwords(capsys, monkeypatch):

@@ -37,7 +37,7 @@ def test_good_inventory_resolves_group_and_host_vars():
         ("duplicate_key", 7, "duplicate hosts of group 'all' key 'rig01' (first at line 3)"),
         ("duplicate_address", 5, "same address 10.0.0.1:22 as 'rig01'"),
         ("unknown_var", 3, "unknown m2p setting 'm2p_min_free_disk'; did you mean m2p_min_free_disk_gb?"),
-        ("wrong_type", 5, "ansible_port must be a whole number, found str 'twenty-two'"),
+        ("wrong_type", 5, "ansible_port must be a whole number, found text 'twenty-two'"),
         ("unknown_role_var", 5, "unknown variable 'k3s_verison' of role m2p.rigs.k3s; did you mean k3s_version?"),
         ("negative", 5, "m2p_time_slicing_replicas must not be negative, found -2"),
         ("stray_key", 2, "group 'all' has 'rig01'; a group holds only hosts, vars and children"),

@@ -18,6 +18,9 @@ class M2PError(Exception):
 
     exit_code = 1
     meaning: str = "failure; `plan` and `schedule apply --check`: changes pending"
+    # With --json: False = the CLI prints {"error", "file", "line"} on stdout; True = the command's own
+    # JSON already said it (failed rigs, pending changes), and stdout stays one JSON document.
+    told_in_json = False
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -33,6 +36,7 @@ class ChangesPending(M2PError):
     """`m2p plan`: some rigs are not converged (exit 1, like `diff`)."""
 
     exit_code = 1
+    told_in_json = True
 
 
 class UsageError(M2PError):
@@ -55,6 +59,8 @@ class VaultError(InventoryError):
 
 class RigFailures(M2PError):
     """Some rigs failed; the others were handled.  Exit code: 10 + failed count (capped)."""
+
+    told_in_json = True
 
     def __init__(self, failed: int, total: int) -> None:
         super().__init__(f"{failed} of {total} rigs failed")

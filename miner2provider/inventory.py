@@ -15,10 +15,7 @@ password file), or the password may come from an environment variable named by
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import os
-import re
-import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Any
 import yaml
 
 from miner2provider import collection, settings, textfiles
+from miner2provider import values as checks
 from miner2provider.errors import InventoryError, VaultError
 
 ANSIBLE_TYPES: dict[str, type] = {
@@ -48,9 +46,6 @@ _SECRET_WORDS = ("pass", "token", "secret", "api_key")
 
 DEFAULT_PORT = 22
 GROUP_KEYS = {"hosts", "vars", "children"}
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")  # RFC 1123, ASCII
-_NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
 
 
 class Secret:
@@ -176,7 +171,8 @@ def _mapping(path: Path, node: yaml.Node | None, what: str) -> list[tuple[yaml.S
             raise InventoryError(f"{what}: keys must be plain names", where=_line(path, key))
         if key.value in seen:
             raise InventoryError(
-                f"duplicate {what} key {textfiles.shown(key.value)} (first at line {seen[key.value].start_mark.line + 1})",
+                f"duplicate {what} key {textfiles.shown(key.value)} "
+                f"(first at line {seen[key.value].start_mark.line + 1})",
                 where=_line(path, key),
             )
         seen[key.value] = key
@@ -228,6 +224,11 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
                              f"(such as /opt/python3.10/bin/python3), found {_found(name, value)}", where=where)
     if name == "ansible_host":
         _address(value, where)
+    if name == "m2p_location_region" and not checks.is_region(value):
+        raise InventoryError(f"m2p_location_region {textfiles.shown(value)}: letters, digits, '.', '_' and '-' "
+                             "only (such as us-west)", where=where)
+    if name in ("m2p_agent_api_server", "m2p_k3s_server_url") and not checks.is_api_server(value):
+        raise InventoryError(f"{name} {textfiles.shown(value)}: give https://HOST:PORT", where=where)
 
 
 def _found(name: str, value: Any) -> str:
@@ -394,30 +395,17 @@ def _address(text: str, where: str) -> str:
     """``ansible_host`` (or a host name used as the address) in the form the resolver sees it: an IP
     address in its usual spelling (``127.0.0.01`` is ``127.0.0.1``, as inet_aton reads it), or an
     RFC 1123 DNS name; anything else (``;``, ``$(...)``, spaces, a newline) is an error."""
-    canonical = _canonical_address(text)
+    canonical = checks.canonical_address(text)
     if canonical is None:
         raise InventoryError(f"ansible_host {textfiles.shown(text)} is not an IP address or a DNS name "
                              "(letters, digits, hyphens and dots)", where=where)
     return canonical
 
 
-def _canonical_address(text: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
-    if _NUMERIC.fullmatch(text):  # a numbers-only name is an IPv4 address to the resolver, in any spelling
-        try:
-            return socket.inet_ntoa(socket.inet_aton(text))
-        except OSError:
-            return None
-    return text if _HOSTNAME.fullmatch(text) else None
-
-
 def _is_address(name: str) -> bool:
     """A host name that can be its own address: an IP address or a dotted DNS name (``rig01`` alone is
     more likely a label than a name the resolver knows: it needs ansible_host)."""
-    canonical = _canonical_address(name)
+    canonical = checks.canonical_address(name)
     return canonical is not None and ("." in canonical or ":" in canonical)
 
 

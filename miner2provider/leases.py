@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from miner2provider import textfiles
 from miner2provider.errors import UsageError
 from miner2provider.facts.cluster import Lease
 from miner2provider.schedule.model import duration_seconds
@@ -23,14 +24,16 @@ from miner2provider.schedule.model import duration_seconds
 DRAIN_REQUEST = "/var/lib/m2p/agent/drain"
 SHOWN = 3  # leases named in a refusal; the count says how many more
 DEFAULT_DRAIN_TIMEOUT = "2h"
+MAX_SPAN_S = 7 * 86400.0  # m2p waits for leases at most a week (a convert must not hang for ever)
 
 
 def parse_span(text: str, option: str = "--drain-timeout") -> float:
     """90s, 30m, 2h, 1d (the schedule's durations), or plain seconds -> seconds; never 0."""
     plain = text.strip()
-    seconds = duration_seconds(plain + "s" if plain.isdigit() else plain)
-    if not seconds:
-        raise UsageError(f"{option} {text}: give a duration such as 90s, 30m, 2h or 1d")
+    seconds = duration_seconds(plain + "s" if plain.isdecimal() and plain.isascii() else plain)
+    if not seconds or seconds > MAX_SPAN_S:
+        raise UsageError(f"{option} {textfiles.shown(text)}: give a duration such as 90s, 30m, 2h or 1d "
+                         f"(at most {MAX_SPAN_S // 86400:.0f}d)")
     return seconds
 
 

@@ -10,9 +10,9 @@ built only from the safe tags; every refusal is one sentence with file:line.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
@@ -36,10 +36,16 @@ def shown(value: object) -> str:
 _INVISIBLE = {0x200E, 0x200F, 0x061C, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0xFEFF}
 
 
-def printable(text: str) -> str:
-    """``text`` safe for one terminal line: control and bidirectional-override characters escaped."""
+_STYLE = re.compile(r"(\x1b\[[0-9;]*m)")  # click.style's colours
+
+
+def printable(text: str, keep_style: bool = False) -> str:
+    """``text`` safe for one terminal line: control and bidirectional-override characters escaped
+    (``keep_style``: except the colour codes click.style put there)."""
     if all(ch.isprintable() and ord(ch) not in _INVISIBLE for ch in text):
         return text
+    if keep_style:
+        return "".join(part if _STYLE.fullmatch(part) else printable(part) for part in _STYLE.split(text))
     return "".join(ch if ch.isprintable() and ord(ch) not in _INVISIBLE else ascii(ch)[1:-1] for ch in text)
 
 
@@ -112,8 +118,8 @@ def _check_depth(text: str, where: str, error: type[M2PError], loader: type[yaml
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise error(f"nested more than {MAX_DEPTH} levels deep",
-                                where=f"{where}:{event.start_mark.line + 1}")
+                    line = event.start_mark.line + 1 if event.start_mark else 0
+                    raise error(f"nested more than {MAX_DEPTH} levels deep", where=f"{where}:{line}")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.MarkedYAMLError:

@@ -8,6 +8,7 @@ the line says where.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import sys
 import traceback
@@ -17,6 +18,7 @@ import click
 
 from miner2provider import __version__
 from miner2provider.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
+from miner2provider.textfiles import printable
 
 
 class Context:
@@ -27,16 +29,16 @@ class Context:
 
     def info(self, text: str) -> None:
         if self.verbosity >= 0:
-            click.echo(text)
+            click.echo(printable(text, keep_style=True))
 
     def note(self, text: str) -> None:
         """Progress and notes: on stderr, so that --json output stays clean."""
         if self.verbosity >= 0:
-            click.echo(text, err=True)
+            click.echo(printable(text, keep_style=True), err=True)
 
     def detail(self, text: str) -> None:
         if self.verbosity > 0:
-            click.echo(text, err=True)
+            click.echo(printable(text, keep_style=True), err=True)
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -57,18 +59,23 @@ def debug_log_path() -> Path:
     return Path(os.environ.get("M2P_DEBUG_LOG", default))
 
 
+MAX_LINE = 300  # an error is one line a terminal shows whole
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        cli.main(args=argv, prog_name="m2p", standalone_mode=False)
+        cli.main(args=args, prog_name="m2p", standalone_mode=False)
     except M2PError as exc:
-        click.echo(click.style(f"m2p: error: {exc}", fg="red"), err=True)
-        return exc.exit_code
+        return _error(exc.message, exc.where, exc.exit_code, as_json and not exc.told_in_json)
     except click.exceptions.Abort:
         click.echo("m2p: aborted", err=True)
         return ABORTED
     except click.ClickException as exc:
-        exc.show()
-        return UsageError.exit_code
+        hint = f" (m2p {exc.ctx.command_path.partition(' ')[2]} --help)".replace("  ", " ") \
+            if isinstance(exc, click.UsageError) and exc.ctx is not None else ""
+        return _error(exc.format_message() + hint, None, UsageError.exit_code, as_json)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - unexpected: keep the traceback for the bug report
@@ -81,10 +88,30 @@ def main(argv: list[str] | None = None) -> int:
             where = f"traceback saved to {log}"
         except OSError:
             where = "could not write the debug log"
-        click.echo(click.style(f"m2p: internal error: {type(exc).__name__}: {exc} ({where})", fg="red"),
-                   err=True)
+        click.echo(click.style(one_line(f"m2p: internal error: {type(exc).__name__}: {exc}", f" ({where})"),
+                               fg="red"), err=True)
         return INTERNAL_ERROR
     return 0
+
+
+def one_line(text: str, tail: str = "") -> str:
+    """``text`` + ``tail`` as one printable line of at most MAX_LINE characters (``text`` is what is cut)."""
+    text = printable(text)
+    room = MAX_LINE - len(tail)
+    return (text if len(text) <= room else text[: room - 3] + "...") + tail
+
+
+def _error(message: str, where: str | None, code: int, as_json: bool) -> int:
+    """One red line on stderr; with --json also ``{"error", "file", "line", "exit_code"}`` on stdout."""
+    click.echo(click.style(one_line(f"m2p: error: {where}: {message}" if where else f"m2p: error: {message}"),
+                           fg="red"), err=True)
+    if as_json:
+        file, line = where, None
+        if where and ":" in where and where.rsplit(":", 1)[1].isdecimal():
+            file, number = where.rsplit(":", 1)
+            line = int(number)
+        click.echo(json.dumps({"error": one_line(message), "file": file, "line": line, "exit_code": code}))
+    return code
 
 
 def entry() -> None:

@@ -8,6 +8,7 @@ from miner2provider.bundle import pins
 from miner2provider.bundle.download import make_bundle
 from miner2provider.bundle.manifest import load_bundle
 
+from . import render
 from .app import Context, cli, pass_ctx
 
 
@@ -31,5 +32,5 @@ def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_versi
     manifest = make_bundle(directory, k3s_version=k3s_version, toolkit_version=toolkit_version,
                            k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url)
     bundle = load_bundle(directory)  # read back: the manifest and every file check out
-    click.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
+    render.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
                f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")

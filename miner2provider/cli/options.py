@@ -8,6 +8,8 @@ command one object built from them.
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 import click
 
-from miner2provider import leases
+from miner2provider import leases, textfiles
 from miner2provider.errors import UsageError
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
 
@@ -42,6 +44,18 @@ full_option = click.option(
     "--full", is_flag=True,
     help="Run the playbook on every rig, also on rigs whose fingerprint says they are converged and undrifted.")
 
+class Seconds(click.FloatRange):
+    """A number of seconds in a range; ``nan`` and ``inf``, which every comparison lets through, are refused."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{textfiles.shown(value)} is not a number of seconds", param, ctx)
+        return number
+
+
 _SSH = [
     click.option("--accept-new", is_flag=True,
                  help="Trust and record host keys seen for the first time (a changed key is always refused)."),
@@ -50,9 +64,9 @@ _SSH = [
                  help="Known-hosts file.  [env M2P_KNOWN_HOSTS]"),
     click.option("--forks", type=click.IntRange(1, 500), default=DEFAULT_POOL, show_default=True,
                  envvar="M2P_FORKS", help="Rigs handled at once.  [env M2P_FORKS]"),
-    click.option("--connect-timeout", type=click.FloatRange(0.5, 600), default=10.0, show_default=True,
+    click.option("--connect-timeout", type=Seconds(0.5, 600), default=10.0, show_default=True,
                  help="Seconds to wait for a rig to answer."),
-    click.option("--command-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+    click.option("--command-timeout", type=Seconds(1, 3600), default=60.0, show_default=True,
                  help="Seconds the probe may run on a rig."),
 ]
 _SSH_NAMES = ("accept_new", "known_hosts", "forks", "connect_timeout", "command_timeout")
@@ -97,10 +111,11 @@ class FleetSettings:
 
     def __post_init__(self) -> None:
         batch = self.batch
-        if batch and not (batch.rstrip("%").isdigit() and int(batch.rstrip("%")) > 0):
-            raise UsageError(f"--batch {batch}: give a number of rigs (5) or a percentage (10%)")
+        if batch is not None and not (_BATCH.fullmatch(batch) and int(batch.rstrip("%")) > 0):
+            raise UsageError(f"--batch {textfiles.shown(batch)}: give a number of rigs (5) or a percentage (10%)")
 
 
+_BATCH = re.compile(r"[0-9]{1,6}%?")  # ASCII digits: str.isdigit() takes "²", which int() refuses
 _FLEET_NAMES = ("inventory_file", "limit", "vault_password_file", "batch", "max_fail", "as_json")
 
 

@@ -18,6 +18,7 @@ from miner2provider.detect import RigReport
 from miner2provider.facts.probe import RigFacts
 from miner2provider.plan import reasons_to_run
 from miner2provider.schedule.model import Schedule
+from miner2provider.textfiles import printable
 
 from .app import Context
 
@@ -28,6 +29,21 @@ def echo_json(data: Any) -> None:
 
 def echo_yaml(data: Any) -> None:
     click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """A line (or lines) for the terminal: what a rig or a file said cannot move the cursor, ring, retitle
+    the terminal or reverse the text (control and bidi characters escaped; click.style's colours kept)."""
+    click.echo(printable_lines(text), err=err)
+
+
+def printable_lines(text: str) -> str:
+    return "\n".join(printable(line, keep_style=True) for line in text.split("\n"))
+
+
+def warnings(lines: tuple[str, ...] | list[str]) -> None:
+    for line in lines:
+        echo(click.style(f"m2p: warning: {line}", fg="yellow"), err=True)
 
 
 def _counts(keys: list[str]) -> dict[str, int]:
@@ -50,16 +66,16 @@ def report_json(report: RigReport) -> dict[str, Any]:
 
 def report(ctx: Context, r: RigReport) -> None:
     if not r.ok:
-        click.echo(click.style(f"{r.name} ({r.address}): FAILED: {r.error}", fg="red"))
+        echo(click.style(f"{r.name} ({r.address}): FAILED: {r.error}", fg="red"))
         for w in r.warnings:
-            click.echo(click.style(f"  ! {w}", fg="yellow"))
+            echo(click.style(f"  ! {w}", fg="yellow"))
         return
     f, v = r.facts, r.verdict
     assert f is not None and v is not None
     colour = {"ready": "green", "ready with warnings": "yellow", "not ready": "red"}[v.status]
     mos = f.mining_os
     head = f"{r.name} ({r.address}): {mos.label}{' ' + mos.version if mos.version else ''}"
-    click.echo(click.style(head, bold=True) + " - " + click.style(v.status, fg=colour))
+    echo(click.style(head, bold=True) + " - " + click.style(v.status, fg=colour))
     if ctx.verbosity >= 0:
         cg = f"cgroup v{f.cgroup.version}{' (hybrid)' if f.cgroup.hybrid else ''}"
         rows = [
@@ -74,11 +90,11 @@ def report(ctx: Context, r: RigReport) -> None:
                       f"m2p agent: {f.installed.agent or '-'}"),
         ]
         for label, value in rows:
-            click.echo(f"  {label:<8} {value}")
+            echo(f"  {label:<8} {value}")
     for b in v.blockers:
-        click.echo(click.style(f"  x {b.sentence}", fg="red"))
+        echo(click.style(f"  x {b.sentence}", fg="red"))
     for w in (*(f.sentence for f in v.warnings), *r.warnings):
-        click.echo(click.style(f"  ! {w}", fg="yellow"))
+        echo(click.style(f"  ! {w}", fg="yellow"))
 
 
 def gpus_line(f: RigFacts) -> str:
@@ -94,7 +110,7 @@ def gpus_line(f: RigFacts) -> str:
 def detect_summary(reports: list[RigReport]) -> None:
     counts = _counts(["failed" if not r.ok else r.verdict.status if r.verdict else "unknown" for r in reports])
     order = ["ready", "ready with warnings", "not ready", "failed"]
-    click.echo(f"{len(reports)} rigs: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts))
+    echo(f"{len(reports)} rigs: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts))
 
 
 # -- attributes --------------------------------------------------------------------------
@@ -108,20 +124,20 @@ def attributes(fleet: FleetAttributes, failed: list[str], as_json: bool) -> None
             "warnings": list(fleet.warnings), "akash_gpus_json_additions": list(fleet.unknown_entries),
             "failed": failed})
         return
-    click.echo("# Node labels per rig (m2p's gpu_attributes role applies them)")
-    click.echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
-    click.echo("# Akash provider attributes for this fleet (paste into your provider config)")
-    click.echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
+    echo("# Node labels per rig (m2p's gpu_attributes role applies them)")
+    echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
+    echo("# Akash provider attributes for this fleet (paste into your provider config)")
+    echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
                               sort_keys=False).rstrip())
     for r in fleet.rigs:
         for w in r.warnings:
-            click.echo(click.style(f"! {r.name}: {w}", fg="yellow"), err=True)
+            echo(click.style(f"! {r.name}: {w}", fg="yellow"), err=True)
     for w in fleet.warnings:
-        click.echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
+        echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
     if fleet.unknown_entries:
-        click.echo("# Entries missing from Akash's devices/pcie/gpus.json (under \"10de\" -> \"devices\"):", err=True)
+        echo("# Entries missing from Akash's devices/pcie/gpus.json (under \"10de\" -> \"devices\"):", err=True)
         for entry in fleet.unknown_entries:
-            click.echo(f"#   {entry}", err=True)
+            echo(f"#   {entry}", err=True)
 
 
 # -- fleet runs ----------------------------------------------------------------------------
@@ -133,15 +149,15 @@ def outcomes(results: list[RigOutcome], as_json: bool, show_tasks: bool) -> None
         return
     colours = {"converged": "green", "changed": "yellow", "pending": "yellow"}
     width = max((len(o.name) for o in results), default=3)
-    click.echo(f"{'rig':<{width}}  {'result':<12} changed  detail")
+    echo(f"{'rig':<{width}}  {'result':<12} changed  detail")
     for o in results:
-        click.echo(f"{o.name:<{width}}  " + click.style(f"{o.result:<12}", fg=colours.get(o.result, "red"))
+        echo(f"{o.name:<{width}}  " + click.style(f"{o.result:<12}", fg=colours.get(o.result, "red"))
                    + f" {o.changed:>7}  {o.message}")
         if show_tasks:
             for task in o.tasks:
-                click.echo(f"{'':<{width}}    ~ {task}")
+                echo(f"{'':<{width}}    ~ {task}")
     counts = _counts([o.result for o in results])
-    click.echo(f"{len(results)} rigs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    echo(f"{len(results)} rigs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
 
 # -- status --------------------------------------------------------------------------------
@@ -171,15 +187,15 @@ def status_row(report: RigReport) -> dict[str, Any]:
 
 def status_table(rows: list[dict[str, Any]]) -> None:
     width = max((len(r["rig"]) for r in rows), default=3)
-    click.echo(f"{'rig':<{width}}  {'state':<13} {'k3s':<22} {'node':<16} gpus")
+    echo(f"{'rig':<{width}}  {'state':<13} {'k3s':<22} {'node':<16} gpus")
     for r in rows:
         colour = {"converged": "green", "not converged": "yellow", "drifted": "yellow"}.get(r["state"], "red")
-        click.echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
+        echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
                    + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
         if r["detail"]:
-            click.echo(f"{'':<{width}}    {r['detail']}")
+            echo(f"{'':<{width}}    {r['detail']}")
         if r["agent"]:
-            click.echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
+            echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
 
 
 def agent_line(agent: dict[str, str]) -> str:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from miner2provider import inventory
+from miner2provider import inventory, textfiles
+from miner2provider import values as checks
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.convert import fleet_role_vars
@@ -31,7 +32,10 @@ def init(ctx: Context, file: str, force: bool) -> None:
     target = Path(file)
     if target.exists() and not force:
         raise UsageError(f"{file} exists; use --force to overwrite it")
-    target.write_text((TEMPLATES / "inventory.yml").read_text())
+    try:
+        target.write_text((TEMPLATES / "inventory.yml").read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
     ctx.info(f"wrote {file}: edit the hosts, then run `m2p inventory check {file}`")
 
 
@@ -117,6 +121,9 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
     """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
     if bool(inventory_file) == bool(report):
         raise UsageError("attributes needs exactly one of -i/--inventory FILE or --from REPORT.json")
+    if region is not None and not checks.is_region(region):
+        raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
+                         "(such as us-west)")
     if report:
         rigs, failed = load_report(report)
     else:
@@ -127,7 +134,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
         failed = [r.name for r in reports if not r.ok]
         for r in reports:
             if not r.ok:
-                click.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+                render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
         rigs = [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
                         _schedule_label(by_name[r.name].var("m2p_schedule")))
                 for r in reports if r.ok and r.facts]

@@ -6,7 +6,8 @@ import datetime
 
 import click
 
-from miner2provider import inventory
+from miner2provider import inventory, textfiles
+from miner2provider import values as checks
 from miner2provider.errors import UsageError
 from miner2provider.role_vars import RunInputs
 from miner2provider.schedule import model as schedule_model
@@ -29,7 +30,8 @@ def schedule_group() -> None:
 def schedule_check(file: str) -> None:
     """Validate a schedule file (file:line for every mistake)."""
     sched = schedule_model.load(file)
-    click.echo(f"{file}: ok ({render.schedule_summary(sched)})")
+    render.warnings(sched.warnings)
+    render.echo(f"{file}: ok ({render.schedule_summary(sched)})")
 
 
 @schedule_group.command("show")
@@ -39,18 +41,21 @@ def schedule_check(file: str) -> None:
 def schedule_show(file: str, days: int, start: str | None) -> None:
     """A readable timeline of the modes the schedule asks for, in its timezone."""
     sched = schedule_model.load(file)
+    render.warnings(sched.warnings)
     try:
         begin = datetime.datetime.fromisoformat(start) if start else datetime.datetime.now(datetime.UTC)
     except ValueError:
-        raise UsageError(f"--from {start}: use ISO 8601, e.g. 2026-03-29T00:00+01:00") from None
+        raise UsageError(f"--from {textfiles.shown(start)}: use ISO 8601, e.g. 2026-03-29T00:00+01:00") from None
     if begin.tzinfo is None:
         begin = begin.replace(tzinfo=sched.zone)
-    click.echo(f"{file}: {render.schedule_summary(sched)}")
+    if not 1971 <= begin.year <= 9000:  # the timeline must end before datetime's year 9999
+        raise UsageError(f"--from {textfiles.shown(start)}: give a date between 1971 and 9000")
+    render.echo(f"{file}: {render.schedule_summary(sched)}")
     for a, b, desired in schedule_policy.timeline(sched, begin.replace(second=0, microsecond=0), days):
         la, lb = a.astimezone(sched.zone), b.astimezone(sched.zone)
         hours = (b - a).total_seconds() / 3600
         colour = "green" if desired.offered else "yellow"
-        click.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
+        render.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
                    + click.style(desired.label, fg=colour))
 
 
@@ -66,6 +71,8 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
 def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check: bool, yes: bool,
                    fleet: FleetSettings) -> None:
     """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
+    if api_server is not None and not checks.is_api_server(api_server):
+        raise UsageError(f"--api-server {textfiles.shown(api_server)}: give https://HOST:PORT")
     inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
     run_inputs = RunInputs(schedule_files(hosts, file, inv.path), api_server or None)

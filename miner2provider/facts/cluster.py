@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from miner2provider.facts.base import Fact, Output
 

@@ -97,7 +97,7 @@ class GpusFact(Fact[Gpus]):
             return Gpus("no-gpu", ())
         if out.rc != 0:
             return Gpus("driver-error", (), text.splitlines()[0] if text else f"nvidia-smi exit {out.rc}")
-        gpus = []
+        gpus: list[Gpu] = []
         for line in text.splitlines():
             cells = [c.strip() for c in line.split(", ")]
             if len(cells) != len(QUERY_FIELDS):

@@ -21,11 +21,14 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from miner2provider import textfiles
 from miner2provider.errors import ScheduleError
 
 if sys.version_info >= (3, 9):
@@ -43,7 +46,11 @@ KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_i
 WINDOW_KEYS = {"days", "from", "to", "mode"}
 WEEK = 7 * 24 * 60
 _TIME = re.compile(r"^([01]?\d|2[0-4]):([0-5]\d)$")
-_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+_DURATION = re.compile(r"^([0-9]{1,9})\s*(s|m|h|d)$")
+# Bounds: a switch interval over a day would keep a rig in one mode for days; a lease_grace over a
+# year is "forever", which the schedule can say.
+MAX_SWITCH_INTERVAL_S = 86400.0
+MAX_LEASE_GRACE_S = 365 * 86400.0
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -79,10 +86,17 @@ class Schedule:
     windows: tuple[Window, ...]
     lease_grace_s: float | None  # None: wait forever
     min_switch_interval_s: float
+    warnings: tuple[str, ...] = ()  # "file:line: ..." that do not stop the schedule (a window DST skips)
 
     @property
     def name(self) -> str:
         return Path(self.path).stem
+
+    @cached_property
+    def by_minute(self) -> tuple[int, ...]:
+        """For each minute of the week, the index of the first window covering it (-1: none).  Built once,
+        painting every minute at most once, so lookups are O(1) however many windows there are."""
+        return _paint(self.windows)
 
     @property
     def zone(self) -> ZoneInfo:
@@ -90,21 +104,11 @@ class Schedule:
 
 
 def load(path: str | Path) -> Schedule:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScheduleError(f"cannot read the schedule: {exc.strerror}", where=str(path)) from None
-    return parse(text, str(path))
+    return parse(textfiles.read_text(path, "schedule", ScheduleError), str(path))
 
 
 def parse(text: str, path: str = "<schedule>") -> Schedule:
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ScheduleError(f"YAML syntax error: {exc.problem or 'invalid YAML'}",
-                            where=f"{path}:{mark.line + 1}" if mark else path) from None
+    root = textfiles.yaml_tree(text, path, ScheduleError)
     if not isinstance(root, yaml.MappingNode):
         raise ScheduleError("a schedule is a mapping with timezone, policy and windows", where=f"{path}:1")
     fields = _pairs(path, root, KEYS, "schedule")
@@ -121,11 +125,11 @@ def parse(text: str, path: str = "<schedule>") -> Schedule:
             raise ZoneInfoNotFoundError(tz)
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"unknown timezone {tz!r}: use an IANA name such as Europe/Berlin or UTC",
+        raise ScheduleError(f"unknown timezone {textfiles.shown(tz)}: use an IANA name such as Europe/Berlin or UTC",
                             where=where(tz_node)) from None
     policy_node, policy = fields["policy"]
     if policy not in POLICIES:
-        shown = "empty" if policy in (None, "") else repr(policy)
+        shown = "empty" if policy in (None, "") else textfiles.shown(policy)
         raise ScheduleError(f"policy is {shown}: use one of {', '.join(POLICIES)}", where=where(policy_node))
     default = "mine"
     if "default" in fields:
@@ -134,13 +138,14 @@ def parse(text: str, path: str = "<schedule>") -> Schedule:
             raise ScheduleError(f"default applies to policy fixed only ({policy} decides outside windows itself)",
                                 where=where(default_node))
         if default not in MODES:
-            raise ScheduleError(f"default {default!r}: use mine or lease", where=where(default_node))
+            raise ScheduleError(f"default {textfiles.shown(default)}: use mine or lease", where=where(default_node))
     windows = tuple(_window(path, node, policy) for node in _windows_nodes(path, fields))
     _check_overlaps(path, windows)
-    grace = _duration(path, fields.get("lease_grace"), default=None, forever_ok=True)
-    interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False)
+    grace = _duration(path, fields.get("lease_grace"), default=None, forever_ok=True, most=MAX_LEASE_GRACE_S)
+    interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False,
+                         most=MAX_SWITCH_INTERVAL_S)
     assert interval is not None
-    return Schedule(path, tz, policy, default, windows, grace, interval)
+    return Schedule(path, tz, policy, default, windows, grace, interval, _skipped_windows(path, tz, windows))
 
 
 def _pairs(path: str, node: yaml.MappingNode, allowed: set[str], what: str) -> dict[str, tuple[yaml.Node, Any]]:
@@ -149,10 +154,11 @@ def _pairs(path: str, node: yaml.MappingNode, allowed: set[str], what: str) -> d
         name = key.value if isinstance(key, yaml.ScalarNode) else None
         line = f"{path}:{key.start_mark.line + 1}"
         if name not in allowed:
-            raise ScheduleError(f"unknown {what} key {name!r}; known: {', '.join(sorted(allowed))}", where=line)
+            raise ScheduleError(f"unknown {what} key {textfiles.shown(name)}; known: {', '.join(sorted(allowed))}",
+                                where=line)
         if name in out:
             raise ScheduleError(f"{name} is given twice", where=line)
-        out[name] = (value, yaml.SafeLoader("").construct_object(value, deep=True))
+        out[name] = (value, textfiles.construct(value, path, ScheduleError, str(name)))
     return out
 
 
@@ -191,7 +197,7 @@ def _window(path: str, node: yaml.Node, policy: str) -> Window:
     mode = fields["mode"][1]
     if mode not in WINDOW_MODES[policy]:
         allowed = " or ".join(WINDOW_MODES[policy])
-        raise ScheduleError(f"mode {mode!r}: under policy {policy} a window's mode is {allowed}",
+        raise ScheduleError(f"mode {textfiles.shown(mode)}: under policy {policy} a window's mode is {allowed}",
                             where=where("mode"))
     return Window(days, start, end, mode, line)
 
@@ -209,8 +215,8 @@ def _days(value: Any, where: str) -> tuple[int, ...]:
             elif part in DAYS:
                 out.add(DAYS.index(part))
             else:
-                raise ScheduleError(f"days {item!r}: use mon..sun, a range such as mon-fri, daily, weekdays "
-                                    "or weekends", where=where)
+                raise ScheduleError(f"days {textfiles.shown(item)}: use mon..sun, a range such as mon-fri, daily, "
+                                    "weekdays or weekends", where=where)
     if not out:
         raise ScheduleError("days is empty", where=where)
     return tuple(sorted(out))
@@ -221,12 +227,12 @@ def _minute(value: Any, where: str) -> int:
     text = f"{value // 60}:{value % 60:02d}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
     m = _TIME.match(text.strip())
     if not m or (int(m.group(1)) == 24 and m.group(2) != "00"):
-        raise ScheduleError(f"time {value!r}: use HH:MM from 00:00 to 24:00", where=where)
+        raise ScheduleError(f"time {textfiles.shown(value)}: use HH:MM from 00:00 to 24:00", where=where)
     return int(m.group(1)) * 60 + int(m.group(2))
 
 
 def _duration(path: str, field: tuple[yaml.Node, Any] | None, *, default: float | None,
-              forever_ok: bool) -> float | None:
+              forever_ok: bool, most: float) -> float | None:
     if field is None:
         return default
     node, value = field
@@ -236,7 +242,10 @@ def _duration(path: str, field: tuple[yaml.Node, Any] | None, *, default: float 
     seconds = None if isinstance(value, bool) else duration_seconds(str(value))
     if seconds is None:
         hint = "a duration such as 90s, 30m, 2h" + (" or forever" if forever_ok else "")
-        raise ScheduleError(f"duration {value!r}: use {hint}", where=where)
+        raise ScheduleError(f"duration {textfiles.shown(value)}: use {hint}", where=where)
+    if seconds > most:
+        longest = f"{int(most // 86400)}d" + (" (or forever)" if forever_ok else "")
+        raise ScheduleError(f"duration {textfiles.shown(value)} is longer than {longest}", where=where)
     return seconds
 
 
@@ -247,16 +256,71 @@ def duration_seconds(text: str) -> float | None:
 
 
 def _check_overlaps(path: str, windows: tuple[Window, ...]) -> None:
-    """Windows may overlap when they agree; disagreeing ones would make the mode depend on order."""
-    for i, a in enumerate(windows):
-        for b in windows[i + 1:]:
-            if a.mode == b.mode:
-                continue
-            for a0, a1 in a.spans():
-                for b0, b1 in b.spans():
-                    if a0 < b1 and b0 < a1:
-                        at = max(a0, b0)
-                        raise ScheduleError(
-                            f"this window ({b.mode}) overlaps the window at line {a.line} ({a.mode}) on "
-                            f"{DAYS[at // 1440]} from {at % 1440 // 60:02d}:{at % 60:02d}",
-                            where=f"{path}:{b.line}")
+    """Windows may overlap when they agree; disagreeing ones would make the mode depend on order.
+    One sweep over the week's minutes per mode (linear: 5,000 windows must not take a minute)."""
+    cover = {mode: [0] * (WEEK + 1) for mode in MODES}
+    for w in windows:
+        for a, b in w.spans():
+            cover[w.mode][a] += 1
+            cover[w.mode][b] -= 1
+    mine = lease = 0
+    for at in range(WEEK):
+        mine += cover["mine"][at]
+        lease += cover["lease"][at]
+        if mine and lease:
+            first = next(w for w in windows if w.covers(at // 1440, at % 1440))
+            other = next(w for w in windows if w.mode != first.mode and w.covers(at // 1440, at % 1440))
+            raise ScheduleError(
+                f"this window ({other.mode}) overlaps the window at line {first.line} ({first.mode}) on "
+                f"{DAYS[at // 1440]} from {at % 1440 // 60:02d}:{at % 60:02d}", where=f"{path}:{other.line}")
+
+
+def _paint(windows: tuple[Window, ...]) -> tuple[int, ...]:
+    owner = [-1] * WEEK
+    next_free = list(range(WEEK + 1))  # union-find: the first unpainted minute at or after each minute
+
+    def find(at: int) -> int:
+        root = at
+        while next_free[root] != root:
+            root = next_free[root]
+        while next_free[at] != root:
+            next_free[at], at = root, next_free[at]
+        return root
+
+    for index, window in enumerate(windows):
+        for a, b in window.spans():
+            at = find(a)
+            while at < b:
+                owner[at] = index
+                next_free[at] = at + 1
+                at = find(at + 1)
+    return tuple(owner)
+
+
+def _skipped_windows(path: str, tz: str, windows: tuple[Window, ...]) -> tuple[str, ...]:
+    """Warnings for windows that lie wholly inside a spring-forward gap: on that day they never happen."""
+    zone = ZoneInfo(tz)
+    gaps: set[tuple[int, int, int]] = set()  # (weekday, first skipped minute, first minute after)
+    start = datetime(datetime.now(timezone.utc).year, 1, 1, tzinfo=timezone.utc)
+    hour = timedelta(hours=1)
+    before = start.astimezone(zone).utcoffset()
+    for step in range(1, 2 * 366 * 24):  # this year and next, hour by hour
+        at = start + step * hour
+        offset = at.astimezone(zone).utcoffset()
+        if before is not None and offset is not None and offset > before:
+            wall = at.astimezone(zone)
+            jump = int((offset - before).total_seconds() // 60)
+            first = wall.hour * 60 + wall.minute - jump
+            if first >= 0:  # a gap that crosses midnight is left alone: no zone has one
+                gaps.add((wall.weekday(), first, first + jump))
+        before = offset
+    warnings = []
+    for w in windows:
+        length = (w.end - w.start) % 1440 or 1440
+        for day, first, after in sorted(gaps):
+            if day in w.days and first <= w.start and w.start + length <= after:
+                warnings.append(f"{path}:{w.line}: this window ({w.start // 60:02d}:{w.start % 60:02d} for "
+                                f"{length} min on {DAYS[day]}) lies in the hour {tz} skips when clocks go "
+                                f"forward: on that day it does not happen")
+                break
+    return tuple(warnings)

@@ -73,7 +73,8 @@ def _wall(schedule: Schedule, at: datetime) -> tuple[int, int]:
 
 def window_at(schedule: Schedule, at: datetime) -> Window | None:
     weekday, minute = _wall(schedule, at)
-    return next((w for w in schedule.windows if w.covers(weekday, minute)), None)
+    index = schedule.by_minute[weekday * 1440 + minute]
+    return schedule.windows[index] if index >= 0 else None
 
 
 def desired_at(schedule: Schedule, at: datetime) -> Desired:

@@ -103,4 +103,4 @@ def test_every_exit_code_in_the_table_is_one_a_command_can_return(capsys):
     assert errors.RigFailures(3, 5).exit_code == 13 and errors.RigFailures(500, 500).exit_code == 99
     # The usage error a command raises on a bad flag value ends as exit 2.
     code, _, err = run(capsys, "convert", "-i", "x.yml", "--batch", "ten")
-    assert code == 2 and "--batch ten" in err
+    assert code == 2 and "--batch 'ten'" in err

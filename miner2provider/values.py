@@ -1,0 +1,48 @@
+"""Values that go from the user into rigs' configs and provider attributes, checked in one place:
+a region name, an API server URL, a host address.  Pure."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from urllib.parse import urlsplit
+
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")  # RFC 1123, ASCII
+_NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
+# Akash's location-region values are short names such as us-west or eu-central.
+_REGION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+
+
+def canonical_address(text: str) -> str | None:
+    """An IP address in its usual spelling (``127.0.0.01`` is ``127.0.0.1``, as inet_aton reads it), or an
+    RFC 1123 DNS name as given; None for anything else (``;``, ``$(...)``, spaces, a newline)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if _NUMERIC.fullmatch(text):  # a numbers-only name is an IPv4 address to the resolver, in any spelling
+        try:
+            return socket.inet_ntoa(socket.inet_aton(text))
+        except OSError:
+            return None
+    return text if _HOSTNAME.fullmatch(text) else None
+
+
+def is_region(text: str) -> bool:
+    return bool(_REGION.fullmatch(text))
+
+
+def is_api_server(text: str) -> bool:
+    """``https://HOST[:PORT]`` (a path of ``/`` at most): what the agents' Kubernetes client is given."""
+    if any(ch.isspace() or not ch.isprintable() for ch in text):
+        return False
+    try:
+        url = urlsplit(text)
+        url.port  # noqa: B018 - raises ValueError for a port that is not 0-65535
+    except ValueError:
+        return False
+    host = (url.hostname or "").strip("[]")
+    return (url.scheme == "https" and url.path in ("", "/") and not url.query and not url.fragment
+            and not url.username and canonical_address(host) is not None)

@@ -1,45 +1,143 @@
-"""Read a saved ``m2p detect --json`` report, so attributes can be planned offline."""
+"""Read a saved ``m2p detect --json`` report, so attributes can be planned offline.
+
+The report is a file the user hands over (perhaps edited, perhaps from an older m2p): every entry
+is checked against ``GPU_SCHEMA`` before anything from it can become a label or a provider
+attribute, and a bad entry is named with its line.
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+from collections.abc import Callable
 from typing import Any
 
+from miner2provider import textfiles
 from miner2provider.attributes.provider import RigGpus
 from miner2provider.errors import UsageError
 from miner2provider.facts.gpu import Gpu, Gpus
 
 
+def _text(pattern: str) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and re.fullmatch(pattern, v) is not None
+
+
+def _whole(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+# One GPU row of a report: field -> (check, what a valid value looks like).
+GPU_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "index": (_whole(0, 1023), "a whole number 0-1023"),
+    "name": (_text(r"[\x20-\x7e]{1,100}"), "printable text up to 100 characters"),
+    "uuid": (_text(r"[A-Za-z0-9-]{0,64}"), "a GPU UUID"),
+    "pci_bus_id": (_text(r"[0-9A-Fa-f:.]{0,20}"), "a PCI bus id"),
+    "vendor_id": (_text(r"[0-9a-f]{4}|"), "4 hex digits"),
+    "device_id": (_text(r"[0-9a-f]{4}|"), "4 hex digits"),
+    "subsystem_id": (_text(r"(0x)?[0-9A-Fa-f]{0,8}"), "0x and 8 hex digits"),
+    "memory_mib": (_whole(0, 1 << 20), "MiB as a whole number, 0-1048576"),
+    "driver_version": (_text(r"[0-9]{0,4}(\.[0-9]{1,4}){0,3}"), "a driver version such as 550.127.05"),
+}
+GPU_STATES = ("ok", "no-nvidia-smi", "no-gpu", "driver-error")
+_CUDA = _text(r"([0-9]{1,2}\.[0-9]{1,2})?")
+_NAME = _text(r"[\x21-\x7e]{1,253}")
+
+
+class _Bad(ValueError):
+    """One field of one entry is wrong: the message names the field and what it should be."""
+
+
 def load_report(path: str) -> tuple[list[RigGpus], list[str]]:
     """(rigs with facts, names of rigs that had failed when the report was made)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read report: {exc.strerror}", where=path) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"not JSON: {exc.msg}", where=f"{path}:{exc.lineno}") from None
-    if not isinstance(data, list):
-        raise UsageError("not an `m2p detect --json` report (expected a list of rigs)", where=path)
+    text = textfiles.read_text(path, "report", UsageError)
     rigs, failed = [], []
-    for i, entry in enumerate(data):
+    for i, (line, entry) in enumerate(_entries(text, path), start=1):
         try:
-            rigs_or_none = _rig(entry)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"rig #{i + 1} is not a detect report entry ({exc})", where=path) from None
-        if rigs_or_none is None:
-            failed.append(str(entry.get("name", f"#{i + 1}")))
+            rig = _rig(entry)
+        except _Bad as exc:
+            raise UsageError(f"rig #{i} of the report: {exc}", where=f"{path}:{line}") from None
+        if rig is None:
+            failed.append(entry["name"])
         else:
-            rigs.append(rigs_or_none)
+            rigs.append(rig)
     return rigs, failed
 
 
-def _rig(entry: dict[str, Any]) -> RigGpus | None:
+def _entries(text: str, path: str) -> list[tuple[int, Any]]:
+    """The report's top-level list as (line, entry) pairs, so an entry's error can name its line."""
+    decoder = json.JSONDecoder(parse_constant=_no_constant)
+    at = len(text) - len(text.lstrip())
+    if not text[at:at + 1] == "[":
+        raise UsageError("not an `m2p detect --json` report (expected a list of rigs)", where=f"{path}:1")
+    out: list[tuple[int, Any]] = []
+    at += 1
+    try:
+        while True:
+            at = _skip_space(text, at)
+            if text[at:at + 1] == "]" and not out:
+                at += 1
+                break
+            entry, end = decoder.raw_decode(text, at)
+            out.append((text.count("\n", 0, at) + 1, entry))
+            at = _skip_space(text, end)
+            if text[at:at + 1] == ",":
+                at += 1
+                continue
+            if text[at:at + 1] == "]":
+                at += 1
+                break
+            raise json.JSONDecodeError("expected , or ]", text, at)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"not JSON: {exc.msg}", where=f"{path}:{exc.lineno}") from None
+    except RecursionError:
+        raise UsageError("not a report: JSON nested too deep", where=path) from None
+    except _Bad as exc:
+        raise UsageError(f"not a report: {exc}", where=f"{path}:{text.count(chr(10), 0, at) + 1}") from None
+    if text[_skip_space(text, at):]:
+        raise UsageError("not JSON: extra data after the list", where=f"{path}:{text.count(chr(10), 0, at) + 1}")
+    return out
+
+
+def _skip_space(text: str, at: int) -> int:
+    while text[at:at + 1] in (" ", "\t", "\n", "\r"):
+        at += 1
+    return at
+
+
+def _no_constant(name: str) -> Any:
+    raise _Bad(f"{name} is no number a report holds")
+
+
+def _rig(entry: Any) -> RigGpus | None:
+    if not isinstance(entry, dict):
+        raise _Bad("an entry is an object with name and facts")
+    if not _NAME(entry.get("name")):
+        raise _Bad("name must be the rig's name (printable, no spaces)")
     facts = entry.get("facts")
-    if not facts:
-        return None
+    if facts is None:
+        return None  # the rig had failed when the report was made
+    if not isinstance(facts, dict) or not isinstance(facts.get("gpus"), dict):
+        raise _Bad(f"{entry['name']}: facts must be an object with gpus")
     g = facts["gpus"]
-    gpus = Gpus(g["state"], tuple(Gpu(**row) for row in g["gpus"]), g.get("error", ""))
-    return RigGpus(entry["name"], gpus, facts.get("cuda", ""))
+    if g.get("state") not in GPU_STATES:
+        raise _Bad(f"{entry['name']}: gpus.state must be one of {', '.join(GPU_STATES)}")
+    rows = g.get("gpus")
+    if not isinstance(rows, list) or len(rows) > 64:
+        raise _Bad(f"{entry['name']}: gpus.gpus must be a list of at most 64 GPUs")
+    cuda = facts.get("cuda", "")
+    if not _CUDA(cuda):
+        raise _Bad(f"{entry['name']}: cuda must be a version such as 12.4 (or empty), found {textfiles.shown(cuda)}")
+    error = g.get("error", "")
+    gpus = Gpus(g["state"], tuple(_gpu(entry["name"], n, row) for n, row in enumerate(rows)),
+                error[:300] if isinstance(error, str) else "")
+    return RigGpus(entry["name"], gpus, cuda)
+
+
+def _gpu(rig: str, n: int, row: Any) -> Gpu:
+    if not isinstance(row, dict):
+        raise _Bad(f"{rig}: GPU {n} is not an object")
+    for field, (ok, expected) in GPU_SCHEMA.items():
+        if not ok(row.get(field)):
+            raise _Bad(f"{rig}: GPU {n} {field} must be {expected}, found {textfiles.shown(row.get(field))}")
+    return Gpu(**{field: row[field] for field in GPU_SCHEMA})
+

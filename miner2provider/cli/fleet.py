@@ -15,7 +15,7 @@ from miner2provider.runner import Event
 
 from . import render
 from .app import Context, cli, pass_ctx
-from .options import FleetSettings, fleet_options, full_option, yes_option
+from .options import FleetSettings, fleet_options, full_option, load_inventory, yes_option
 
 
 def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
@@ -44,7 +44,7 @@ def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = Fals
         inv: inventory.Inventory | None = None) -> list[RigOutcome]:
     """Run ``playbook`` on the rigs ``--limit`` selects; ``inv``: already loaded, else from the inventory file."""
     if inv is None:
-        inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
+        inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
     bundle = _load_bundle(ctx, fleet.bundle)
     if confirm:

@@ -17,13 +17,22 @@ from typing import Any
 
 import click
 
-from miner2provider import leases, textfiles
+from miner2provider import inventory, leases, textfiles
 from miner2provider.errors import UsageError
 from miner2provider.ssh import DEFAULT_POOL, SshOptions
+
+from . import render
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 INVENTORY_HELP = "Rig inventory (Ansible YAML).  [env M2P_INVENTORY]"
+
+
+def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inventory:
+    """The inventory, its warnings (a plain-text password) shown on stderr before any work."""
+    inv = inventory.load(file, vault_password_file)
+    render.warnings(inv.warnings)
+    return inv
 
 
 def inventory_option(required: bool = True, help: str = INVENTORY_HELP) -> Decorator:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from miner2provider import inventory, textfiles
+from miner2provider import textfiles
 from miner2provider import values as checks
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
@@ -18,7 +18,7 @@ from miner2provider.ssh import SshOptions
 
 from . import render
 from .app import Context, cli, pass_ctx
-from .options import inventory_option, json_option, limit_option, ssh_options, vault_option
+from .options import inventory_option, json_option, limit_option, load_inventory, ssh_options, vault_option
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -51,7 +51,7 @@ def inventory_group() -> None:
 @pass_ctx
 def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as_json: bool) -> None:
     """Validate an inventory: syntax, addresses, duplicates, m2p_ settings, role variable names, types."""
-    inv = inventory.load(file, vault_password_file)
+    inv = load_inventory(file, vault_password_file)
     groups = sorted({g for h in inv.hosts for g in h.groups})
     if as_json:
         render.echo_json({"file": file, "ok": True, "groups": groups, "hosts": [
@@ -72,7 +72,7 @@ def inventory_vars(file: str, vault_password_file: str | None) -> None:
 
     For your own playbooks with the m2p.rigs roles: `ansible-playbook -i FILE -i THIS ...`
     gives the roles what `m2p convert` gives them (no secrets are printed)."""
-    inv = inventory.load(file, vault_password_file)
+    inv = load_inventory(file, vault_password_file)
     render.echo_yaml({"all": {"hosts": fleet_role_vars(list(inv.hosts))}})
 
 
@@ -92,7 +92,7 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
     else:
         if not inventory_file:
             raise UsageError("detect needs -i/--inventory FILE (or --local for this machine)")
-        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+        hosts = load_inventory(inventory_file, vault_password_file).select(limit)
         ctx.detail(f"probing {len(hosts)} rigs, {min(ssh.pool_size, len(hosts))} at a time")
         reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
             f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
@@ -128,7 +128,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
         rigs, failed = load_report(report)
     else:
         assert inventory_file is not None
-        hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+        hosts = load_inventory(inventory_file, vault_password_file).select(limit)
         by_name = {h.name: h for h in hosts}
         reports = detect(hosts, ssh)
         failed = [r.name for r in reports if not r.ok]
@@ -157,7 +157,7 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
                    as_json: bool) -> None:
     """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
     time-share agent's mode, since when, next change and last error.  Changes nothing."""
-    hosts = inventory.load(inventory_file, vault_password_file).select(limit)
+    hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     rows = [render.status_row(r) for r in detect(hosts, ssh)]
     if as_json:
         render.echo_json(rows)

@@ -6,7 +6,7 @@ import datetime
 
 import click
 
-from miner2provider import inventory, textfiles
+from miner2provider import textfiles
 from miner2provider import values as checks
 from miner2provider.errors import UsageError
 from miner2provider.role_vars import RunInputs
@@ -17,7 +17,7 @@ from miner2provider.timeshare import schedule_files
 from . import fleet as fleet_run
 from . import render
 from .app import Context, cli, pass_ctx
-from .options import FleetSettings, fleet_options, yes_option
+from .options import FleetSettings, fleet_options, load_inventory, yes_option
 
 
 @cli.group("schedule")
@@ -73,7 +73,7 @@ def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check
     """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
     if api_server is not None and not checks.is_api_server(api_server):
         raise UsageError(f"--api-server {textfiles.shown(api_server)}: give https://HOST:PORT")
-    inv = inventory.load(fleet.inventory_file, fleet.vault_password_file)
+    inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
     run_inputs = RunInputs(schedule_files(hosts, file, inv.path), api_server or None)
     outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), run_inputs=run_inputs,

@@ -154,8 +154,7 @@ def _compose(path: Path) -> yaml.Node | None:
 
 
 def _value(path: Path, node: yaml.Node, name: str = "") -> Any:
-    return textfiles.construct(node, str(path), InventoryError, f"value of {name}" if name else "value",
-                               _Loader, secret=name in SECRET_NAMES)
+    return textfiles.construct(node, str(path), InventoryError, f"value of {name}" if name else "value", _Loader)
 
 
 def _mapping(path: Path, node: yaml.Node | None, what: str) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
@@ -185,7 +184,7 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return textfiles.shown(node.value)
+    return "a single value"  # not quoted: the key may be a secret's name written in the wrong place
 
 
 # -- validation ---------------------------------------------------------------------

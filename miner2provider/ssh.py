@@ -24,6 +24,8 @@ from pathlib import Path
 
 import paramiko
 
+from miner2provider import textfiles
+from miner2provider.errors import UsageError
 from miner2provider.inventory import Host, Secret
 
 DEFAULT_POOL = 32
@@ -86,7 +88,9 @@ class KnownHosts(paramiko.HostKeys):
 
     def read(self, path: Path) -> None:
         entries = []
-        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        # 3 keys of ~200 bytes per rig: 16 MiB is 25,000 rigs; a bigger "known_hosts" is not one.
+        data = textfiles.read_bytes(path, "known_hosts file", UsageError, limit=16 << 20)
+        for number, raw in enumerate(data.splitlines(), 1):
             where = f"{path}:{number}"
             try:
                 line = raw.decode("utf-8").strip()

@@ -52,6 +52,11 @@ def printable(text: str, keep_style: bool = False) -> str:
 def read_text(path: str | os.PathLike[str], what: str, error: type[M2PError]) -> str:
     """The file's text, or ``error`` naming the file: missing, unreadable, not a regular file, too large,
     not UTF-8, or NUL bytes."""
+    return decode(read_bytes(path, what, error), what, str(path), error)
+
+
+def read_bytes(path: str | os.PathLike[str], what: str, error: type[M2PError], limit: int = MAX_BYTES) -> bytes:
+    """The file's bytes, when it is a regular file of at most ``limit`` bytes."""
     where = str(path)
     try:
         # O_NONBLOCK: opening a FIFO with no writer must not hang; a regular file ignores the flag.
@@ -67,12 +72,12 @@ def read_text(path: str | os.PathLike[str], what: str, error: type[M2PError]) ->
         if not stat.S_ISREG(mode):
             raise error(f"the {what} is not a regular file (a pipe or a device?)", where=where)
         try:
-            data = f.read(MAX_BYTES + 1)
+            data = f.read(limit + 1)
         except OSError as exc:
             raise error(f"cannot read the {what}: {exc.strerror}", where=where) from None
-    if len(data) > MAX_BYTES:
-        raise error(f"the {what} is over {MAX_BYTES // 1024} KiB: not a file m2p writes or reads", where=where)
-    return decode(data, what, where, error)
+    if len(data) > limit:
+        raise error(f"the {what} is over {limit // 1024} KiB: not a file m2p writes or reads", where=where)
+    return data
 
 
 def decode(data: bytes, what: str, where: str, error: type[M2PError]) -> str:
@@ -99,8 +104,13 @@ def yaml_tree(text: str, where: str, error: type[M2PError],
         mark = exc.problem_mark or exc.context_mark
         raise error(f"YAML syntax error: {exc.problem or 'invalid YAML'}",
                     where=f"{where}:{mark.line + 1}" if mark else where) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a control character)
+        line = text[: exc.position].count("\n") + 1
+        raise error(f"the file holds a character YAML does not allow ({ascii(chr(exc.character))[1:-1]})"
+                    if isinstance(exc.character, int) else "the file holds a character YAML does not allow",
+                    where=f"{where}:{line}") from None
     except yaml.YAMLError as exc:
-        raise error(f"YAML error: {str(exc)[:120]}", where=where) from None
+        raise error(f"YAML error: {printable(str(exc)[:120])}", where=where) from None
     if root is not None:
         try:
             _check_size(root, where, error)
@@ -122,7 +132,7 @@ def _check_depth(text: str, where: str, error: type[M2PError], loader: type[yaml
                     raise error(f"nested more than {MAX_DEPTH} levels deep", where=f"{where}:{line}")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-    except yaml.MarkedYAMLError:
+    except yaml.YAMLError:
         return  # compose reports the syntax error with its line
 
 
@@ -184,16 +194,16 @@ def _apply_merges(node: yaml.Node, where: str, error: type[M2PError], seen: set[
 
 
 def construct(node: yaml.Node, where: str, error: type[M2PError], what: str = "value",
-              loader: type[yaml.SafeLoader] = yaml.SafeLoader, secret: bool = False) -> Any:
+              loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
     """The Python value of ``node``; a tag that does not fit (``!!int abc``), an unknown or unsafe tag
     (``!!python/object``) is ``error`` at the node's line, never quoting a secret's text."""
     try:
         return loader("").construct_object(node, deep=True)
-    except yaml.constructor.ConstructorError as exc:
-        problem = (exc.problem or "unreadable")[:80] if not secret else "unreadable"
-        raise error(f"cannot read the {what}: {printable(problem)}",
+    except yaml.constructor.ConstructorError:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise error(f"cannot read the {what}: {printable(tag[:SHOWN])} is no tag m2p reads (plain YAML only)",
                     where=f"{where}:{node.start_mark.line + 1}") from None
     except (ValueError, TypeError, OverflowError, RecursionError, yaml.YAMLError):
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-        raise error(f"cannot read the {what}: it does not fit its tag {shown(tag)}",
+        raise error(f"cannot read the {what}: it does not fit its tag {printable(tag[:SHOWN])}",
                     where=f"{where}:{node.start_mark.line + 1}") from None

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from m2p_sandbox import network
+from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
 
-from .conftest import m2p, rig_entry
+from .conftest import m2p, outcomes, rig_entry
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +116,73 @@ def test_detect_text_output_and_unknown_key_refusal(sandbox_rigs, tmp_path):
     assert "hive1 (10.213." in ok.stdout and "HiveOS 0.6-229@20241231" in ok.stdout
     assert "2 x NVIDIA GeForce RTX 3090 (10de:2204, 24576 MiB)" in ok.stdout
     assert "1 rigs:" in ok.stdout
+
+
+ODD_FILES = {
+    # The GPU stand-in prints `N/A` for the index and `²` for the memory (nvidia-smi prints N/A
+    # for fields a card or driver does not support; ² is a digit to str.isdigit, not to int).
+    gpu_standin.RIG_FILE: None,  # filled from the rig's own file below
+    # Files on the rig that whoever owns the rig can write: JSON nested 1,000 deep, null fields.
+    "/var/lib/m2p/fingerprint.json": "[" * 1000 + "]" * 1000,
+    "/var/lib/m2p/agent/status.json": '{"mode": null, "leases": [null, 5, {"pod": 7}], "state": null}',
+}
+
+
+@pytest.fixture
+def odd_ms1(sandbox_rigs):
+    """ms1 prints odd output for a while; every file is put back as it was afterwards."""
+    root = Path(sandbox_rigs["ms1"].dir, "merged")
+    saved = {}
+    for name, text in ODD_FILES.items():
+        path = root / name.lstrip("/")
+        saved[path] = path.read_bytes() if path.exists() else None
+        if text is None:
+            conf = json.loads(path.read_text())
+            conf["gpus"][0].update({"index": "N/A", "memory.total": "\u00b2"})
+            text = json.dumps(conf)
+        made = [p for p in reversed(path.parents) if not p.exists()]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        saved.update({p: "dir" for p in made})
+    try:
+        yield
+    finally:
+        for path, before in saved.items():
+            if before == "dir":
+                continue
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(before)
+        for path in sorted((p for p, b in saved.items() if b == "dir"), key=lambda p: -len(p.parts)):
+            path.rmdir()
+
+
+def test_one_rig_with_odd_output_never_stops_the_fleet(sandbox_rigs, odd_ms1, tmp_path):
+    """detect, status and plan: the two good rigs report as always, the odd one reports what it can."""
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {n: rig_entry(sandbox_rigs[n]) for n in ("plain1", "hive1", "ms1")}}}))
+    ssh_args = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts")]
+    detected = m2p("detect", *ssh_args, "--json")
+    assert "internal error" not in detected.stderr, detected.stderr
+    reports = {r["name"]: r for r in json.loads(detected.stdout)}
+    assert set(reports) == {"plain1", "hive1", "ms1"}
+    assert all(r["failure"] is None for r in reports.values()), reports
+    odd = reports["ms1"]["facts"]
+    assert [(g["index"], g["memory_mib"]) for g in odd["gpus"]["gpus"]] == [(0, 0)]
+    assert odd["fingerprint"]["error"].endswith("is not valid: nested too deep")
+    assert (odd["agent_status"]["mode"], odd["agent_status"]["leases"]) == ("unknown", [{"pod": "?", "since": ""}])
+    assert reports["hive1"]["facts"]["gpus"]["gpus"][1]["memory_mib"] == 24576
+
+    status = m2p("status", *ssh_args, "--json")
+    assert "internal error" not in status.stderr, status.stderr
+    rows = {r["rig"]: r for r in json.loads(status.stdout)}
+    assert set(rows) == {"plain1", "hive1", "ms1"} and rows["hive1"]["gpus"] == "2 x NVIDIA GeForce RTX 3090"
+
+    bundle = tmp_path / "bundle"
+    build_test_bundle(bundle)
+    planned = m2p("plan", *ssh_args, "--bundle", str(bundle), "--json")
+    assert "internal error" not in planned.stderr, planned.stderr[-3000:]
+    results = outcomes(planned)
+    assert set(results) == {"plain1", "hive1", "ms1"}, planned.stderr[-3000:]
+    assert results["hive1"]["result"] in ("pending", "failed") and results["plain1"]["result"] == "pending", results

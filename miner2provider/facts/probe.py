@@ -54,8 +54,12 @@ def split(text: str) -> dict[str, Output]:
     for line in text.splitlines():
         if line.startswith(FACT_MARK):
             name, body = line[len(FACT_MARK):].strip(), []
-        elif line.startswith(RC_MARK) and name is not None:
-            rc_text = line[len(RC_MARK):].strip()
+        elif name is not None and RC_MARK in line:
+            # The mark ends the fact; output without a final newline (a file `cat` printed) comes
+            # before it on the same line.
+            head, _, rc_text = line.rpartition(RC_MARK)
+            if head:
+                body.append(head)
             rc = whole(rc_text)
             outputs[name] = Output("\n".join(body) + ("\n" if body else ""), -1 if rc is None else rc)
             name = None

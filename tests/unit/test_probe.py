@@ -25,3 +25,12 @@ def test_cut_output_is_reported_not_misread():
     out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=60)
     with pytest.raises(probe.ProbeIncomplete, match="lacks"):
         probe.gather(out.stdout[: len(out.stdout) // 2])
+
+
+def test_output_without_a_final_newline_keeps_the_rest_of_the_probe():
+    """`cat status.json` of a file without a final newline glues the rc mark to its last line."""
+    text = ("@@m2p-fact hostname\nrig1\n@@m2p-rc 0\n@@m2p-fact agent_status\n{\"mode\": \"mining\"}@@m2p-rc 0\n"
+            "@@m2p-fact xid\n@@m2p-rc 0\n")
+    outputs = probe.split(text)
+    assert outputs["agent_status"] == Output('{"mode": "mining"}\n', 0)
+    assert outputs["xid"] == Output("", 0) and outputs["hostname"] == Output("rig1\n", 0)

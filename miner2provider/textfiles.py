@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
@@ -23,8 +22,6 @@ MAX_BYTES = 1024 * 1024  # the largest inventory of 1,000 rigs is ~200 KB
 MAX_DEPTH = 64  # mappings and lists inside each other; an inventory needs about 6
 MAX_NODES = 100_000  # nodes after expanding aliases; 1,000 rigs with 20 settings each need ~50,000
 SHOWN = 48  # characters of a value a message may quote
-
-Raise = Callable[..., NoReturn]
 
 
 def shown(value: object) -> str:

@@ -45,8 +45,8 @@ class ActionModule(ActionBase):
         res = self._low_level_execute_command(probe.inline_command(script), sudoable=True)
         try:
             facts = probe.gather(res.get("stdout", ""))
-        except probe.ProbeIncomplete as exc:
-            raise AnsibleActionFail(f"m2p probe ended early (exit {res.get('rc')}): {exc}; "
+        except (probe.ProbeIncomplete, probe.ProbeUnreadable) as exc:
+            raise AnsibleActionFail(f"m2p probe failed (exit {res.get('rc')}): {exc}; "
                                     f"stderr: {res.get('stderr', '')[-300:]}") from None
         settings = Settings(
             min_free_disk_gb=int(args.get("min_free_disk_gb", Settings.min_free_disk_gb)),

@@ -51,6 +51,7 @@ _DURATION = re.compile(r"^([0-9]{1,9})\s*(s|m|h|d)$")
 # year is "forever", which the schedule can say.
 MAX_SWITCH_INTERVAL_S = 86400.0
 MAX_LEASE_GRACE_S = 365 * 86400.0
+MAX_GAP_MIN = 120  # the longest clock jump forward any zone has made (Antarctica/Troll: 2 h)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -299,28 +300,33 @@ def _paint(windows: tuple[Window, ...]) -> tuple[int, ...]:
 
 def _skipped_windows(path: str, tz: str, windows: tuple[Window, ...]) -> tuple[str, ...]:
     """Warnings for windows that lie wholly inside a spring-forward gap: on that day they never happen."""
+    short = [w for w in windows if (w.end - w.start) % 1440 <= MAX_GAP_MIN and w.end > w.start]
+    if not short:  # a gap is an hour (two at most): only a short window can fit in one
+        return ()
     zone = ZoneInfo(tz)
     gaps: set[tuple[int, int, int]] = set()  # (weekday, first skipped minute, first minute after)
     start = datetime(datetime.now(timezone.utc).year, 1, 1, tzinfo=timezone.utc)
-    hour = timedelta(hours=1)
-    before = start.astimezone(zone).utcoffset()
-    for step in range(1, 2 * 366 * 24):  # this year and next, hour by hour
-        at = start + step * hour
-        offset = at.astimezone(zone).utcoffset()
-        if before is not None and offset is not None and offset > before:
-            wall = at.astimezone(zone)
-            jump = int((offset - before).total_seconds() // 60)
-            first = wall.hour * 60 + wall.minute - jump
-            if first >= 0:  # a gap that crosses midnight is left alone: no zone has one
-                gaps.add((wall.weekday(), first, first + jump))
-        before = offset
+    day, hour = timedelta(days=1), timedelta(hours=1)
+    for n in range(2 * 366):  # this year and next, day by day; the changing day hour by hour
+        at = start + n * day
+        before, after = at.astimezone(zone).utcoffset(), (at + day).astimezone(zone).utcoffset()
+        if before is None or after is None or after <= before:
+            continue
+        for h in range(1, 25):
+            wall = (at + h * hour).astimezone(zone)
+            if wall.utcoffset() == after:
+                jump = int((after - before).total_seconds() // 60)
+                first = wall.hour * 60 + wall.minute - jump
+                if first >= 0:  # a gap that crosses midnight is left alone: no zone has one
+                    gaps.add((wall.weekday(), first, first + jump))
+                break
     warnings = []
-    for w in windows:
-        length = (w.end - w.start) % 1440 or 1440
-        for day, first, after in sorted(gaps):
-            if day in w.days and first <= w.start and w.start + length <= after:
+    for w in short:
+        length = (w.end - w.start) % 1440
+        for weekday, first, after_gap in sorted(gaps):
+            if weekday in w.days and first <= w.start and w.start + length <= after_gap:
                 warnings.append(f"{path}:{w.line}: this window ({w.start // 60:02d}:{w.start % 60:02d} for "
-                                f"{length} min on {DAYS[day]}) lies in the hour {tz} skips when clocks go "
+                                f"{length} min on {DAYS[weekday]}) lies in the hour {tz} skips when clocks go "
                                 f"forward: on that day it does not happen")
                 break
     return tuple(warnings)

@@ -35,7 +35,8 @@ def is_region(text: str) -> bool:
 
 
 def is_api_server(text: str) -> bool:
-    """``https://HOST[:PORT]`` (a path of ``/`` at most): what the agents' Kubernetes client is given."""
+    """``https://HOST[:PORT]`` (a path of ``/`` at most): what the agents' Kubernetes client is given.
+    ``http://`` passes too: the sandbox's stand-in API speaks plain HTTP on loopback."""
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         return False
     try:
@@ -44,5 +45,5 @@ def is_api_server(text: str) -> bool:
     except ValueError:
         return False
     host = (url.hostname or "").strip("[]")
-    return (url.scheme == "https" and url.path in ("", "/") and not url.query and not url.fragment
+    return (url.scheme in ("https", "http") and url.path in ("", "/") and not url.query and not url.fragment
             and not url.username and canonical_address(host) is not None)

@@ -197,7 +197,7 @@ ARGUMENTS = st.sampled_from([
     ["status", "--connect-timeout", "nan"], ["status", "--connect-timeout", "inf"], ["status", "--limit", ","],
     ["status", "--limit", "nope"], ["convert", "--yes", "--limit", ","], ["convert", "--drain", "--drain-timeout", "²"],
     ["convert", "--drain", "--drain-timeout", "99999999999999d"], ["attributes", "--region", "eu\nwest"],
-    ["schedule", "apply", "--api-server", "https://a\nb:6443"], ["schedule", "apply", "--api-server", "http://x:1"],
+    ["schedule", "apply", "--api-server", "https://a\nb:6443"], ["schedule", "apply", "--api-server", "ftp://x:1"], ["schedule", "apply", "--api-server", "https://x:1/a?b"],
     ["detect", "--forks", "0"], ["detect", "--command-timeout", "-1"],
 ])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from miner2provider.collection import role_defaults
+from miner2provider.facts.mining_os import ETHOS
 from miner2provider.facts.probe import RigFacts
 
 # ansible-core 2.19 (the line m2p drives rigs with) supports target Python 3.8-3.13.
@@ -44,7 +45,7 @@ class Finding:
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os",
+    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "no-miner-adapter",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
 HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu"})
@@ -123,9 +124,21 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
             "check risers, power and cooling before leasing (Xid 79: the GPU fell off the bus)"
         )
 
-    if facts.mining_os.kind == "unknown":
+    mos = facts.mining_os
+    if mos.kind == "unknown":
         warnings.append_code(
             "unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
+    elif mos.kind == ETHOS:
+        # ethOS's last release is 1.3.3 (shared/reference/mining-os.md §1.4), on Ubuntu 16.04 with python3 3.5.
+        blockers.append_code(
+            "ethos-eol", f"ethOS{' ' + mos.version if mos.version else ''} is end of life (last release 1.3.3, "
+                         "on Ubuntu 16.04 with python3 3.5, which no maintained Ansible drives): reflash the rig "
+                         "with a maintained mining OS")
+    elif not mos.has_adapter:
+        warnings.append_code(
+            "no-miner-adapter", f"{mos.label}: m2p has no miner adapter for it yet: convert installs k3s without "
+                                "time-share, and `schedule apply` refuses the rig (the agent could not stop its "
+                                "miner for a lease)")
     return Verdict(tuple(blockers), tuple(warnings))
 
 

@@ -32,6 +32,9 @@ LABELS = {
     SMOS: "Simple Mining OS", NHOS: "NiceHash OS", RAVEOS: "RaveOS",
     "ubuntu": "plain Ubuntu", "debian": "plain Debian", "unknown": "unknown",
 }
+# The mining OSes whose miner m2p can stop and start (roles/mining_os/vars/<kind>.yml; a unit test
+# keeps the two equal).  The others get no time-share agent until they have one (issue 15).
+ADAPTED = (HIVEOS, MSOS)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class MiningOs:
     @property
     def is_mining_os(self) -> bool:
         return self.kind not in {"ubuntu", "debian", "unknown"}
+
+    @property
+    def has_adapter(self) -> bool:
+        """m2p can stop and start this rig's miner: a mining OS with an adapter, or plain Linux (whose
+        miner, if any, is the owner's systemd unit)."""
+        return self.kind in ADAPTED or not self.is_mining_os
 
 
 class MiningOsFact(Fact[MiningOs]):

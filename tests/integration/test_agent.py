@@ -11,6 +11,7 @@ import json
 import secrets
 import threading
 import time
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -213,3 +214,34 @@ def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_dra
 def agent_status(r) -> str:
     with ssh(r) as client:
         return run(client, "cat /var/lib/m2p/agent/status.json")[1]
+
+
+def test_schedule_apply_refuses_a_mining_os_without_an_adapter(sandbox_rigs, tmp_path, monkeypatch):
+    """Issue 15: a rig with mmpOS's marker is no plain rig: no miner adapter, so no agent (and a sentence)."""
+    r = sandbox_rigs["plain1"]
+    root = Path(r.dir, "merged")
+    marker = root / "opt/mmp/bin/agent"  # mmpOS's agent (shared/reference/mining-os.md §1.6)
+    made = [p for p in reversed(marker.parents) if not p.exists()]
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("#!/bin/sh\n# STAND-IN: mmpOS's marker only\n")
+    marker.chmod(0o755)
+    api = KubeApiStandin(host=str(network.gateway()))
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", secrets.token_urlsafe(24))
+    try:
+        code, results = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\n")
+        (result,) = results
+        assert code == 11 and result["result"] == "failed", results
+        assert "mmpOS has no miner adapter in m2p yet" in result["message"], result
+        assert "convert works on it: k3s without time-share" in result["message"]
+        with ssh(r) as client:
+            assert run(client, "test -e /etc/systemd/system/m2p-agent.service")[0] != 0  # nothing installed
+        detected = m2p("detect", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
+                       "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
+        (report,) = json.loads(detected.stdout)
+        assert report["facts"]["mining_os"]["kind"] == "mmpos"
+        assert any(w["code"] == "no-miner-adapter" for w in report["verdict"]["warnings"]), report["verdict"]
+    finally:
+        api.close()
+        marker.unlink()
+        for path in reversed(made):
+            path.rmdir()

@@ -90,3 +90,26 @@ def test_no_default_route_blocks_and_xid_errors_warn():
     v = assess(facts(default_route="", xid="[ 1.0] NVRM: Xid (PCI:0000:03:00): 79, pid=1, GPU has fallen off the bus.\n"))
     assert any(b.code == "no-default-route" and "default route" in b.sentence for b in v.blockers)
     assert any(w.code == "xid-errors" and "Xid 79" in w.sentence and "riser" in w.sentence for w in v.warnings)
+
+
+def test_a_mining_os_without_an_adapter_is_named_and_ethos_is_refused():
+    """Issue 15: a rig with mining markers never passes for plain Linux; ethOS is refused with its reason."""
+    for marker, label in (("/opt/mmp/bin/agent", "mmpOS"), ("/root/utils/stats_rig.sh", "Simple Mining OS"),
+                          ("/var/log/nhos", "NiceHash OS")):
+        v = assess(facts(mining_os=f"marker {marker}\nosid ubuntu\n"))
+        assert [(w.code, w.sentence.split(":")[0]) for w in v.warnings] == [("no-miner-adapter", label)], v
+        assert "`schedule apply` refuses the rig" in v.warnings[0].sentence and v.status == "ready with warnings"
+    v = assess(facts(mining_os="marker /opt/ethos/etc/version\nethos 1.3.3\nosid ubuntu\n"))
+    assert [b.code for b in v.blockers] == ["ethos-eol"] and v.blockers[0].sentence.startswith(
+        "ethOS 1.3.3 is end of life (last release 1.3.3, on Ubuntu 16.04 with python3 3.5")
+    for plain in ("osid ubuntu\n", "osid debian\n", "marker /hive/bin\nmarker /hive/etc/environment\n",
+                  "marker /home/minerstat/minerstat-os\n"):
+        assert not [w for w in assess(facts(mining_os=plain)).warnings if w.code == "no-miner-adapter"]
+
+
+def test_adapted_mining_oses_are_the_roles_adapter_files():
+    from miner2provider import collection
+    from miner2provider.facts.mining_os import ADAPTED
+
+    files = {p.stem for p in (collection.root() / "roles/mining_os/vars").glob("*.yml")}
+    assert files == {*ADAPTED, "default", "unadapted"}

@@ -64,6 +64,7 @@ class ActionModule(ActionBase):
                              "warning_codes": [f.code for f in verdict.warnings],
                              # what no setting fixes (wrong CPU, no GPU or driver): refused even when warn-only
                              "hardware_blockers": [f.sentence for f in verdict.blockers if f.code in HARDWARE_CODES]}
+        data["mining_os"]["label"] = facts.mining_os.label  # roles name the OS in their sentences
         data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
         data["gpu_signature"] = gpu_signature(facts.gpus)
         data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)

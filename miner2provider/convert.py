@@ -89,14 +89,18 @@ def run_fleet(
     inputs = expected_inputs(hosts, derived, bundle) if fingerprinted else {}
     reasons: dict[str, tuple[str, ...]] = {}
     leased: list[tuple[Host, tuple[Lease, ...]]] = []
+    notes: dict[str, str] = {}  # said beside the rig's outcome, whatever it is
     for host, report in zip(hosts, detect(hosts, opts), strict=True):
         if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
             continue
+        if report.facts is not None and not report.facts.mining_os.has_adapter:
+            notes[host.name] = f"{report.facts.mining_os.label}: no miner adapter, k3s without time-share"
         if fingerprinted:
             reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
         if fingerprinted and not full and not reasons[host.name]:
-            outcomes[host.name] = RigOutcome(host.name, "converged", message="fingerprint matches: skipped")
+            outcomes[host.name] = RigOutcome(host.name, "converged",
+                                             message=_with(notes, host.name, "fingerprint matches: skipped"))
         elif not check and report.facts is not None and report.facts.agent_status.leases:
             leased.append((host, report.facts.agent_status.leases))
         else:
@@ -134,16 +138,21 @@ def run_fleet(
                 # What it changed before it failed counts: the owner must know the rig is not as it was.
                 outcome = RigOutcome(host.name, "failed", stats.changed if stats else 0, message, tasks)
             elif stats.changed:
-                why = "; ".join(reasons.get(host.name, ())[:2])
+                why = _with(notes, host.name, "; ".join(reasons.get(host.name, ())[:2]))
                 outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, why, tasks)
             else:
-                outcome = RigOutcome(host.name, "converged")
+                outcome = RigOutcome(host.name, "converged", message=_with(notes, host.name, ""))
             outcomes[host.name] = outcome
             tried += 1
             failed += outcome.failed
     if drained:  # the agents uncordon the nodes they cordoned (revert removed them: nothing to do)
         drain.request(drained, opts, on=False)
     return [outcomes[h.name] for h in hosts]
+
+
+def _with(notes: dict[str, str], name: str, message: str) -> str:
+    """``message`` and the rig's note (a mining OS without a miner adapter), joined."""
+    return "; ".join(part for part in (message, notes.get(name, "")) if part)
 
 
 def _drain(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict[str, RigOutcome],

@@ -216,13 +216,12 @@ def agent_status(r) -> str:
         return run(client, "cat /var/lib/m2p/agent/status.json")[1]
 
 
-def test_schedule_apply_refuses_a_mining_os_without_an_adapter(sandbox_rigs, tmp_path, monkeypatch):
-    """Issue 15: a rig with mmpOS's marker is no plain rig: no miner adapter, so no agent (and a sentence)."""
-    r = sandbox_rigs["plain1"]
-    root = Path(r.dir, "merged")
-    marker = root / "opt/mmp/bin/agent"  # mmpOS's agent (shared/reference/mining-os.md §1.6)
-    made = [p for p in reversed(marker.parents) if not p.exists()]
-    marker.parent.mkdir(parents=True, exist_ok=True)
+def test_a_mining_os_without_an_adapter_converts_without_time_share(boot_rigs, tmp_path, monkeypatch):
+    """Issue 15: a rig with mmpOS's marker is no plain rig: plan says it gets k3s without time-share, and
+    `schedule apply` refuses it with a sentence naming the OS (no miner adapter, so no agent)."""
+    (r,) = boot_rigs(sandbox.RigSpec("mmp1", "plain", ("rtx3060",)))
+    marker = Path(r.dir, "merged/opt/mmp/bin/agent")  # mmpOS's agent (shared/reference/mining-os.md §1.6)
+    marker.parent.mkdir(parents=True)
     marker.write_text("#!/bin/sh\n# STAND-IN: mmpOS's marker only\n")
     marker.chmod(0o755)
     api = KubeApiStandin(host=str(network.gateway()))
@@ -235,13 +234,16 @@ def test_schedule_apply_refuses_a_mining_os_without_an_adapter(sandbox_rigs, tmp
         assert "convert works on it: k3s without time-share" in result["message"]
         with ssh(r) as client:
             assert run(client, "test -e /etc/systemd/system/m2p-agent.service")[0] != 0  # nothing installed
-        detected = m2p("detect", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
-                       "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
+        ssh_args = ["-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts")]
+        detected = m2p("detect", *ssh_args, "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
         (report,) = json.loads(detected.stdout)
         assert report["facts"]["mining_os"]["kind"] == "mmpos"
         assert any(w["code"] == "no-miner-adapter" for w in report["verdict"]["warnings"]), report["verdict"]
+        bundle = tmp_path / "bundle"
+        build_test_bundle(bundle)
+        planned = conftest_outcomes(m2p("plan", *ssh_args, "--bundle", str(bundle), "--json",
+                                        env={"AG_HIVE_AGENT_TOKEN": "x"}))
+        assert planned["mmp1"]["result"] == "pending", planned
+        assert planned["mmp1"]["message"].endswith("mmpOS: no miner adapter, k3s without time-share"), planned
     finally:
         api.close()
-        marker.unlink()
-        for path in reversed(made):
-            path.rmdir()

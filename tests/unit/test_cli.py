@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import click
+import yaml
 
 from miner2provider import cli, errors, inventory
 
@@ -21,7 +22,12 @@ def test_init_writes_a_valid_starter_inventory(tmp_path, capsys, monkeypatch):
     code, out, _ = run(capsys, "init")
     assert code == 0 and "wrote rigs.yml" in out
     code, out, _ = run(capsys, "inventory", "check", "rigs.yml")
-    assert code == 0 and out.startswith("rigs.yml: OK, 2 rigs in 2 groups (all, farm)")
+    assert code == 0 and out.startswith("rigs.yml: OK, 2 rigs in 3 groups (all, k3s_agent, k3s_server)")
+    # Pooled: the agent joins the server rig (issue 21: the starter inventory shows pooling).
+    code, out, _ = run(capsys, "inventory", "vars", "rigs.yml")
+    derived = yaml.safe_load(out)["all"]["hosts"]
+    assert code == 0 and derived["rig02"]["k3s_agent_server_host"] == "rig01"
+    assert derived["rig02"]["k3s_agent_server_url"] == "https://192.168.1.101:6443"
     code, _, err = run(capsys, "init")
     assert code == 2 and "rigs.yml exists; use --force" in err
 

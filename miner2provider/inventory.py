@@ -39,10 +39,10 @@ ANSIBLE_TYPES: dict[str, type] = {
     "ansible_python_interpreter": str,
 }
 
-# Variables whose values no message may quote; names with these words are treated alike.
-SECRET_NAMES = {"ansible_password", "ansible_ssh_pass", "ansible_become_password", "ansible_become_pass",
-                "k3s_agent_token", "timeshare_agent_api_token"}
-_SECRET_WORDS = ("pass", "token", "secret", "api_key")
+# Ansible's two spellings of each password (the first is the one m2p hands on).
+LOGIN_PASSWORDS = ("ansible_password", "ansible_ssh_pass")
+BECOME_PASSWORDS = ("ansible_become_password", "ansible_become_pass")
+_SECRET_WORDS = ("pass", "token", "secret", "api_key")  # names with these words are secrets too
 
 DEFAULT_PORT = 22
 GROUP_KEYS = {"hosts", "vars", "children"}
@@ -98,6 +98,8 @@ class Host:
 # Host attribute -> the Ansible variable the runner hands that secret to.
 SECRET_VARIABLES = {"password": "ansible_password", "become_password": "ansible_become_password",
                     "k3s_token": "k3s_agent_token", "agent_token": "timeshare_agent_api_token"}
+# Variables whose values no message may quote and Host.vars never keeps.
+SECRET_NAMES = {*SECRET_VARIABLES.values(), *LOGIN_PASSWORDS, *BECOME_PASSWORDS}
 
 
 @dataclass(frozen=True)
@@ -345,15 +347,14 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
     else:
         raise InventoryError(
             f"host {textfiles.shown(raw.name)} has no address: add ansible_host: <IP or DNS name>", where=raw.where)
-    for key in ("ansible_password", "ansible_ssh_pass", "ansible_become_password", "ansible_become_pass"):
-        if key in values and not isinstance(values[key], _Vaulted):
-            warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
-                     f"(ansible-vault encrypt_string) or name an environment variable in "
-                     f"{'m2p_ssh_password_env' if 'become' not in key else 'm2p_become_password_env'}"] = None
+    for keys, env_key in ((LOGIN_PASSWORDS, "m2p_ssh_password_env"), (BECOME_PASSWORDS, "m2p_become_password_env")):
+        for key in keys:
+            if key in values and not isinstance(values[key], _Vaulted):
+                warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
+                         f"(ansible-vault encrypt_string) or name an environment variable in {env_key}"] = None
     port = values.get("ansible_port", DEFAULT_PORT)
-    password = _secret(values, merged, ("ansible_password", "ansible_ssh_pass"), "m2p_ssh_password_env", vault, env)
-    become = _secret(values, merged, ("ansible_become_password", "ansible_become_pass"), "m2p_become_password_env",
-                     vault, env)
+    password = _secret(values, merged, LOGIN_PASSWORDS, "m2p_ssh_password_env", vault, env)
+    become = _secret(values, merged, BECOME_PASSWORDS, "m2p_become_password_env", vault, env)
     k3s_token = _secret(values, merged, ("k3s_agent_token",), "m2p_k3s_token_env", vault, env)
     agent_token = _secret(values, merged, ("timeshare_agent_api_token",), "m2p_agent_token_env", vault, env)
     key_file = values.get("ansible_ssh_private_key_file")
@@ -364,9 +365,7 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
         if Path(key_file).is_dir():
             raise InventoryError(f"ansible_ssh_private_key_file {textfiles.shown(key_file)} is a directory, "
                                  "not a key file", where=merged["ansible_ssh_private_key_file"][1])
-    clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted)}
-    for k in ("ansible_ssh_pass", "ansible_become_pass", *SECRET_VARIABLES.values()):
-        clean.pop(k, None)
+    clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted) and k not in SECRET_NAMES}
     return Host(
         name=raw.name, address=address, port=int(port), user=values.get("ansible_user"),
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
@@ -450,11 +449,8 @@ class _VaultOpener:
         if self._lib is None:
             if not self.password_file:
                 raise VaultError("value is vault-encrypted: pass --vault-password-file", where=where)
-            try:
-                secret = Path(self.password_file).read_bytes().strip()
-            except OSError as exc:
-                raise VaultError(f"cannot read vault password file: {exc.strerror}",
-                                 where=self.password_file) from None
+            # Bounded like every file m2p reads: a FIFO given as the password file must not hang.
+            secret = textfiles.read_bytes(self.password_file, "vault password file", VaultError).strip()
             self._lib = vault_lib(secret)
         try:
             return str(self._lib.decrypt(text.encode()).decode())

@@ -194,13 +194,11 @@ def construct(node: yaml.Node, where: str, error: type[M2PError], what: str = "v
               loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
     """The Python value of ``node``; a tag that does not fit (``!!int abc``), an unknown or unsafe tag
     (``!!python/object``) is ``error`` at the node's line, never quoting a secret's text."""
+    tag = printable(node.tag.replace("tag:yaml.org,2002:", "!!")[:SHOWN])
+    at = f"{where}:{node.start_mark.line + 1}"
     try:
         return loader("").construct_object(node, deep=True)
     except yaml.constructor.ConstructorError:
-        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-        raise error(f"cannot read the {what}: {printable(tag[:SHOWN])} is no tag m2p reads (plain YAML only)",
-                    where=f"{where}:{node.start_mark.line + 1}") from None
+        raise error(f"cannot read the {what}: {tag} is no tag m2p reads (plain YAML only)", where=at) from None
     except (ValueError, TypeError, OverflowError, RecursionError, yaml.YAMLError):
-        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-        raise error(f"cannot read the {what}: it does not fit its tag {printable(tag[:SHOWN])}",
-                    where=f"{where}:{node.start_mark.line + 1}") from None
+        raise error(f"cannot read the {what}: it does not fit its tag {tag}", where=at) from None

@@ -33,4 +33,4 @@ def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_versi
                            k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url)
     bundle = load_bundle(directory)  # read back: the manifest and every file check out
     render.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
-               f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")
+                f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")

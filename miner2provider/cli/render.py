@@ -128,7 +128,7 @@ def attributes(fleet: FleetAttributes, failed: list[str], as_json: bool) -> None
     echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
     echo("# Akash provider attributes for this fleet (paste into your provider config)")
     echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
-                              sort_keys=False).rstrip())
+                        sort_keys=False).rstrip())
     for r in fleet.rigs:
         for w in r.warnings:
             echo(click.style(f"! {r.name}: {w}", fg="yellow"), err=True)
@@ -152,7 +152,7 @@ def outcomes(results: list[RigOutcome], as_json: bool, show_tasks: bool) -> None
     echo(f"{'rig':<{width}}  {'result':<12} changed  detail")
     for o in results:
         echo(f"{o.name:<{width}}  " + click.style(f"{o.result:<12}", fg=colours.get(o.result, "red"))
-                   + f" {o.changed:>7}  {o.message}")
+             + f" {o.changed:>7}  {o.message}")
         if show_tasks:
             for task in o.tasks:
                 echo(f"{'':<{width}}    ~ {task}")
@@ -191,7 +191,7 @@ def status_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         colour = {"converged": "green", "not converged": "yellow", "drifted": "yellow"}.get(r["state"], "red")
         echo(f"{r['rig']:<{width}}  " + click.style(f"{r['state']:<13}", fg=colour)
-                   + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
+             + f" {r['k3s']:<22} {r['node']:<16} {r['gpus']}")
         if r["detail"]:
             echo(f"{'':<{width}}    {r['detail']}")
         if r["agent"]:

@@ -56,7 +56,7 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
         hours = (b - a).total_seconds() / 3600
         colour = "green" if desired.offered else "yellow"
         render.echo(f"  {la:%a %Y-%m-%d %H:%M %Z}  ->  {lb:%a %H:%M %Z}  {hours:5.1f} h  "
-                   + click.style(desired.label, fg=colour))
+                    + click.style(desired.label, fg=colour))
 
 
 @schedule_group.command("apply")

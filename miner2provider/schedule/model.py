@@ -87,11 +87,16 @@ class Schedule:
     windows: tuple[Window, ...]
     lease_grace_s: float | None  # None: wait forever
     min_switch_interval_s: float
-    warnings: tuple[str, ...] = ()  # "file:line: ..." that do not stop the schedule (a window DST skips)
 
     @property
     def name(self) -> str:
         return Path(self.path).stem
+
+    @cached_property
+    def warnings(self) -> tuple[str, ...]:
+        """"file:line: ..." that do not stop the schedule (a window DST skips).  Derived when asked (the
+        CLI's check and show), so the agent on the rig does not compute them at start-up."""
+        return _skipped_windows(self.path, self.timezone, self.windows)
 
     @cached_property
     def by_minute(self) -> tuple[int, ...]:
@@ -146,7 +151,7 @@ def parse(text: str, path: str = "<schedule>") -> Schedule:
     interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False,
                          most=MAX_SWITCH_INTERVAL_S)
     assert interval is not None
-    return Schedule(path, tz, policy, default, windows, grace, interval, _skipped_windows(path, tz, windows))
+    return Schedule(path, tz, policy, default, windows, grace, interval)
 
 
 def _pairs(path: str, node: yaml.MappingNode, allowed: set[str], what: str) -> dict[str, tuple[yaml.Node, Any]]:

@@ -445,3 +445,13 @@ def test_a_parser_that_raises_fails_only_its_rig(monkeypatch):
     assert [r.ok for r in reports] == [True, False, True]
     assert reports[1].error == "m2p cannot read the rig's gpus output (KeyError) on 10.0.0.1"
     assert reports[0].facts is not None and reports[0].facts.gpus.gpus[0].name == "NVIDIA RTX A5000"
+
+
+def test_a_fifo_as_vault_password_file_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "vault-pass"
+    os.mkfifo(fifo)
+    path = tmp_path / "rigs.yml"
+    path.write_text("all:\n  hosts:\n    rig1:\n      ansible_host: 10.0.0.1\n      ansible_password: !vault |\n"
+                    "        $ANSIBLE_VAULT;1.1;AES256\n        6162\n")
+    code, out, err = m2p("inventory", "check", "--vault-password-file", str(fifo), str(path))
+    assert code == 3 and f"{fifo}: the vault password file is not a regular file" in err, err

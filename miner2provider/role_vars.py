@@ -127,5 +127,4 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_api_server": api,
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
-        "timeshare_agent_gpu_replicas": max(replicas(rig), 1),
     }

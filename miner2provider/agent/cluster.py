@@ -2,9 +2,10 @@
 
 - ``pods_on_node``: ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>`` (a PodList).
 - ``node`` / ``patch_node``: ``GET`` and ``PATCH`` (``application/merge-patch+json``) of its
-  own Node.  A patch that changes the taints carries the ``resourceVersion`` it was computed
-  from, so a concurrent writer (kubelet, an operator) makes it fail with 409 instead of
-  being overwritten; the next tick reads again.
+  own Node: labels, the status annotation, ``spec.unschedulable`` (cordon).  A patch that
+  changes the taints carries the ``resourceVersion`` it was computed from, so a concurrent
+  writer (kubelet, an operator) makes it fail with 409 instead of being overwritten; the
+  next tick reads again.
 
 Its identity (m2p's RBAC, roles/timeshare_agent) may list and watch pods, and get and
 patch the one Node named after its rig: nothing else.  No client library: urllib, a bearer
@@ -23,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
-PLACEHOLDER_APP = "m2p-placeholder"  # app.kubernetes.io/name of the placeholder pods
-PLACEHOLDER_NAMESPACE = "m2p-system"  # only m2p can create pods there: a lease labelled like the placeholder is a lease
-MINING_TAINT = {"key": "m2p.io/mining", "value": "true", "effect": "NoSchedule"}
+M2P_NAMESPACE = "m2p-system"
+OLD_MINING_TAINT_KEY = "m2p.io/mining"
 FINISHED = {"Succeeded", "Failed"}
 
 
@@ -82,21 +82,16 @@ def _gpu_limit(pod: dict[str, Any]) -> int:
     return total
 
 
-def is_placeholder(pod: dict[str, Any]) -> bool:
-    meta = pod.get("metadata", {})
-    return bool(meta.get("namespace") == PLACEHOLDER_NAMESPACE and meta.get("labels", {}).get(
-        "app.kubernetes.io/name") == PLACEHOLDER_APP)
-
-
 def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods that hold (or will hold) GPUs on this node and are not m2p's placeholder.
-    A terminating lease still counts: its containers hold the GPUs until they are gone."""
-    return [p for p in pods if not is_placeholder(p) and _gpu_limit(p) > 0
-            and p.get("status", {}).get("phase") not in FINISHED]
+    """Pods that hold (or will hold) GPUs on this node: bound, not finished.  A terminating
+    lease still counts: its containers hold the GPUs until they are gone.  Not m2p's own
+    namespace: the first time-share's placeholder pod, until its DaemonSet lets it go."""
+    return [p for p in pods if _gpu_limit(p) > 0 and p.get("status", {}).get("phase") not in FINISHED
+            and p.get("metadata", {}).get("namespace") != M2P_NAMESPACE]
 
 
 # Namespaces of the cluster's own workloads (k3s, m2p, Akash's provider services): not leases.
-SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", PLACEHOLDER_NAMESPACE, "akash-services"}
+SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", M2P_NAMESPACE, "akash-services"}
 
 
 def tenant_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,18 +112,14 @@ def lease_summary(pod: dict[str, Any]) -> dict[str, str]:
     return {"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "since": str(since)}
 
 
-def placeholder_holding(pods: list[dict[str, Any]]) -> bool:
-    return any(is_placeholder(p) and p.get("status", {}).get("phase") == "Running"
-               and not p.get("metadata", {}).get("deletionTimestamp") for p in pods)
+def has_old_taint(node: dict[str, Any]) -> bool:
+    return any(t.get("key") == OLD_MINING_TAINT_KEY for t in node.get("spec", {}).get("taints") or [])
 
 
-def offered(node: dict[str, Any]) -> bool:
-    taints = node.get("spec", {}).get("taints") or []
-    return not any(t.get("key") == MINING_TAINT["key"] for t in taints)
-
-
-def taint_patch(node: dict[str, Any], offer: bool) -> dict[str, Any]:
-    """A merge patch that adds or removes m2p's mining taint and keeps every other taint."""
-    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != MINING_TAINT["key"]]
+def without_old_taint(node: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that removes the mining taint of m2p's first time-share (Akash ignores taints, so
+    it never took a rig off the market) and keeps every other taint; it carries the
+    ``resourceVersion`` it was computed from, so a concurrent writer wins and the agent re-reads."""
+    others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != OLD_MINING_TAINT_KEY]
     return {"metadata": {"resourceVersion": node.get("metadata", {}).get("resourceVersion")},
-            "spec": {"taints": others if offer else [*others, MINING_TAINT]}}
+            "spec": {"taints": others}}

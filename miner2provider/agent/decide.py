@@ -2,23 +2,29 @@
 
 Modes of a rig:
 
-- ``mining``: the miner runs; the node is not offered (m2p's taint
-  ``m2p.io/mining=true:NoSchedule``: the marketplace stops offering it, running pods stay).
-- ``idle-mining``: the node is offered and the miner runs, **but a low-priority placeholder
-  pod holds every GPU** (device plugin allocation).  A lease preempts the placeholder; the
-  placeholder's graceful termination waits for the agent, which stops the miner, checks
-  through NVML that the GPUs are free, and only then lets the placeholder go.  So a lease
-  never starts on a GPU the miner still holds, even under ``lease-first``.
+- ``mining``: the miner runs; the node is cordoned, so the marketplace does not offer it
+  (Akash's inventory drops an unschedulable node; a taint would leave it on offer).
+- ``idle-mining``: the node is offered (uncordoned) and the miner runs, **and no pod holds
+  the GPUs**: Akash counts them free and bids.  A lease that lands here gets its GPUs only
+  through m2p's gate: the container runtime runs the gate (a CDI hook, ``gate.py``) before
+  the lease's container starts; the gate asks the agent, which stops the miner, checks
+  through NVML that no process outside a container holds a GPU, and only then lets it
+  through.  A lease pod seen in the API stops the miner at once (the image pull runs
+  meanwhile), so the gate rarely waits for long.
 - ``leasing``: offered, the miner stopped, the GPUs free for leases (or in use by them).
-- ``draining``: not offered (a mining window began) while leases still run; the miner
-  starts once they have all ended.  After ``lease_grace`` the agent gives this mining
-  window up and offers the node again: it never cuts a lease (its identity may only read
-  pods and patch its own node, so it could not evict one anyway).
+- ``draining``: cordoned (a mining window began) while leases still run; the miner starts
+  once they have all ended.  After ``lease_grace`` the agent gives this mining window up
+  and offers the node again: it never cuts a lease (its identity may only read pods and
+  patch its own node, so it could not evict one anyway).
+
+A lease is a pod bound to the node with GPUs (from the API) or a container the gate let
+through that still runs (from the rig itself: this holds while the API is unreachable).
+The miner is never started while either exists.
 
 Switching limits: the miner is never started sooner than ``min_switch_interval`` after the
-previous start or stop.  A stop that a waiting lease asks for is never delayed.
-If the Kubernetes API cannot be read, the agent keeps its mode, re-asserts it, and never
-starts the miner while NVML shows GPU processes.
+previous start or stop.  A stop that a lease needs is never delayed.  If the Kubernetes API
+cannot be read, the agent keeps its mode and never starts the miner while NVML shows a GPU
+process or a gated container runs.
 """
 
 from __future__ import annotations
@@ -28,13 +34,12 @@ from typing import Callable  # not collections.abc: ToMode below is evaluated, o
 
 from miner2provider.schedule.policy import Desired
 
-# Actions, carried out in order by the agent's effectors (mining-OS adapter, cluster client).
+# Actions, carried out in order by the agent's effectors (mining-OS adapter, cluster client, gate).
 STOP_MINER = "stop-miner"
 START_MINER = "start-miner"
-OFFER = "offer"  # remove m2p's mining taint
-UNOFFER = "unoffer"  # add m2p's mining taint
-HOLD_GPUS = "hold-gpus"  # create the placeholder pod
-RELEASE_GPUS = "release-gpus"  # let the placeholder go (delete it / end its wait)
+OFFER = "offer"  # uncordon the node (the marketplace may place leases)
+UNOFFER = "unoffer"  # cordon the node (running leases stay)
+GRANT = "grant"  # let the containers waiting at the gate start: the GPUs are free of the miner
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,11 @@ class Observation:
     now: float  # seconds
     desired: Desired
     api_ok: bool  # the pods on this node and the node itself could be read
-    leases: int  # lease pods bound to this node that are not finished (not the placeholder)
-    lease_waiting: bool  # a lease preempted the placeholder (or is nominated to this node) and waits for GPUs
-    placeholder_holding: bool  # the placeholder pod runs with the GPUs allocated to it
-    offered: bool  # the node carries no m2p mining taint
+    leases: int  # pods bound to this node with GPUs, not finished (API)
+    gated: int  # containers the gate let through whose process still runs (the rig's own record)
+    gate_waiting: bool  # a container waits at the gate for the GPUs
     miner_running: bool
-    gpus_busy: bool  # NVML: some process holds a GPU
+    gpus_busy: bool  # NVML: a process outside every container holds a GPU (the miner, letting go)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class State:
     last_switch: float = float("-inf")  # last miner start or stop by the agent
     drain_started: float | None = None
     gave_up: tuple[bool, bool] | None = None  # Desired.key of the mining window given up
+    offered: bool = False  # the agent has uncordoned the node (OFFER) and not cordoned it since
 
 
 def decide(state: State, obs: Observation, lease_grace_s: float | None,
@@ -67,25 +72,27 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
 
     interval_ok = obs.now - state.last_switch >= min_switch_interval_s
 
-    # A lease preempted the placeholder (its preStop hook says so on the rig's own disk, so
-    # this works without the API): the placeholder is going whatever the mode, so the miner
-    # stops now and the GPUs are handed over once NVML shows them free.
-    if obs.lease_waiting:
+    # A container waits at the gate: it is on this node whatever the mode (bound before a
+    # cordon, or a lease's container restarting), so the miner stops now and the container
+    # starts once NVML shows the GPUs free.  Node-local: works without the API.
+    if obs.gate_waiting:
+        if state.mode in {"mining", "idle-mining"}:
+            mode = "leasing" if obs.desired.offered or not obs.api_ok else "draining"
+            state = to(mode, drain_started=None if mode == "leasing" else obs.now)
+        # A mining window: no new lease while this one runs.
+        state, cordon = _offer(state, False) if state.mode == "draining" else (state, [])
         if obs.miner_running:
-            return replace(state, last_switch=obs.now), [STOP_MINER]
+            return replace(state, last_switch=obs.now), [*cordon, STOP_MINER]
         if obs.gpus_busy:
-            # While the placeholder holds every GPU (all time-sliced replicas too) no lease can
-            # run on them: whatever holds a GPU is the miner, still letting go.
-            return state, []
-        if obs.desired.offered or not obs.api_ok:
-            return to("leasing", drain_started=None), [RELEASE_GPUS]
-        return to("draining", drain_started=obs.now), [RELEASE_GPUS, UNOFFER]
+            return state, cordon  # the miner still letting go (the gate waits, bounded)
+        return state, [*cordon, GRANT]
     # The mining OS fights back (HiveOS `hello`, a dashboard push, a reboot): re-assert at once.
     if state.mode in {"leasing", "draining"} and obs.miner_running:
         return state, [STOP_MINER]
     if not obs.api_ok:
-        # Blind: keep the mode.  Mining may resume only on GPUs NVML shows idle.
-        if state.mode in {"mining", "idle-mining"} and not obs.miner_running and not obs.gpus_busy and interval_ok:
+        # Blind: keep the mode.  Mining may resume only on GPUs no container and no process holds.
+        if (state.mode in {"mining", "idle-mining"} and not obs.miner_running and not obs.gpus_busy
+                and not obs.gated and interval_ok):
             return replace(state, last_switch=obs.now), [START_MINER]
         return state, []
 
@@ -98,63 +105,77 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
 ToMode = Callable[..., State]
 
 
+def _leased(obs: Observation) -> bool:
+    return obs.leases > 0 or obs.gated > 0
+
+
+def _offer(state: State, offer: bool) -> tuple[State, list[str]]:
+    """Cordon or uncordon once: the action only when the agent's own record differs."""
+    if state.offered == offer:
+        return state, []
+    return replace(state, offered=offer), [OFFER if offer else UNOFFER]
+
+
 def _mining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
             grace: float | None) -> tuple[State, list[str]]:
+    if _leased(obs):  # bound before the cordon took effect: it gets the GPUs, the window drains
+        mode = "leasing" if obs.desired.offered else "draining"
+        stop = [STOP_MINER] if obs.miner_running else []
+        return to(mode, last_switch=obs.now if stop else state.last_switch,
+                  drain_started=None if mode == "leasing" else obs.now), stop
     if obs.desired.offered:
         if obs.desired.idle_mining:
-            # Hold the GPUs with the placeholder before offering: a lease must preempt it.
-            return (state, [HOLD_GPUS]) if not obs.placeholder_holding else (to("idle-mining"), [OFFER])
+            new, actions = _offer(to("idle-mining"), True)
+            return new, actions
         if not interval_ok:
             return state, []
-        # Offered only once NVML shows the GPUs free (in _leasing).
+        # Offered once NVML shows the GPUs free (in _leasing): the gate stays the exception.
         return to("leasing", last_switch=obs.now), [STOP_MINER]
     if not obs.miner_running and not obs.gpus_busy and interval_ok:
         return replace(state, last_switch=obs.now), [START_MINER]  # re-assert mining
-    return state, [UNOFFER] if obs.offered else []
+    return _offer(state, False)
 
 
 def _idle_mining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
                  grace: float | None) -> tuple[State, list[str]]:
-    if obs.leases:  # cannot happen while the placeholder holds the GPUs; if it does, leasing rules
-        return to("leasing"), [STOP_MINER] if obs.miner_running else []
+    if _leased(obs):  # a lease is bound: stop now, its image pulls meanwhile; the gate hands over
+        stop = [STOP_MINER] if obs.miner_running else []
+        return to("leasing", last_switch=obs.now if stop else state.last_switch), stop
     if not obs.desired.offered:
-        return to("mining"), [UNOFFER]  # the placeholder keeps holding: no race with a late lease
-    if not obs.desired.idle_mining:  # a strict lease window: the placeholder goes once the GPUs are free
+        return _offer(to("mining"), False)
+    if not obs.desired.idle_mining:  # a strict lease window
         if not interval_ok:
             return state, []
         return to("leasing", last_switch=obs.now), [STOP_MINER]
-    if not obs.miner_running and obs.placeholder_holding and not obs.gpus_busy and interval_ok:
+    if not obs.miner_running and not obs.gpus_busy and interval_ok:
         return replace(state, last_switch=obs.now), [START_MINER]  # re-assert idle mining
-    return state, [] if obs.placeholder_holding else [HOLD_GPUS]
+    return _offer(state, True)
 
 
 def _leasing(state: State, obs: Observation, to: ToMode, interval_ok: bool,
              grace: float | None) -> tuple[State, list[str]]:
     if not obs.desired.offered and state.gave_up != obs.desired.key:
-        return to("draining", drain_started=obs.now), [UNOFFER]
-    miner_gone = not obs.miner_running and (obs.leases > 0 or not obs.gpus_busy)
-    if obs.placeholder_holding and miner_gone and not obs.desired.idle_mining:
-        return state, [RELEASE_GPUS]  # a strict lease window: free the GPUs for leases
-    if obs.desired.idle_mining and obs.leases == 0:
-        if not obs.placeholder_holding:
-            return state, [HOLD_GPUS] if interval_ok else []
+        return _offer(to("draining", drain_started=obs.now), False)
+    if obs.desired.idle_mining and not _leased(obs):
         if obs.gpus_busy or not interval_ok:
             return state, []
-        return to("idle-mining", last_switch=obs.now), [START_MINER]
-    if not obs.offered and miner_gone and obs.desired.offered:
-        return state, [OFFER]
+        new, actions = _offer(to("idle-mining", last_switch=obs.now), True)
+        return new, [START_MINER, *actions]
+    if not obs.miner_running and not obs.gpus_busy:
+        return _offer(state, True)
     return state, []
 
 
 def _draining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
               grace: float | None) -> tuple[State, list[str]]:
     if obs.desired.offered:
-        return to("leasing", drain_started=None), [OFFER]
-    if obs.leases == 0:
+        return _offer(to("leasing", drain_started=None), True)
+    if not _leased(obs):
         if obs.gpus_busy or not interval_ok:
-            return state, []
-        return to("mining", drain_started=None, last_switch=obs.now), [START_MINER]
+            return _offer(state, False)
+        new, actions = _offer(to("mining", drain_started=None, last_switch=obs.now), False)
+        return new, [*actions, START_MINER]
     started = state.drain_started if state.drain_started is not None else obs.now
     if grace is not None and obs.now - started >= grace:
-        return to("leasing", drain_started=None, gave_up=obs.desired.key), [OFFER]
-    return state, []
+        return _offer(to("leasing", drain_started=None, gave_up=obs.desired.key), True)
+    return _offer(state, False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -77,3 +78,18 @@ def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) ->
         return sorted(pids)
     finally:
         nvml.nvmlShutdown()
+
+
+def in_a_container(pid: int, proc: str = "/proc") -> bool:
+    """The process runs in a Kubernetes pod: its cgroup is under kubelet's ``kubepods``
+    hierarchy (``kubepods/...`` with the cgroupfs driver, ``kubepods.slice/...`` with systemd's).
+    A process that has ended counts as outside: it holds nothing, and NVML will say so."""
+    try:
+        return "kubepods" in Path(f"{proc}/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+
+
+def outside_containers(pids: list[int], proc: str = "/proc") -> list[int]:
+    """GPU processes that are not a lease's: the miner, or anything else of the host's."""
+    return [pid for pid in pids if not in_a_container(pid, proc)]

@@ -2,16 +2,16 @@
 
 Each tick (``interval_s``):
 1. desired mode from the schedule (policy.py) at this instant;
-2. the cluster: pods on this node (leases, the placeholder) and the node (m2p's taint);
-   an unreachable API leaves ``api_ok`` False and decide() keeps the mode;
-3. the rig: is the miner running (the mining OS's own command), which processes hold a
-   GPU (NVML; read only while the miner is stopped, since a running miner holds them
-   anyway: this keeps an idle agent's CPU low);
-4. the placeholder's signal files (``<state_dir>/signal``, a hostPath the placeholder pod
-   mounts): ``lease-waiting`` is written by its preStop hook when a lease preempts it, and
-   the hook returns once the agent writes ``released`` (after NVML shows the GPUs free);
+2. the cluster: pods on this node (leases) and the node (cordoned or not); an unreachable
+   API leaves ``api_ok`` False and decide() keeps the mode;
+3. the rig: is the miner running (the mining OS's own command), which processes outside
+   every container hold a GPU (NVML; read only while the miner is stopped, since a running
+   miner holds them anyway: this keeps an idle agent's CPU low);
+4. the gate (``<state_dir>/gate``, gate.py): containers waiting for the GPUs, and those let
+   through that still run;
 5. decide(), then the actions in order; the state is written (atomically) when it changes,
-   so a reboot resumes the mode; status goes to ``status.json`` and to the node (label
+   so a reboot resumes the mode; the node is cordoned outside offered time (and while
+   ``m2p ... --drain`` asks); status goes to ``status.json`` and to the node (label
    ``m2p.io/mode``, annotation ``m2p.io/status``), with the GPU labels of
    ``/var/lib/m2p/node-labels.json`` (gpu_attributes) kept in step on the live node.
 """
@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import cluster, decide, rig
+from miner2provider.agent import cluster, decide, gate, rig
 from miner2provider.agent.decide import Observation, State
 from miner2provider.schedule import model, policy
 
-PLACEHOLDER_LABEL = "m2p.io/placeholder"  # value: GPU count; the placeholder DaemonSet of that count selects it
+# m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
+# label): Akash counted them allocated and never bid.  The label is removed where found.
+OLD_PLACEHOLDER_LABEL = "m2p.io/placeholder"
 GPU_RECHECK_S = 10.0
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WATCHDOG_RECHECK_S = 10.0
@@ -51,7 +53,7 @@ class Config:
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
     interval_s: float = 2.0
-    wake_on_signal: bool = True  # answer the placeholder's hook at once; False: only every tick (a plain poll)
+    wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 
     @classmethod
     def load(cls, path: str) -> Config:
@@ -77,12 +79,12 @@ class Agent:
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
+    _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
         self.dir = Path(self.config.state_dir)
-        self.signal = self.dir / "signal"
-        self.signal.mkdir(parents=True, exist_ok=True)
+        self.gates = gate.GateDir(self.dir / "gate")
         saved = _read_json(self.dir / "state.json")
         if saved:
             state = dict(saved.get("state", {}))
@@ -93,14 +95,16 @@ class Agent:
 
     # -- observe ---------------------------------------------------------------------
     def lease_waiting(self) -> bool:
-        return (self.signal / "lease-waiting").exists() and not (self.signal / "released").exists()
+        return self.gates.any_waiting()
 
     def gpus_busy(self, now: float, miner_running: bool, waiting: bool) -> bool:
+        """A process outside every container holds a GPU (the miner letting go; a lease's own
+        processes do not count: they are in a pod's cgroup)."""
         if miner_running:
             return True  # a running miner holds the GPUs: no need to ask NVML
         checked, busy = self._gpus
         if waiting or now - checked >= GPU_RECHECK_S or busy:
-            busy = bool(self.gpu_processes())
+            busy = bool(rig.outside_containers(self.gpu_processes()))
             self._gpus = (now, busy)
         return busy
 
@@ -111,17 +115,16 @@ class Agent:
         try:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
+            self._node_labels = dict(node.get("metadata", {}).get("labels") or {})
             self._leases = sorted((cluster.lease_summary(p) for p in cluster.tenant_pods(pods)),
                                   key=lambda lease: lease["pod"])
         except cluster.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
-        waiting = self.lease_waiting()
+        waiting = bool(self.gates.waiting())
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
-            leases=len(cluster.lease_pods(pods)), lease_waiting=waiting,
-            placeholder_holding=cluster.placeholder_holding(pods),
-            offered=cluster.offered(node) if node is not None else self.state.mode in {"leasing", "idle-mining"},
+            leases=len(cluster.lease_pods(pods)), gated=len(self.gates.gated()), gate_waiting=waiting,
             miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
         )
         return obs, node
@@ -130,21 +133,21 @@ class Agent:
     def act(self, actions: list[str], node: dict[str, Any] | None) -> None:
         for action in actions:
             if action == decide.STOP_MINER:
-                self.config.miner.stop()
-                self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
+                self._stop_miner()
             elif action == decide.START_MINER:
                 self.config.miner.start()
-            elif action == decide.HOLD_GPUS:
-                for name in ("lease-waiting", "released"):
-                    (self.signal / name).unlink(missing_ok=True)
-                self.client.patch_node(self.config.node, {"metadata": {"labels": {
-                    PLACEHOLDER_LABEL: str(self.config.gpu_count)}}})
-            elif action == decide.RELEASE_GPUS:
-                (self.signal / "released").write_text(f"{self.clock():.0f}\n")  # the preStop hook returns
-                self.client.patch_node(self.config.node, {"metadata": {"labels": {PLACEHOLDER_LABEL: None}}})
-            elif action in (decide.OFFER, decide.UNOFFER):
-                current = node if node is not None else self.client.node(self.config.node)
-                self.client.patch_node(self.config.node, cluster.taint_patch(current, action == decide.OFFER))
+            elif action == decide.GRANT:
+                self.gates.grant()
+            # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
+
+    def _stop_miner(self) -> None:
+        self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
+        try:
+            self.config.miner.stop()
+        except (RuntimeError, OSError) as exc:
+            # Fail closed and say why: a waiting container is refused now rather than at its timeout.
+            self.gates.refuse(f"the miner could not be stopped: {exc}")
+            raise
 
     def tick(self) -> list[str]:
         now = self.clock()
@@ -159,7 +162,7 @@ class Agent:
         except (cluster.ApiError, RuntimeError, OSError) as exc:
             self.last_error = f"{' '.join(actions)}: {exc}"
         self.keep_watchdog_off(now)
-        self.keep_drain(node)
+        self.keep_cordon(node)
         if self.state != before:
             self._save()
         self._publish(now, node is not None)
@@ -176,15 +179,19 @@ class Agent:
         except (RuntimeError, OSError) as exc:
             self.last_error = f"watchdog: {exc}"
 
-    def keep_drain(self, node: dict[str, Any] | None) -> None:
-        """``m2p ... --drain`` asks for it with ``<state_dir>/drain``: cordon the node so no new lease
-        lands while running ones end; uncordon once the request is gone, only if the agent cordoned
-        it (``<state_dir>/cordoned``: an owner's own cordon stays)."""
+    def keep_cordon(self, node: dict[str, Any] | None) -> None:
+        """The node is cordoned outside offered time (Akash's inventory drops an unschedulable
+        node; running pods stay) and while ``m2p ... --drain`` asks (``<state_dir>/drain``).
+        It is uncordoned only if the agent cordoned it (``<state_dir>/cordoned``): an owner's
+        own cordon stays.  The mining taint of that first design is removed where found."""
         if node is None:
             return
-        wanted, mark = (self.dir / "drain").exists(), self.dir / "cordoned"
+        wanted = (self.dir / "drain").exists() or not self.state.offered
+        mark = self.dir / "cordoned"
         cordoned = bool(node.get("spec", {}).get("unschedulable"))
         try:
+            if cluster.has_old_taint(node):
+                self.client.patch_node(self.config.node, cluster.without_old_taint(node))
             if wanted and not cordoned:
                 self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})
                 mark.write_text(f"{self.clock():.0f}\n")
@@ -193,7 +200,7 @@ class Agent:
                     self.client.patch_node(self.config.node, {"spec": {"unschedulable": None}})
                 mark.unlink()
         except (cluster.ApiError, OSError) as exc:
-            self.last_error = f"drain: {exc}"
+            self.last_error = f"cordon: {exc}"
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
@@ -214,7 +221,7 @@ class Agent:
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
-                "leases": self._leases, "drain": (self.dir / "drain").exists()}
+                "leases": self._leases, "drain": (self.dir / "drain").exists(), "offered": self.state.offered}
 
     def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)
@@ -227,7 +234,9 @@ class Agent:
         labels = {**(_read_json(Path(self.config.labels_file)) or {}), "m2p.io/mode": self.state.mode,
                   "m2p.io/agent-version": __version__}
         stale = {k: None for k in self.applied_labels if k not in labels}
-        if text == self._pushed and labels == self.applied_labels:
+        if OLD_PLACEHOLDER_LABEL in self._node_labels:
+            stale[OLD_PLACEHOLDER_LABEL] = None
+        if text == self._pushed and labels == self.applied_labels and not stale:
             return
         try:
             self.client.patch_node(self.config.node, {"metadata": {
@@ -261,8 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="m2p-agent", description="m2p's time-share agent (runs on a rig)")
     parser.add_argument("--config", default="/etc/m2p/agent.json")
     parser.add_argument("--once", action="store_true", help="one tick, then exit")
+    parser.add_argument("command", nargs="?", choices=["run", "gate"], default="run",
+                        help="run: the agent (default); gate: the container runtime's hook (state on stdin)")
+    parser.add_argument("gate_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = Config.load(args.config)
+    if args.command == "gate":
+        return gate.main(args.gate_args, config.state_dir)
     agent = Agent(config, cluster.KubeClient(config.api_server, config.token_file, config.ca_file))
     stopping = False
 
@@ -276,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         agent.tick()
         if args.once or stopping:
             return 0
-        # A lease waits for the GPUs: look again soon (the miner is letting go of them).  Else
-        # sleep a tick, but answer the placeholder's hook as soon as it asks (a stat per 0.2 s).
+        # A container waits at the gate: look again soon (the miner is letting go of the GPUs).
+        # Else sleep a tick, but answer the gate as soon as it asks (a directory scan per 0.2 s).
         hurry = config.wake_on_signal and agent.lease_waiting()
         deadline = time.monotonic() + (min(HURRY_S, config.interval_s) if hurry else config.interval_s)
         while not stopping and time.monotonic() < deadline:

@@ -7,9 +7,17 @@ them (v1 Pod, PodList, Node, Status):
   RFC 7386; a ``metadata.resourceVersion`` in the patch must match, else 409 Conflict)
 - bearer tokens, each allowed to patch one node (the agent's RBAC), else 401 / 403.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
-``delete_pod``, and the one controller it emulates: the placeholder DaemonSet (a node
-labelled ``m2p.io/placeholder=N`` gets a Running placeholder pod holding N GPUs; without the
-label the pod goes).
+``delete_pod`` (a pod is bound where the test says: no scheduler runs here, so the tests
+bind only to nodes that are offered, as the scheduler would).
+
+``akash_view`` answers what Akash's provider would offer of a node, computed the way its
+inventory operator does (akash-network/provider, ``operator/inventory/node-discovery.go``):
+a pod's requests count as allocated when its ``PodScheduled`` condition is True and its
+phase is Pending or Running (``isPodAllocated``), in every namespace and at every priority
+(``addPodAllocatedResources``); a node that is not Ready or is unschedulable (cordoned) is
+left out of the inventory; taints are not looked at.  The bidder then needs the GPUs a
+lease asks for among allocatable minus allocated
+(``cluster/kube/operators/clients/inventory/inventory.go``, ``tryAdjustGPU``).
 """
 
 from __future__ import annotations
@@ -23,10 +31,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# The names the placeholder DaemonSet carries (roles/timeshare_agent/templates, checked against
-# these in tests/unit/test_manifests.py): one source, the agent's.
-from miner2provider.agent.cluster import PLACEHOLDER_APP, PLACEHOLDER_NAMESPACE
-from miner2provider.agent.service import PLACEHOLDER_LABEL
+GPU = "nvidia.com/gpu"
 
 
 def _now() -> str:
@@ -90,12 +95,14 @@ class KubeApiStandin:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
 
-    def add_node(self, name: str, token: str, labels: dict[str, str] | None = None) -> None:
+    def add_node(self, name: str, token: str, labels: dict[str, str] | None = None, gpus: int = 0) -> None:
         with self.lock:
+            resources = {GPU: str(gpus)} if gpus else {}
             node = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": dict(labels or {}),
                                  "annotations": {}, "creationTimestamp": _now()},
-                    "spec": {}, "status": {"capacity": {}, "allocatable": {}}}
+                    "spec": {}, "status": {"capacity": dict(resources), "allocatable": dict(resources),
+                                           "conditions": [{"type": "Ready", "status": "True"}]}}
             self._bump(node)
             self.nodes[name] = node
             self.tokens[token] = name
@@ -112,7 +119,7 @@ class KubeApiStandin:
                             "labels": labels, "creationTimestamp": _now()},
                "spec": {"nodeName": node, "containers": [
                    {"name": "main", "image": "busybox:1.36", "resources": {"limits": limits, "requests": limits}}]},
-               "status": {"phase": phase}}
+               "status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}]}}
         self._bump(pod)
         self.pods[(namespace, name)] = pod
 
@@ -132,21 +139,21 @@ class KubeApiStandin:
             pod["metadata"]["deletionTimestamp"] = _now()
             self._bump(pod)
 
-    def placeholder(self, node: str) -> str | None:
-        name = f"{PLACEHOLDER_APP}-{node}"
+    def akash_view(self, name: str) -> dict[str, Any]:
+        """What Akash's inventory makes of the node (see the module's docstring for the source):
+        ``excluded`` (why it is not offered at all, or None) and its GPUs allocatable,
+        allocated and available."""
         with self.lock:
-            return name if (PLACEHOLDER_NAMESPACE, name) in self.pods else None
-
-    def _placeholder_controller(self, node: dict[str, Any]) -> None:
-        """The placeholder DaemonSets' effect: one Running pod per labelled node."""
-        name = node["metadata"]["name"]
-        key = (PLACEHOLDER_NAMESPACE, f"{PLACEHOLDER_APP}-{name}")
-        count = node["metadata"].get("labels", {}).get(PLACEHOLDER_LABEL)
-        if count and key not in self.pods:
-            self._add_pod(key[1], name, int(count), PLACEHOLDER_NAMESPACE, "Running",
-                          {"app.kubernetes.io/name": PLACEHOLDER_APP})
-        elif not count:
-            self.pods.pop(key, None)
+            node = self.nodes[name]
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in node["status"].get("conditions", []))
+            excluded = ("unschedulable" if node["spec"].get("unschedulable")
+                        else None if ready else "not ready")
+            allocatable = int(node["status"].get("allocatable", {}).get(GPU, 0))
+            allocated = sum(_requests(p) for p in self.pods.values()
+                            if p["spec"].get("nodeName") == name and _allocated(p))
+        return {"excluded": excluded, "gpus_allocatable": allocatable, "gpus_allocated": allocated,
+                "gpus_available": 0 if excluded else max(allocatable - allocated, 0)}
 
     # -- HTTP ----------------------------------------------------------------------------
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
@@ -197,6 +204,17 @@ class KubeApiStandin:
                 patched = merge_patch(node, patch)
                 self._bump(patched)
                 self.nodes[name] = patched
-                self._placeholder_controller(patched)
                 return 200, copy.deepcopy(patched)
         return 404, _status(404, "NotFound", "the stand-in serves only pods on a node and nodes")
+
+
+def _allocated(pod: dict[str, Any]) -> bool:
+    """isPodAllocated: scheduled, and Pending or Running."""
+    scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
+                    for c in pod.get("status", {}).get("conditions", []))
+    return scheduled and pod.get("status", {}).get("phase") in {"Pending", "Running"}
+
+
+def _requests(pod: dict[str, Any]) -> int:
+    return sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
+               for c in pod["spec"].get("containers", []))

@@ -5,13 +5,15 @@ NVML that reports the miner's PID while the miner runs (no GPU here)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from datetime import UTC
 
 import pytest
 
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent import cluster, rig
-from miner2provider.agent.service import PLACEHOLDER_LABEL, Agent, Config
+from miner2provider.agent import cluster, gate, rig
+from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
 
 NODE = "rig01"
 
@@ -19,7 +21,7 @@ NODE = "rig01"
 @pytest.fixture
 def api():
     server = KubeApiStandin()
-    server.add_node(NODE, "rig01-token", {"kubernetes.io/hostname": NODE})
+    server.add_node(NODE, "rig01-token", {"kubernetes.io/hostname": NODE}, gpus=2)
     server.add_node("rig02", "rig02-token")
     yield server
     server.close()
@@ -70,17 +72,44 @@ def test_a_missing_ca_file_is_an_api_error_not_a_crash(tmp_path):
         kube.node("rig01")
 
 
-def test_taint_patch_keeps_other_taints_and_loses_a_race_instead_of_overwriting(api, tmp_path):
+def test_the_old_mining_taint_goes_other_taints_stay_and_a_race_is_lost_not_overwritten(api, tmp_path):
     kube = client(api, tmp_path)
-    kube.patch_node(NODE, {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}]}})
+    old = {"key": cluster.OLD_MINING_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+    kube.patch_node(NODE, {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}, old]}})
     node = kube.node(NODE)
-    tainted = kube.patch_node(NODE, cluster.taint_patch(node, offer=False))
-    assert tainted["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}, cluster.MINING_TAINT]
-    assert not cluster.offered(tainted)
+    assert cluster.has_old_taint(node)
+    kube.patch_node(NODE, {"metadata": {"labels": {"x": "y"}}})  # someone else wrote meanwhile
     with pytest.raises(cluster.ApiError, match="HTTP 409"):  # computed from the older version
-        kube.patch_node(NODE, cluster.taint_patch(node, offer=True))
-    offered = kube.patch_node(NODE, cluster.taint_patch(kube.node(NODE), offer=True))
-    assert offered["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}] and cluster.offered(offered)
+        kube.patch_node(NODE, cluster.without_old_taint(node))
+    clean = kube.patch_node(NODE, cluster.without_old_taint(kube.node(NODE)))
+    assert clean["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}] and not cluster.has_old_taint(clean)
+
+
+def cordoned(api) -> bool:
+    return bool(api.nodes[NODE]["spec"].get("unschedulable"))
+
+
+def container(tmp_path, name="c1"):
+    """A process standing for a lease's container (runc would have created it)."""
+    proc = subprocess.Popen(["sleep", "60"])
+    return proc, {"id": name, "pid": proc.pid, "annotations": {
+        gate.POD_NAMESPACE: "lease", gate.POD_NAME: "job", gate.CONTAINER_NAME: "main"}}
+
+
+def at_the_gate(tmp_path, state, timeout=10.0):
+    """The hook's side, in a thread as the runtime would run it beside the agent."""
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(
+        answer=gate.wait_for_hand_over(tmp_path / "state/gate", state, timeout)))
+    thread.start()
+    return thread, result
+
+
+def wait_waiting(agent, thread):
+    for _ in range(200):
+        if agent.gates.any_waiting() or not thread.is_alive():
+            return
+        threading.Event().wait(0.01)
 
 
 def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_path):
@@ -90,7 +119,7 @@ def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_pat
     assert not (tmp_path / "miner.running").exists()
     agent.tick()
     node = api.nodes[NODE]
-    assert agent.state.mode == "leasing" and cluster.offered(node)
+    assert agent.state.mode == "leasing" and not cordoned(api)
     assert node["metadata"]["labels"]["m2p.io/mode"] == "leasing"
     assert node["metadata"]["labels"]["nvidia.com/gpu.count"] == "2"
     status = json.loads(node["metadata"]["annotations"]["m2p.io/status"])
@@ -130,30 +159,92 @@ def test_the_watchdog_is_kept_stopped_while_leasing_only(api, tmp_path):
     assert mining.state.mode == "mining" and (tmp_path / "m" / "wd.running").exists()
 
 
-def test_mining_window_taints_the_node_and_starts_the_miner(api, tmp_path):
+def test_mining_window_cordons_the_node_and_starts_the_miner(api, tmp_path):
     agent = make_agent(api, tmp_path, FIXED_MINE)
     assert agent.tick() == ["start-miner"]
-    assert agent.tick() == ["unoffer"]
-    assert (tmp_path / "miner.running").exists() and not cluster.offered(api.nodes[NODE])
+    assert (tmp_path / "miner.running").exists() and cordoned(api)
+    assert api.akash_view(NODE)["excluded"] == "unschedulable"
     assert agent.tick() == []  # steady
 
 
-def test_idle_mining_hands_gpus_to_a_lease_only_after_the_miner_let_go(api, tmp_path):
+def test_an_owners_cordon_stays_and_the_old_design_is_cleaned_up(api, tmp_path):
+    api.nodes[NODE]["spec"]["unschedulable"] = True  # the owner's own cordon
+    api.nodes[NODE]["spec"]["taints"] = [{"key": cluster.OLD_MINING_TAINT_KEY, "effect": "NoSchedule"}]
+    api.nodes[NODE]["metadata"]["labels"][OLD_PLACEHOLDER_LABEL] = "2"
     agent = make_agent(api, tmp_path, LEASE_FIRST)
-    assert agent.tick() == ["hold-gpus"]
-    assert api.nodes[NODE]["metadata"]["labels"][PLACEHOLDER_LABEL] == "2"
-    assert api.placeholder(NODE)  # the DaemonSet's pod holds the GPUs
+    for _ in range(3):
+        agent.tick()
+    assert agent.state.mode == "idle-mining" and cordoned(api)  # not the agent's to lift
+    node = api.nodes[NODE]
+    assert not node["spec"].get("taints") and OLD_PLACEHOLDER_LABEL not in node["metadata"]["labels"]
+
+
+def test_idle_mining_gpus_look_free_to_akash_and_the_gate_hands_over_after_the_miner_let_go(api, tmp_path):
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
     assert agent.tick() == ["offer"]
     assert agent.tick() == ["start-miner"] and agent.state.mode == "idle-mining"
-    # A lease preempts the placeholder: its preStop hook writes the signal and waits.
-    api.mark_terminating(f"m2p-placeholder-{NODE}", "m2p-system")
-    (tmp_path / "state/signal/lease-waiting").touch()
-    assert agent.tick() == ["stop-miner"]
-    assert not (tmp_path / "state/signal/released").exists()  # not before NVML shows the GPUs free
-    assert agent.tick() == ["release-gpus"]
-    assert (tmp_path / "state/signal/released").exists()
-    assert PLACEHOLDER_LABEL not in api.nodes[NODE]["metadata"]["labels"] and not api.placeholder(NODE)
-    assert agent.state.mode == "leasing" and not (tmp_path / "miner.running").exists()
+    assert api.akash_view(NODE) == {"excluded": None, "gpus_allocatable": 2, "gpus_allocated": 0,
+                                    "gpus_available": 2}
+    # Akash bids, wins; the lease's pod binds and its container reaches the gate.
+    api.add_pod("job", NODE, 2, phase="Pending")
+    proc, state = container(tmp_path)
+    try:
+        thread, result = at_the_gate(tmp_path, state)
+        wait_waiting(agent, thread)
+        assert agent.tick() == ["stop-miner"] and thread.is_alive()  # not before NVML shows the GPUs free
+        assert agent.tick() == ["grant"]
+        thread.join(5)
+        assert result["answer"] == (True, "") and agent.state.mode == "leasing"
+        assert not (tmp_path / "miner.running").exists()
+        # The API goes away; the rig's own record of the running container keeps the miner off.
+        api.down = True
+        api.delete_pod("job")
+        for _ in range(3):
+            assert "start-miner" not in agent.tick()
+    finally:
+        proc.kill()
+        proc.wait()
+    api.down = False
+    assert agent.tick() == ["start-miner"] and agent.state.mode == "idle-mining"
+
+
+def test_a_miner_that_will_not_stop_keeps_the_container_from_starting(api, tmp_path):
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    agent.tick()
+    agent.tick()
+    stuck = rig.Miner(agent.config.miner.running_cmd, agent.config.miner.start_cmd, "echo busy >&2; exit 3")
+    agent.config = Config(**{**agent.config.__dict__, "miner": stuck})
+    proc, state = container(tmp_path)
+    try:
+        thread, result = at_the_gate(tmp_path, state)
+        wait_waiting(agent, thread)
+        agent.tick()
+        thread.join(5)
+        ok, why = result["answer"]
+        assert not ok and "the miner could not be stopped" in why and "exited 3: busy" in why
+        assert "stop-miner" in agent.last_error
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_gate_gives_up_when_no_agent_answers(tmp_path):
+    proc, state = container(tmp_path)
+    try:
+        assert gate.wait_for_hand_over(tmp_path / "gate", state, timeout_s=0.3) == (
+            False, "no hand-over from m2p-agent within 0.3 s (is m2p-agent.service running?)")
+        assert not list((tmp_path / "gate").iterdir())  # no request left behind
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_gpu_processes_inside_a_pod_are_not_the_miner(tmp_path):
+    for pid, cgroup in ((10, "0::/kubepods.slice/kubepods-besteffort.slice/cri-containerd-ab.scope\n"),
+                        (11, "4:memory:/kubepods/besteffort/pod1/ab\n"), (12, "0::/system.slice/hive.service\n")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(cgroup)
+    assert rig.outside_containers([10, 11, 12, 13], proc=str(tmp_path)) == [12, 13]
 
 
 def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):
@@ -265,6 +356,7 @@ def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path
     api.pods[("monitoring", "exporter")]["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x"}]
     agent = make_agent(api, tmp_path, LEASE_FIRST)
     agent.tick()
+    agent.tick()  # mining (cordoned) -> leasing -> offered
     status = json.loads((tmp_path / "state" / "status.json").read_text())
     assert [lease["pod"] for lease in status["leases"]] == ["akash-abc/gpu-job", "akash-def/cpu-job"]
     assert all(lease["since"].endswith("Z") for lease in status["leases"]) and status["drain"] is False

@@ -58,31 +58,17 @@ def render_timeshare(template, node="rig01", gpus=6):
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-@pytest.mark.parametrize("template", ["m2p-timeshare.yaml.j2", "m2p-placeholder.yaml.j2", "m2p-agent-rbac.yaml.j2"])
+@pytest.mark.parametrize("template", ["m2p-timeshare.yaml.j2", "m2p-agent-rbac.yaml.j2"])
 def test_timeshare_manifests_validate(template):
     for doc in render_timeshare(template):
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
-def test_placeholder_is_what_the_agent_looks_for():
-    """The agent (cluster.py, service.py) and the DaemonSet must agree on names, labels and paths."""
-    from miner2provider.agent import cluster, service
-
-    (ds,) = render_timeshare("m2p-placeholder.yaml.j2", gpus=6)
-    pod = ds["spec"]["template"]
-    assert ds["metadata"]["namespace"] == cluster.PLACEHOLDER_NAMESPACE
-    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == cluster.PLACEHOLDER_APP
-    assert pod["spec"]["nodeSelector"] == {service.PLACEHOLDER_LABEL: "6"}
-    (hold,) = pod["spec"]["containers"]
-    assert hold["resources"]["limits"][cluster.GPU_RESOURCE] == 6
-    assert {"key": cluster.MINING_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
-    assert pod["spec"]["volumes"][0]["hostPath"]["path"] == service.Config.state_dir + "/signal"
-    hook = " ".join(hold["lifecycle"]["preStop"]["exec"]["command"])
-    assert "/signal/released" in hook and "touch /signal/lease-waiting" in hook
-    # Any lease preempts it; it preempts nothing.
-    (_, priority, _) = render_timeshare("m2p-timeshare.yaml.j2")
-    assert priority["value"] < 0 and priority["preemptionPolicy"] == "Never"
-    assert pod["spec"]["priorityClassName"] == priority["metadata"]["name"]
+def test_no_object_holds_idle_mining_gpus():
+    """Akash counts every scheduled pod's GPU requests as allocated: the time-share's cluster
+    objects request no GPU and make no pod at all (the first design's placeholder did)."""
+    kinds = [d["kind"] for t in ("m2p-timeshare.yaml.j2", "m2p-agent-rbac.yaml.j2") for d in render_timeshare(t)]
+    assert not {"DaemonSet", "Deployment", "Pod", "PriorityClass"} & set(kinds)
 
 
 def test_agent_identity_is_least_privilege():
@@ -90,7 +76,7 @@ def test_agent_identity_is_least_privilege():
     (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": ["rig07"],
                               "verbs": ["get", "patch"]}]
-    (_, _, pods) = render_timeshare("m2p-timeshare.yaml.j2")
+    (_, pods) = render_timeshare("m2p-timeshare.yaml.j2")
     assert pods["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
     assert {b["roleRef"]["name"] for b in bindings} == {"m2p-agent-rig07", "m2p-agent-pods"}

@@ -352,6 +352,7 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
             if key in values and not isinstance(values[key], _Vaulted):
                 warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
                          f"(ansible-vault encrypt_string) or name an environment variable in {env_key}"] = None
+    _check_slicing(raw.name, values, merged)
     port = values.get("ansible_port", DEFAULT_PORT)
     password = _secret(values, merged, LOGIN_PASSWORDS, "m2p_ssh_password_env", vault, env)
     become = _secret(values, merged, BECOME_PASSWORDS, "m2p_become_password_env", vault, env)
@@ -371,6 +372,20 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
         vars=clean, where=raw.where, k3s_token=k3s_token, agent_token=agent_token,
     )
+
+
+def _check_slicing(name: str, values: dict[str, Any], merged: dict[str, tuple[Any, str]]) -> None:
+    """Time-slicing makes the device plugin advertise each GPU N times, and Akash's inventory
+    sells each advertised GPU as a whole one to tenants who lease whole GPUs (their pods crash
+    when slices outnumber the cards: NVIDIA/k8s-device-plugin#461).  Off for marketplace rigs
+    unless the owner says otherwise."""
+    replicas = values.get("m2p_time_slicing_replicas", 1)
+    if (isinstance(replicas, int) and replicas > 1 and values.get("m2p_marketplace", True)
+            and not values.get("m2p_time_slicing_on_marketplace", False)):
+        raise InventoryError(
+            f"{name}: m2p_time_slicing_replicas {replicas} on a marketplace rig: Akash would sell each slice "
+            "as a whole GPU; set m2p_marketplace: false (your own workloads only) or "
+            "m2p_time_slicing_on_marketplace: true to take that risk", where=merged["m2p_time_slicing_replicas"][1])
 
 
 def _secret(values: dict[str, Any], merged: dict[str, tuple[Any, str]], keys: tuple[str, ...], env_key: str,

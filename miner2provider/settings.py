@@ -54,7 +54,12 @@ OWN: tuple[Setting, ...] = (
     Setting("m2p_location_region", "str", "Provider attribute location-region."),
     Setting("m2p_schedule", "path", "Time-share schedule file for this rig (relative to the inventory)."),
     Setting("m2p_time_slicing_replicas", "int",
-            "Advertise each GPU this many times (device plugin time-slicing).", 1),
+            "Advertise each GPU this many times (device plugin time-slicing); "
+            "needs m2p_marketplace: false or m2p_time_slicing_on_marketplace: true.", 1),
+    Setting("m2p_marketplace", "bool",
+            "The rig's GPUs are offered to tenants (Akash): leases get whole GPUs.", True),
+    Setting("m2p_time_slicing_on_marketplace", "bool",
+            "Allow time-slicing on a marketplace rig, knowing Akash sells each slice as a whole GPU.", False),
     Setting("m2p_k3s_token_env", "str",
             "Name of an environment variable holding the join token of the m2p_k3s_server_url server."),
     Setting("m2p_agent_api_server", "str",

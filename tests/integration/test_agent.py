@@ -22,7 +22,6 @@ from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
-from miner2provider.agent.service import PLACEHOLDER_LABEL
 
 from .conftest import m2p, run, ssh
 from .conftest import outcomes as conftest_outcomes
@@ -38,6 +37,25 @@ def wait_for(what, check, timeout=30.0):
             return value
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# The hook m2p puts in the CDI spec (roles/nvidia_container_toolkit): run below exactly as
+# runc runs an OCI hook (an empty environment, the container's state on stdin).
+GATE_HOOK = yaml.safe_load((Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles/nvidia_container_toolkit"
+                            / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
+
+
+def through_the_gate(r, container: str) -> tuple[int, str, int]:
+    """A lease's container reaches the gate: a process stands for it (runc has created it, its
+    program not yet run), and the hook runs with its state.  Returns (exit, output, its pid)."""
+    with ssh(r) as client:
+        pid = run(client, "sudo setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
+        state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
+                            "annotations": {"io.kubernetes.cri.sandbox-namespace": "tenant",
+                                            "io.kubernetes.cri.sandbox-name": container}})
+        args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in GATE_HOOK["args"][1:])
+        code, out = run(client, f"echo '{state}' | sudo env -i {GATE_HOOK['path']} {args} 2>&1")
+        return code, out, int(pid)
 
 
 def miner_running(r) -> bool:
@@ -68,7 +86,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
     api = KubeApiStandin(host=str(network.gateway()))
     token = secrets.token_urlsafe(24)
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
-    api.add_node(r.name, token)
+    api.add_node(r.name, token, gpus=2)  # the device plugin's count, as kubelet reports it
     lease_first = "timezone: Europe/Berlin\npolicy: lease-first\nmin_switch_interval: 0s\n"
     try:
         assert wait_for("hive.service to start the miner", lambda: miner_running(r))
@@ -78,7 +96,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         assert any("agent" in t for t in outcomes[0]["tasks"]), outcomes
         with ssh(r) as client:
             assert run(client, "test -e /opt/m2p || test -e /etc/m2p || test -e " + MANIFESTS)[0] == 1
-        # lease-first: idle mining behind the placeholder.
+        # lease-first: idle mining, and no pod holds the GPUs: Akash counts them free.
         code, outcomes = apply(r, tmp_path, api, lease_first)
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
         code, outcomes = apply(r, tmp_path, api, lease_first)
@@ -87,26 +105,25 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             names = run(client, f"sudo ls {MANIFESTS}")[1].split()
             docs = [d for name in names for d in yaml.safe_load_all(run(client, f"sudo cat {MANIFESTS}/{name}")[1])]
             token_mode = run(client, "sudo stat -c %a /etc/m2p/agent-token")[1].strip()
-        assert sorted(names) == ["m2p-agent-ag-hive.yaml", "m2p-placeholder-2gpu.yaml", "m2p-timeshare.yaml"]
+        assert sorted(names) == ["m2p-agent-ag-hive.yaml", "m2p-timeshare.yaml"]
         for doc in docs:
             kubernetes_validate.validate(doc, "1.33", strict=True)
         assert token_mode == "600"
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
-        assert api.nodes[r.name]["metadata"]["labels"][PLACEHOLDER_LABEL] == "2" and api.placeholder(r.name)
+        assert api.akash_view(r.name) == {"excluded": None, "gpus_allocatable": 2, "gpus_allocated": 0,
+                                          "gpus_available": 2}
         assert miner_running(r)
 
-        # A lease preempts the placeholder; its preStop hook writes the signal (hostPath) and waits.
-        api.mark_terminating(f"m2p-placeholder-{r.name}", "m2p-system")
-        with ssh(r) as client:
-            assert run(client, "sudo touch /var/lib/m2p/agent/signal/lease-waiting")[0] == 0
-        wait_for("the GPUs handed over", lambda: PLACEHOLDER_LABEL not in api.nodes[r.name]["metadata"]["labels"])
+        # Akash bids and wins; the lease's container reaches the gate: the hook returns only once
+        # the real miner stopped and nvidia-smi shows no process on the GPUs.
+        code, out, _ = through_the_gate(r, "lease-1-main")
+        assert code == 0, out
         assert not miner_running(r)
-        with ssh(r) as client:  # the hook may return: the agent saw NVML free first
-            assert run(client, "test -e /var/lib/m2p/agent/signal/released")[0] == 0
-            # nvidia-smi (the stand-in lists stand-in miner processes) shows no process on the GPUs.
+        with ssh(r) as client:
             assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
-        api.add_pod("lease-1", r.name, 2)  # the lease starts on free GPUs
+        api.add_pod("lease-1", r.name, 2)
         assert wait_for("leasing", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")
+        assert api.akash_view(r.name)["gpus_available"] == 0
 
         # m2p status shows the agent's own account (status.json, read by the probe).
         out = io.StringIO()
@@ -144,10 +161,26 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         status = json.loads(api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])
         assert status["mode"] == "leasing" and status["schedule"] == "schedule"
 
-        # The lease ends: the placeholder holds the GPUs again and idle mining resumes.
+        # The lease ends (its container too): idle mining resumes, the GPUs free in Akash's eyes.
         api.delete_pod("lease-1")
+        # (The reboot ended the container's stand-in process: the gate's record of it went with it.)
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", lambda: miner_running(r))
+        assert api.akash_view(r.name)["gpus_available"] == 2
+
+        # A miner that cannot be stopped: the container does not start, and the hook says why.
+        with ssh(r) as client:
+            run(client, "sudo mv /hive/bin/miner /hive/bin/miner.real && printf '#!/bin/sh\\n"
+                        "[ \"$1\" = stop ] && { echo stuck >&2; exit 4; }\\nexec /hive/bin/miner.real \"$@\"\\n' "
+                        "| sudo tee /hive/bin/miner > /dev/null && sudo chmod +x /hive/bin/miner")
+        pid = 0
+        try:
+            code, out, pid = through_the_gate(r, "lease-2-main")
+            assert code == 1 and "m2p gate: GPUs not handed over: the miner could not be stopped" in out, out
+            assert "exited 4: stuck" in out and miner_running(r)
+        finally:
+            with ssh(r) as client:
+                run(client, f"sudo mv /hive/bin/miner.real /hive/bin/miner; [ {pid} = 0 ] || sudo kill {pid}")
     except AssertionError as exc:
         with ssh(r) as client:
             journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]

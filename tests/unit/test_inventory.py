@@ -41,6 +41,7 @@ def test_good_inventory_resolves_group_and_host_vars():
         ("unknown_role_var", 5, "unknown variable 'k3s_verison' of role m2p.rigs.k3s; did you mean k3s_version?"),
         ("negative", 5, "m2p_time_slicing_replicas must not be negative, found -2"),
         ("stray_key", 2, "group 'all' has 'rig01'; a group holds only hosts, vars and children"),
+        ("slicing_marketplace", 5, "rig01: m2p_time_slicing_replicas 4 on a marketplace rig: Akash would sell"),
     ],
 )
 def test_bad_inventories_name_file_and_line(case, line, message):
@@ -96,3 +97,12 @@ def test_vault_encrypted_password(tmp_path):
     pw_file.write_text("wrong\n")
     with pytest.raises(VaultError, match="wrong vault password"):
         inventory.load(inv_file, vault_password_file=str(pw_file))
+
+
+def test_time_slicing_is_for_the_owners_own_rigs_or_an_owner_who_takes_the_risk(tmp_path):
+    text = (HERE / "slicing_marketplace.yml").read_text()
+    (tmp_path / "own.yml").write_text(text.replace("      m2p_time_slicing_replicas: 4\n    rig02",
+                                                   "      m2p_time_slicing_replicas: 4\n"
+                                                   "      m2p_time_slicing_on_marketplace: true\n    rig02"))
+    hosts = {h.name: h for h in inventory.load(tmp_path / "own.yml").hosts}
+    assert hosts["rig01"].var("m2p_time_slicing_replicas") == hosts["rig02"].var("m2p_time_slicing_replicas") == 4

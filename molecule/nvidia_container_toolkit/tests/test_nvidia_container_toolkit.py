@@ -28,10 +28,28 @@ def test_unprivileged_containers_cannot_ask_for_gpus_by_envvar(host):
     assert config.count("accept-nvidia-visible-devices-envvar-when-unprivileged") == 1
 
 
-def test_cdi_spec_names_each_gpu_and_all(host):
+def test_cdi_spec_names_each_gpu_by_index_and_uuid_and_all(host):
+    """The device plugin hands GPUs over by UUID (deviceIDStrategy: uuid); the runtime in CDI
+    mode looks those names up in this spec."""
     spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
     assert spec["kind"] == "nvidia.com/gpu"
-    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(GPUS[name(host)])] + ["all"]
+    uuids = [line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in host.check_output("nvidia-smi -L").splitlines()]
+    assert len(uuids) == GPUS[name(host)]
+    assert [d["name"] for d in spec["devices"]] == [
+        n for i, u in enumerate(uuids) for n in (str(i), u)] + ["all"]
+
+
+def test_every_gpu_container_passes_m2ps_gate_and_the_runtime_uses_the_spec(host):
+    spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
+    gate = spec["containerEdits"]["hooks"][0]
+    assert gate["hookName"] == "createRuntime" and gate["path"] == "/bin/sh"
+    # No time-share agent on these rigs: the hook lets a container through (run as runc would:
+    # an empty environment, a container's state on stdin).
+    assert gate["args"][:2] == ["sh", "-c"]
+    run = host.run("env -i /bin/sh -c %s < /dev/null", gate["args"][2])
+    assert run.rc == 0, run.stderr
+    config = host.file("/etc/nvidia-container-runtime/config.toml").content_string
+    assert '\nmode = "cdi"\n' in config and config.count("mode =") == 1
 
 
 def test_the_python38_rig_has_no_newer_python(host):

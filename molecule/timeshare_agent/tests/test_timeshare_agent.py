@@ -37,7 +37,7 @@ def test_agent_runs_with_its_config_and_a_root_only_token(host):
         assert host.file("/etc/m2p/schedule.yml").content_string.startswith("# Idle mining")
     assert config["node"] == name(host) and config["token_file"] == "/etc/m2p/agent-token"
     expected = {"ts-server": ("https://127.0.0.1:6443", "/var/lib/rancher/k3s/server/tls/server-ca.crt", 2),
-                "ts-agent": (f"https://{server}:6443", "/var/lib/rancher/k3s/agent/server-ca.crt", 4),
+                "ts-agent": (f"https://{server}:6443", "/var/lib/rancher/k3s/agent/server-ca.crt", 1),
                 "ts-ext": (f"https://{server}:6443", "/var/lib/rancher/k3s/agent/server-ca.crt", 1)}[name(host)]
     assert (config["api_server"], config["ca_file"], config["gpu_count"]) == expected
     assert host.file("/opt/m2p/zoneinfo/Europe/Berlin").exists
@@ -49,14 +49,13 @@ def test_cluster_objects_go_to_the_rigs_own_server_only(host):
         return
     with host.sudo():
         files = sorted(host.file(MANIFESTS).listdir())
-        assert files == ["m2p-agent-ts-agent.yaml", "m2p-agent-ts-server.yaml", "m2p-placeholder-2gpu.yaml",
-                         "m2p-placeholder-4gpu.yaml", "m2p-timeshare.yaml"]
+        # No placeholder DaemonSet: no pod holds idle-mining GPUs, so Akash counts them free.
+        assert files == ["m2p-agent-ts-agent.yaml", "m2p-agent-ts-server.yaml", "m2p-timeshare.yaml"]
         for file in files:
             assert host.file(f"{MANIFESTS}/{file}").mode == 0o600
-        (ds,) = yaml.safe_load_all(host.file(f"{MANIFESTS}/m2p-placeholder-4gpu.yaml").content_string)
-    # ts-agent: 1 GPU time-sliced 4 ways; the placeholder holds every advertised replica.
-    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"m2p.io/placeholder": "4"}
-    assert ds["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+        kinds = {d["kind"] for f in files
+                 for d in yaml.safe_load_all(host.file(f"{MANIFESTS}/{f}").content_string) if d}
+    assert not kinds & {"DaemonSet", "Pod", "PriorityClass"}
 
 
 def test_blind_agent_keeps_mining_and_says_why(host):

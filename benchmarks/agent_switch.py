@@ -5,19 +5,21 @@ Run as root, after scripts/install:
 
 Boots one HiveOS-layout sandbox rig (two stand-in RTX 3090s, the stand-in miner in its real
 `screen` session), starts the STAND-IN Kubernetes API server (no kube-apiserver can run here)
-and installs the agent with `m2p schedule apply` (policy lease-first: idle mining behind the
-placeholder).  Then, per trial:
+and installs the agent with `m2p schedule apply` (policy lease-first: idle mining, no pod
+holding the GPUs).  Then, per trial:
 
-1. idle mining: the placeholder holds the GPUs, the miner runs;
-2. a lease preempts the placeholder: the API marks it terminating and its preStop hook writes
-   ``signal/lease-waiting`` on the rig (done here by the same shell command the hook runs);
-3. measured on the rig's clock: from that write until the agent writes ``signal/released``,
-   which it does only after the miner stopped and nvidia-smi/NVML shows no process on a GPU
-   (both checked again right then);
-4. the lease runs, ends, and idle mining resumes (not timed).
+1. idle mining: the miner runs, the node is offered;
+2. a lease's container reaches m2p's gate: a process stands for the container runc created,
+   and the CDI spec's hook (roles/nvidia_container_toolkit) runs as runc runs it (empty
+   environment, the container's state on stdin);
+3. measured on the rig's clock: from the hook's start until it exits 0, which the agent allows
+   only after the miner stopped and nvidia-smi/NVML shows no process on a GPU (both checked
+   again right then);
+4. the lease runs, ends (its process killed by its PID), and idle mining resumes (not timed).
 
-What is not measured: the scheduler's preemption and the kubelet starting the hook (seconds
-in a real cluster, the same for any agent).  Side by side, the baseline is the cron-style
+What is not measured: the scheduler, the image pull and runc's own work (the same for any
+agent; the agent stops the miner as soon as the lease's pod is bound, so in a real cluster
+much of the stop overlaps the image pull).  Side by side, the baseline is the cron-style
 poll that Clore.ai hosts use (mmp-clore.sh, a community cron script polling once a minute): the same agent
 at ``--baseline-interval`` s per tick, each trial started at a random phase of its tick, polling only (``wake_on_signal: false``).
 
@@ -50,12 +52,16 @@ from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
 
-SIGNAL = "/var/lib/m2p/agent/signal"
-# The placeholder hook's write, then wait for the agent's answer; report the rig's clock.
-TRIAL = (f"S={SIGNAL}; t0=$(date +%s.%N); touch $S/lease-waiting; "
-         "while [ ! -e $S/released ]; do sleep 0.02; done; t1=$(date +%s.%N); "
+HOOK = yaml.safe_load((Path(__file__).parents[1] / "ansible_collections/m2p/rigs/roles/nvidia_container_toolkit"
+                       / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
+# A container's process, the hook run with its state; report the rig's clock and what held the GPUs.
+TRIAL = ("c=$(setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!); "
+         "t0=$(date +%s.%N); "
+         "echo '{\"id\": \"bench-'$c'\", \"pid\": '$c'}' | env -i "
+         + " ".join(shlex.quote(a) for a in [HOOK["path"], *HOOK["args"][1:]]) + " > /dev/null 2>&1; rc=$?; "
+         "t1=$(date +%s.%N); "
          "if screen -ls miner >/dev/null 2>&1; then m=running; else m=stopped; fi; "
-         "g=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); echo $t0 $t1 $m $g")
+         "g=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); echo $t0 $t1 $m $g $rc $c")
 CPU = ("pid=$(systemctl show -p MainPID --value m2p-agent); "
        "cat /proc/$pid/stat; sleep {s}; cat /proc/$pid/stat; grep VmRSS /proc/$pid/status; getconf CLK_TCK")
 
@@ -91,24 +97,26 @@ class Bench:
 
     def idle_mining(self, timeout: float) -> None:
         self.wait("idle mining", lambda: self.labels().get("m2p.io/mode") == "idle-mining"
-                  and self.api.placeholder(self.rig.name) is not None and self.miner_running(), timeout)
+                  and self.miner_running(), timeout)
 
     def trial(self, tick_s: float) -> float:
         self.idle_mining(timeout=6 * tick_s + 60)
-        self.api.mark_terminating(f"m2p-placeholder-{self.rig.name}", "m2p-system")
-        t0, t1, miner, gpu_procs = self.sh(TRIAL, timeout=10 * tick_s + 60).split()
+        t0, t1, miner, gpu_procs, rc, self.container = self.sh(TRIAL, timeout=10 * tick_s + 60).split()
+        if rc != "0":
+            sys.exit(f"the gate refused the container (exit {rc})")
         if miner != "stopped" or gpu_procs != "0":
-            sys.exit(f"the agent released the GPUs too early: miner {miner}, {gpu_procs} GPU processes")
+            sys.exit(f"the agent let the container start too early: miner {miner}, {gpu_procs} GPU processes")
         return float(t1) - float(t0)
 
     def lease_binds(self) -> None:
-        """The scheduler binds the waiting lease once the placeholder is gone."""
+        """The lease's pod, bound (the agent's API view; the gate already let its container in)."""
         self.api.add_pod("lease", self.rig.name, 2)
 
     def lease_runs_and_ends(self) -> None:
-        """The lease runs and ends; idle mining resumes (not timed)."""
+        """The lease runs and ends (its container's process killed by its PID); idle mining resumes."""
         self.wait("leasing", lambda: self.labels().get("m2p.io/mode") == "leasing", 60)
         self.api.delete_pod("lease")
+        self.sh(f"kill {int(self.container)}")
 
     def set_interval(self, seconds: float, wake_on_signal: bool = True) -> None:
         config = json.loads(self.sh("cat /etc/m2p/agent.json"))
@@ -145,7 +153,7 @@ def main() -> int:
     rig = rigs[0]
     api = KubeApiStandin(host=str(network.gateway()))
     token = secrets.token_urlsafe(24)
-    api.add_node(rig.name, token)
+    api.add_node(rig.name, token, gpus=2)
     work = Path(tempfile.mkdtemp(prefix="m2p-bench-agent-"))
     try:
         (work / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
@@ -185,7 +193,7 @@ def main() -> int:
 
         p50, p95 = statistics.median(fast), percentile(fast, 0.95)
         b50, b95 = statistics.median(slow), percentile(slow, 0.95)
-        print("\nswitch latency (lease-waiting -> miner stopped, GPUs free, released), seconds:")
+        print("\nhand-over at the gate (hook started -> miner stopped, GPUs free, hook exits 0), seconds:")
         print(f"  {'':<28} {'p50':>7} {'p95':>7} {'max':>7}")
         print(f"  {'baseline ' + format(args.baseline_interval, 'g') + ' s poll':<28} {b50:7.2f} {b95:7.2f} {max(slow):7.2f}")
         print(f"  {'m2p agent (hook wakes it)':<28} {p50:7.2f} {p95:7.2f} {max(fast):7.2f}")

@@ -86,8 +86,10 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
         if obs.gpus_busy:
             return state, cordon  # the miner still letting go (the gate waits, bounded)
         return state, [*cordon, GRANT]
-    # The mining OS fights back (HiveOS `hello`, a dashboard push, a reboot): re-assert at once.
-    if state.mode in {"leasing", "draining"} and obs.miner_running:
+    # The mining OS fights back (HiveOS `hello`, a dashboard push, a reboot): re-assert at once
+    # where a lease may hold the GPUs (or may not be seen: the API is down) or the window is strict.
+    if state.mode in {"leasing", "draining"} and obs.miner_running and (
+            _leased(obs) or not obs.api_ok or state.mode == "draining" or not obs.desired.idle_mining):
         return state, [STOP_MINER]
     if not obs.api_ok:
         # Blind: keep the mode.  Mining may resume only on GPUs no container and no process holds.
@@ -156,6 +158,9 @@ def _leasing(state: State, obs: Observation, to: ToMode, interval_ok: bool,
              grace: float | None) -> tuple[State, list[str]]:
     if not obs.desired.offered and state.gave_up != obs.desired.key:
         return _offer(to("draining", drain_started=obs.now), False)
+    if obs.desired.idle_mining and not _leased(obs) and obs.miner_running:
+        # No lease and the miner runs (a hand-over the miner refused, the OS restarting it): idle mining.
+        return _offer(to("idle-mining"), True)
     if obs.desired.idle_mining and not _leased(obs):
         if obs.gpus_busy or not interval_ok:
             return state, []

@@ -1,0 +1,165 @@
+"""m2p's gate run by a real container runtime: runc (Debian's) creates a real container whose
+OCI hooks are the CDI spec's (roles/nvidia_container_toolkit's gate hook), on this test machine
+itself: inside a sandbox rig the cgroup controllers are read-only, so no runtime runs there
+(shared/reference/test-environment.md).  The real agent (the zipapp the role installs) runs
+beside it as a process against the STAND-IN Kubernetes API on loopback.
+
+What stands in, and why: containerd and the NVIDIA runtime, which would turn the CDI spec into
+the container's OCI hooks (k3s cannot run here): the test copies the spec's
+``containerEdits.hooks`` into config.json as the CDI spec says they map (hookName -> the OCI
+hook list of that name); ``/opt/m2p/gate`` in the hook's command is the test's own copy of the
+role's launcher (nothing is written to this machine's /opt); the miner is a process named
+``standin-miner`` that the stand-in nvidia-smi reports on both stand-in GPUs (no GPU here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from m2p_sandbox import gpu_standin
+from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider.agent import package
+
+pytestmark = pytest.mark.integration
+
+ROLE = Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles"
+HOOK = yaml.safe_load((ROLE / "nvidia_container_toolkit/defaults/main.yml").read_text())[
+    "nvidia_container_toolkit_gate_hook"]
+NODE = "gate-rig"
+POD_CGROUP = "kubepods/besteffort/pod-m2p-gate-test"
+
+
+def wait_for(what, check, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def world(tmp_path):
+    for tool in ("runc", "busybox"):
+        assert shutil.which(tool), f"{tool} is missing: run scripts/install (Debian's runc and busybox-static)"
+    api = KubeApiStandin()
+    token = secrets.token_urlsafe(16)
+    api.add_node(NODE, token, gpus=2)
+    (tmp_path / "token").write_text(token)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shutil.copy(gpu_standin.HERE / "nvidia-smi", bin_dir / "nvidia-smi")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (tmp_path / "gpus.json").write_text(json.dumps(gpu_standin.rig_config(NODE, ["rtx3090", "rtx3090"])))
+    (tmp_path / "agent.pyz").write_bytes(package.build())
+    (tmp_path / "schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
+    pidfile = tmp_path / "miner.pid"
+    # The stand-in miner: a process the stand-in nvidia-smi shows on every GPU.
+    start = (f"setsid {sys.executable} -c \"import os; os.execv('/bin/sleep', ['standin-miner', '3600'])\" "
+             f"> /dev/null 2>&1 < /dev/null & echo $! > {pidfile}")
+    miner = {"running_cmd": f"test -e {pidfile} && kill -0 $(cat {pidfile})", "start_cmd": start,
+             "stop_cmd": f"kill $(cat {pidfile}) && rm {pidfile}"}
+    agent = {"process": None}
+
+    def start_agent(stop_cmd: str | None = None) -> None:
+        config = {"node": NODE, "schedule": str(tmp_path / "schedule.yml"), "api_server": api.url,
+                  "token_file": str(tmp_path / "token"), "gpu_count": 2, "state_dir": str(tmp_path / "state"),
+                  "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5,
+                  "miner": {**miner, **({"stop_cmd": stop_cmd} if stop_cmd else {})}}
+        (tmp_path / "agent.json").write_text(json.dumps(config))
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json")}
+        agent["process"] = subprocess.Popen([sys.executable, str(tmp_path / "agent.pyz"), "--config",
+                                             str(tmp_path / "agent.json")], env=env)
+
+    def stop_agent() -> None:
+        if agent["process"] is not None:
+            agent["process"].terminate()
+            agent["process"].wait(10)
+
+    # The role's launcher (roles/timeshare_agent), pointing at this test's agent.
+    (tmp_path / "gate").write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path}/agent.pyz "
+                                   f"--config {tmp_path}/agent.json gate\n")
+    (tmp_path / "gate").chmod(0o755)
+    yield api, tmp_path, start_agent, stop_agent
+    stop_agent()
+    if pidfile.exists():
+        subprocess.run(["sh", "-c", f"kill $(cat {pidfile})"], check=False)
+    api.close()
+    # runc removed each container's cgroup; the empty parents it made go too (rmdir: only if empty).
+    for controller in Path("/sys/fs/cgroup").glob("*"):
+        for parent in (POD_CGROUP, "kubepods/besteffort", "kubepods"):
+            with contextlib.suppress(OSError):
+                (controller / parent).rmdir()
+
+
+def bundle(tmp_path: Path, name: str) -> Path:
+    """An OCI bundle: busybox as the root filesystem, the run dir of the test bound read-only at
+    /m2p (the container reports whether the miner's pid file was there when it started), the
+    CDI spec's hooks, and a cgroup under kubepods/ as kubelet gives a pod's container."""
+    b = tmp_path / name
+    (b / "rootfs/bin").mkdir(parents=True)
+    shutil.copy(shutil.which("busybox"), b / "rootfs/bin/busybox")
+    (b / "rootfs/bin/sh").symlink_to("busybox")
+    subprocess.run(["runc", "spec", "--bundle", str(b)], check=True)
+    config = json.loads((b / "config.json").read_text())
+    config["process"].update(terminal=False, args=[
+        "/bin/sh", "-c", "if [ -e /m2p/miner.pid ]; then echo MINER-RUNNING; else echo MINER-STOPPED; fi"])
+    config["root"]["readonly"] = True
+    config["mounts"].append({"destination": "/m2p", "type": "bind", "source": str(tmp_path),
+                             "options": ["rbind", "ro"]})
+    config["linux"]["cgroupsPath"] = f"/{POD_CGROUP}/{name}"
+    hook = {"path": HOOK["path"], "args": [a.replace("/opt/m2p/gate", str(tmp_path / "gate")) for a in HOOK["args"]],
+            "timeout": HOOK["timeout"]}
+    config["hooks"] = {HOOK["hookName"]: [hook]}
+    (b / "config.json").write_text(json.dumps(config))
+    return b
+
+
+def runc(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runc", "--root", str(tmp_path / "runc"), "run", "--bundle", str(bundle(tmp_path, name)),
+                           name], capture_output=True, text=True, timeout=150)
+
+
+def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_closed(world):
+    api, tmp_path, start_agent, stop_agent = world
+    start_agent()
+    miner_pid = tmp_path / "miner.pid"
+    wait_for("idle mining", lambda: api.nodes[NODE]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining"
+             and miner_pid.exists())
+    assert api.akash_view(NODE)["gpus_available"] == 2  # offered, nothing holds the GPUs
+    started = time.monotonic()
+    ran = runc(tmp_path, "lease-1")
+    took = time.monotonic() - started
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "MINER-STOPPED"  # what the container's own program saw
+    assert not miner_pid.exists() and took < HOOK["timeout"]
+    # The container ended: idle mining resumes.
+    wait_for("idle mining again", lambda: miner_pid.exists(), timeout=30)
+
+    # A miner that cannot be stopped: runc fails the container, its program never runs.
+    stop_agent()
+    start_agent(stop_cmd="echo stuck >&2; exit 4")
+    wait_for("the agent back", lambda: (tmp_path / "state/status.json").exists() and miner_pid.exists())
+    refused = runc(tmp_path, "lease-2")
+    assert refused.returncode != 0 and "MINER" not in refused.stdout
+    assert "m2p gate: GPUs not handed over: the miner could not be stopped" in refused.stderr, refused.stderr
+    assert "exited 4: stuck" in refused.stderr and miner_pid.exists()
+
+    # No agent at all (the service died): the container does not start either (the gate waits
+    # its bounded time, here shortened through the hook's own --timeout).
+    stop_agent()
+    (tmp_path / "gate").write_text((tmp_path / "gate").read_text().replace(" gate\n", " gate --timeout 2\n"))
+    silent = runc(tmp_path, "lease-3")
+    assert silent.returncode != 0 and "MINER" not in silent.stdout
+    assert "no hand-over from m2p-agent within 2 s" in silent.stderr, silent.stderr

@@ -37,6 +37,7 @@ from miner2provider.schedule import model, policy
 # label): Akash counted them allocated and never bid.  The label is removed where found.
 OLD_PLACEHOLDER_LABEL = "m2p.io/placeholder"
 GPU_RECHECK_S = 10.0
+GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WATCHDOG_RECHECK_S = 10.0
 
@@ -52,6 +53,7 @@ class Config:
     ca_file: str | None = None
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
+    cdi_spec: str = "/etc/cdi/nvidia.yaml"  # carries the gate's hook (roles/nvidia_container_toolkit)
     interval_s: float = 2.0
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 
@@ -179,6 +181,21 @@ class Agent:
         except (RuntimeError, OSError) as exc:
             self.last_error = f"watchdog: {exc}"
 
+    def gate_in_spec(self) -> bool:
+        """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated
+        without it (the toolkit's nvidia-cdi-refresh after a driver update) would let a lease's
+        container start beside the miner.  No spec at all: no container gets the GPUs, so safe."""
+        try:
+            text = Path(self.config.cdi_spec).read_text()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            text = ""
+        if GATE_MARK in text:
+            return True
+        self.last_error = f"{self.config.cdi_spec} lacks m2p's gate: not offered while mining; run m2p convert"
+        return False
+
     def keep_cordon(self, node: dict[str, Any] | None) -> None:
         """The node is cordoned outside offered time (Akash's inventory drops an unschedulable
         node; running pods stay) and while ``m2p ... --drain`` asks (``<state_dir>/drain``).
@@ -186,7 +203,8 @@ class Agent:
         own cordon stays.  The mining taint of that first design is removed where found."""
         if node is None:
             return
-        wanted = (self.dir / "drain").exists() or not self.state.offered
+        wanted = ((self.dir / "drain").exists() or not self.state.offered
+                  or (self.state.mode == "idle-mining" and not self.gate_in_spec()))
         mark = self.dir / "cordoned"
         cordoned = bool(node.get("spec", {}).get("unschedulable"))
         try:

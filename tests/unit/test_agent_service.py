@@ -228,6 +228,21 @@ def test_a_miner_that_will_not_stop_keeps_the_container_from_starting(api, tmp_p
         proc.wait()
 
 
+def test_a_cdi_spec_without_the_gate_keeps_an_idle_mining_rig_off_the_market(api, tmp_path):
+    """nvidia-cdi-refresh regenerating the spec after a driver update drops m2p's hook: idle
+    mining would then let a lease start beside the miner, so the node stays cordoned."""
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    spec = tmp_path / "nvidia.yaml"
+    agent.config = Config(**{**agent.config.__dict__, "cdi_spec": str(spec)})
+    spec.write_text("kind: nvidia.com/gpu\ncontainerEdits:\n  hooks:\n  - {path: /usr/bin/nvidia-cdi-hook}\n")
+    agent.tick()
+    agent.tick()
+    assert agent.state.mode == "idle-mining" and cordoned(api) and "lacks m2p's gate" in agent.last_error
+    spec.write_text("containerEdits:\n  hooks:\n  - {path: /bin/sh, args: [sh, -c, 'exec /opt/m2p/gate']}\n")
+    agent.tick()
+    assert not cordoned(api)
+
+
 def test_the_gate_gives_up_when_no_agent_answers(tmp_path):
     proc, state = container(tmp_path)
     try:

@@ -54,14 +54,15 @@ from miner2provider import cli
 
 HOOK = yaml.safe_load((Path(__file__).parents[1] / "ansible_collections/m2p/rigs/roles/nvidia_container_toolkit"
                        / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
-# A container's process, the hook run with its state; report the rig's clock and what held the GPUs.
-TRIAL = ("c=$(setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!); "
-         "t0=$(date +%s.%N); "
-         "echo '{\"id\": \"bench-'$c'\", \"pid\": '$c'}' | env -i "
+# A process standing for the container runc created (its program not yet run).
+CONTAINER = "setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!"
+# The hook run with that container's state; report the rig's clock and what held the GPUs.
+TRIAL = ("c={pid}; t0=$(date +%s.%N); "
+         "echo '{{\"id\": \"bench-'$c'\", \"pid\": '$c'}}' | env -i "
          + " ".join(shlex.quote(a) for a in [HOOK["path"], *HOOK["args"][1:]]) + " > /dev/null 2>&1; rc=$?; "
          "t1=$(date +%s.%N); "
          "if screen -ls miner >/dev/null 2>&1; then m=running; else m=stopped; fi; "
-         "g=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); echo $t0 $t1 $m $g $rc $c")
+         "g=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); echo $t0 $t1 $m $g $rc")
 CPU = ("pid=$(systemctl show -p MainPID --value m2p-agent); "
        "cat /proc/$pid/stat; sleep {s}; cat /proc/$pid/stat; grep VmRSS /proc/$pid/status; getconf CLK_TCK")
 
@@ -69,6 +70,7 @@ CPU = ("pid=$(systemctl show -p MainPID --value m2p-agent); "
 class Bench:
     def __init__(self, rig: Any, api: KubeApiStandin) -> None:
         self.rig, self.api = rig, api
+        self.container, self.refused = "0", 0
         self.client = paramiko.SSHClient()
         self.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh sandbox rig's own key
         self.client.connect(rig.address, username=rig.user, key_filename=rig.key_file, allow_agent=False,
@@ -100,13 +102,22 @@ class Bench:
                   and self.miner_running(), timeout)
 
     def trial(self, tick_s: float) -> float:
+        """Seconds from the first hook's start to the one that exits 0: a refused container (the
+        gate's 90 s passed) is retried at once, as kubelet retries it (its back-off not counted)."""
         self.idle_mining(timeout=6 * tick_s + 60)
-        t0, t1, miner, gpu_procs, rc, self.container = self.sh(TRIAL, timeout=10 * tick_s + 60).split()
-        if rc != "0":
-            sys.exit(f"the gate refused the container (exit {rc})")
+        self.container = self.sh(CONTAINER).strip()
+        first = None
+        for _ in range(5):
+            t0, t1, miner, gpu_procs, rc = self.sh(TRIAL.format(pid=int(self.container)), timeout=200).split()
+            first = float(t0) if first is None else first
+            if rc == "0":
+                break
+            self.refused += 1
+        else:
+            sys.exit("the gate refused the container five times")
         if miner != "stopped" or gpu_procs != "0":
             sys.exit(f"the agent let the container start too early: miner {miner}, {gpu_procs} GPU processes")
-        return float(t1) - float(t0)
+        return float(t1) - first
 
     def lease_binds(self) -> None:
         """The lease's pod, bound (the agent's API view; the gate already let its container in)."""
@@ -178,6 +189,7 @@ def main() -> int:
             bench.lease_runs_and_ends()
         bench.idle_mining(timeout=60)
         rss, cpu = bench.idle_cost(args.idle_seconds)
+        fast_refused, bench.refused = bench.refused, 0
 
         print(f"baseline (a plain {args.baseline_interval:g} s poll, random phase): {args.baseline_trials} trials",
               flush=True)
@@ -198,6 +210,8 @@ def main() -> int:
         print(f"  {'baseline ' + format(args.baseline_interval, 'g') + ' s poll':<28} {b50:7.2f} {b95:7.2f} {max(slow):7.2f}")
         print(f"  {'m2p agent (hook wakes it)':<28} {p50:7.2f} {p95:7.2f} {max(fast):7.2f}")
         print(f"  ratio (baseline / m2p): p50 {b50 / p50:.1f}x, p95 {b95 / p95:.1f}x")
+        print(f"  containers refused at the gate (no hand-over in 90 s; retried): m2p {fast_refused}, "
+              f"baseline {bench.refused}")
         print(f"agent at idle mining over {args.idle_seconds} s: RSS {rss:.1f} MB, CPU {cpu:.2f} % of one core")
         verdicts = [("p95 <= 5 s", p95 <= 5.0), ("RSS <= 40 MB", rss <= 40.0), ("idle CPU <= 1 %", cpu <= 1.0)]
         print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in verdicts))

@@ -9,7 +9,7 @@ the container's OCI hooks (k3s cannot run here): the test copies the spec's
 ``containerEdits.hooks`` into config.json as the CDI spec says they map (hookName -> the OCI
 hook list of that name); ``/opt/m2p/gate`` in the hook's command is the test's own copy of the
 role's launcher (nothing is written to this machine's /opt); the miner is a process named
-``standin-miner`` that the stand-in nvidia-smi reports on both stand-in GPUs (no GPU here).
+``m2p-gate-test-miner`` that the stand-in nvidia-smi reports on both stand-in GPUs (no GPU here).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ ROLE = Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles"
 HOOK = yaml.safe_load((ROLE / "nvidia_container_toolkit/defaults/main.yml").read_text())[
     "nvidia_container_toolkit_gate_hook"]
 NODE = "gate-rig"
+MINER = "m2p-gate-test-miner"  # not the sandbox rigs' standin-miner: rigs may run beside this test
 POD_CGROUP = "kubepods/besteffort/pod-m2p-gate-test"
 
 
@@ -66,7 +67,7 @@ def world(tmp_path):
     (tmp_path / "schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
     pidfile = tmp_path / "miner.pid"
     # The stand-in miner: a process the stand-in nvidia-smi shows on every GPU.
-    start = (f"setsid {sys.executable} -c \"import os; os.execv('/bin/sleep', ['standin-miner', '3600'])\" "
+    start = (f"setsid {sys.executable} -c \"import os; os.execv('/bin/sleep', ['{MINER}', '3600'])\" "
              f"> /dev/null 2>&1 < /dev/null & echo $! > {pidfile}")
     miner = {"running_cmd": f"test -e {pidfile} && kill -0 $(cat {pidfile})", "start_cmd": start,
              "stop_cmd": f"kill $(cat {pidfile}) && rm {pidfile}"}
@@ -78,7 +79,8 @@ def world(tmp_path):
                   "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5,
                   "miner": {**miner, **({"stop_cmd": stop_cmd} if stop_cmd else {})}}
         (tmp_path / "agent.json").write_text(json.dumps(config))
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json")}
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json"),
+               "M2P_STANDIN_MINER": MINER}
         agent["process"] = subprocess.Popen([sys.executable, str(tmp_path / "agent.pyz"), "--config",
                                              str(tmp_path / "agent.json")], env=env)
 
@@ -91,6 +93,10 @@ def world(tmp_path):
     (tmp_path / "gate").write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path}/agent.pyz "
                                    f"--config {tmp_path}/agent.json gate\n")
     (tmp_path / "gate").chmod(0o755)
+    # The hook's /usr/bin/nvidia-smi: the stand-in, told where its cards are (hooks get no environment).
+    (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\nM2P_STANDIN_GPUS={tmp_path}/gpus.json M2P_STANDIN_MINER={MINER} "
+                                         f"exec {bin_dir}/nvidia-smi \"$@\"\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
     yield api, tmp_path, start_agent, stop_agent
     stop_agent()
     if pidfile.exists():
@@ -103,7 +109,7 @@ def world(tmp_path):
                 (controller / parent).rmdir()
 
 
-def bundle(tmp_path: Path, name: str) -> Path:
+def bundle(tmp_path: Path, name: str, gate: str = "gate") -> Path:
     """An OCI bundle: busybox as the root filesystem, the run dir of the test bound read-only at
     /m2p (the container reports whether the miner's pid file was there when it started), the
     CDI spec's hooks, and a cgroup under kubepods/ as kubelet gives a pod's container."""
@@ -119,16 +125,17 @@ def bundle(tmp_path: Path, name: str) -> Path:
     config["mounts"].append({"destination": "/m2p", "type": "bind", "source": str(tmp_path),
                              "options": ["rbind", "ro"]})
     config["linux"]["cgroupsPath"] = f"/{POD_CGROUP}/{name}"
-    hook = {"path": HOOK["path"], "args": [a.replace("/opt/m2p/gate", str(tmp_path / "gate")) for a in HOOK["args"]],
-            "timeout": HOOK["timeout"]}
+    args = [a.replace("/opt/m2p/gate", str(tmp_path / gate)).replace("/usr/bin/nvidia-smi", str(tmp_path / "nvidia-smi"))
+            for a in HOOK["args"]]
+    hook = {"path": HOOK["path"], "args": args, "timeout": HOOK["timeout"]}
     config["hooks"] = {HOOK["hookName"]: [hook]}
     (b / "config.json").write_text(json.dumps(config))
     return b
 
 
-def runc(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runc", "--root", str(tmp_path / "runc"), "run", "--bundle", str(bundle(tmp_path, name)),
-                           name], capture_output=True, text=True, timeout=150)
+def runc(tmp_path: Path, name: str, gate: str = "gate") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runc", "--root", str(tmp_path / "runc"), "run", "--bundle",
+                           str(bundle(tmp_path, name, gate)), name], capture_output=True, text=True, timeout=150)
 
 
 def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_closed(world):
@@ -163,3 +170,13 @@ def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_clos
     silent = runc(tmp_path, "lease-3")
     assert silent.returncode != 0 and "MINER" not in silent.stdout
     assert "no hand-over from m2p-agent within 2 s" in silent.stderr, silent.stderr
+
+    # No time-share agent installed at all (a plain rig, a mining OS without an adapter): the
+    # hook itself refuses while a process outside every container holds a GPU.
+    assert miner_pid.exists()
+    unguarded = runc(tmp_path, "lease-4", gate="no-agent-here")
+    assert unguarded.returncode != 0 and "MINER" not in unguarded.stdout
+    assert "outside every container holds a GPU, and no m2p time-share agent runs here" in unguarded.stderr
+    subprocess.run(["sh", "-c", f"kill $(cat {miner_pid}) && rm {miner_pid}"], check=True)
+    free = runc(tmp_path, "lease-5", gate="no-agent-here")
+    assert free.returncode == 0 and free.stdout.strip() == "MINER-STOPPED", free.stderr

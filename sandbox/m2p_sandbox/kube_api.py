@@ -5,7 +5,14 @@ them (v1 Pod, PodList, Node, Status):
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>``
 - ``GET /api/v1/nodes/<name>``, ``PATCH /api/v1/nodes/<name>`` (``application/merge-patch+json``,
   RFC 7386; a ``metadata.resourceVersion`` in the patch must match, else 409 Conflict)
-- bearer tokens, each allowed to patch one node (the agent's RBAC), else 401 / 403.
+- bearer tokens, each allowed to patch one node (the agent's RBAC), else 401 / 403; a token
+  bound to its ServiceAccount's Secret (``bind_token``) is refused (401) once that Secret is
+  gone, as the API refuses a deleted Secret's token;
+- for the admin (``k3s kubectl`` on a server, through the stand-in k3s): ``GET`` of a Secret and
+  ``DELETE`` of nodes, namespaces (with everything in them), secrets, serviceaccounts,
+  clusterroles and clusterrolebindings.  ``apply`` puts a manifest's objects in, standing for
+  k3s's deploy controller; nothing happens when a manifest file goes (k3s does not delete what
+  a removed manifest made), since nothing here watches the files.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
 ``delete_pod`` (a pod is bound where the test says: no scheduler runs here, so the tests
 bind only to nodes that are offered, as the scheduler would).
@@ -63,6 +70,9 @@ class KubeApiStandin:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}  # token -> the node it may patch
+        self.admin_tokens: set[str] = set()
+        self.token_secrets: dict[str, tuple[str, str]] = {}  # token -> (namespace, Secret) it lives by
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> object
         self.requests: list[tuple[str, str]] = []  # (method, path) served, for tests
         self.down = False  # answer nothing useful (503), as an unreachable API would fail
         standin = self
@@ -76,6 +86,9 @@ class KubeApiStandin:
 
             def do_PATCH(self) -> None:
                 standin._serve(self, "PATCH")
+
+            def do_DELETE(self) -> None:
+                standin._serve(self, "DELETE")
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -106,6 +119,30 @@ class KubeApiStandin:
             self._bump(node)
             self.nodes[name] = node
             self.tokens[token] = name
+
+    def apply(self, docs: list[dict[str, Any]]) -> None:
+        """A manifest's objects, as k3s's deploy controller creates them."""
+        with self.lock:
+            for doc in docs:
+                meta = doc["metadata"]
+                obj = copy.deepcopy(doc)
+                key = (doc["kind"], meta.get("namespace", ""), meta["name"])
+                if "data" not in obj and "data" in self.objects.get(key, {}):
+                    obj["data"] = self.objects[key]["data"]  # the token controller's filling stays
+                self._bump(obj)
+                self.objects[key] = obj
+
+    def bind_token(self, token: str, node: str, namespace: str, secret: str) -> None:
+        """The token the token controller put in ``secret``: it may patch ``node`` while the Secret lives."""
+        with self.lock:
+            self.tokens[token] = node
+            self.token_secrets[token] = (namespace, secret)
+
+    def has(self, kind: str, name: str, namespace: str = "") -> bool:
+        with self.lock:
+            if kind == "Node":
+                return name in self.nodes
+            return (kind, namespace, name) in self.objects
 
     def add_pod(self, name: str, node: str, gpus: int, namespace: str = "lease", phase: str = "Running",
                 labels: dict[str, str] | None = None) -> None:
@@ -171,10 +208,20 @@ class KubeApiStandin:
         if self.down:
             return 503, _status(503, "ServiceUnavailable", "the stand-in API is down (test)")
         auth = handler.headers.get("Authorization", "")
-        allowed = self.tokens.get(auth.removeprefix("Bearer ")) if auth.startswith("Bearer ") else None
-        if allowed is None:
-            return 401, _status(401, "Unauthorized", "Unauthorized")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
         with self.lock:
+            if token in self.admin_tokens:
+                admin = self._admin(method, url.path)
+                if admin is not None:
+                    return admin
+            allowed = "*" if token in self.admin_tokens else self.tokens.get(token)
+            bound = self.token_secrets.get(token)
+            if bound is not None and ("Secret", *bound) not in self.objects:
+                allowed = None  # its Secret is gone: so is the token
+            if allowed is None:
+                return 401, _status(401, "Unauthorized", "Unauthorized")
+            if method == "DELETE":
+                return 403, _status(403, "Forbidden", "the agent's identity may not delete")
             if method == "GET" and url.path == "/api/v1/pods":
                 selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
                 field, _, value = selector.partition("=")
@@ -192,7 +239,7 @@ class KubeApiStandin:
                     return 404, _status(404, "NotFound", f'nodes "{name}" not found')
                 if method == "GET":
                     return 200, copy.deepcopy(node)
-                if allowed != name:
+                if allowed not in (name, "*"):
                     return 403, _status(403, "Forbidden", f'cannot patch resource "nodes" "{name}"')
                 if handler.headers.get("Content-Type") != "application/merge-patch+json":
                     return 415, _status(415, "UnsupportedMediaType", "the stand-in takes merge patches only")
@@ -207,6 +254,29 @@ class KubeApiStandin:
                 return 200, copy.deepcopy(patched)
         return 404, _status(404, "NotFound", "the stand-in serves only pods on a node and nodes")
 
+    def _admin(self, method: str, path: str) -> tuple[int, Any] | None:
+        """The admin's GET of a Secret and its deletes; None: served like any other caller."""
+        parts = path.strip("/").split("/")
+        kind, namespace, name = _object_path(parts)
+        if kind is None or method not in {"GET", "DELETE"} or (method == "GET" and kind != "Secret"):
+            return None
+        if kind == "Node":
+            if method == "GET":
+                return None
+            if self.nodes.pop(name, None) is None:
+                return 404, _status(404, "NotFound", f'nodes "{name}" not found')
+            return 200, _status(200, "Success", "deleted") | {"status": "Success"}
+        key = (kind, namespace, name)
+        if key not in self.objects:
+            return 404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(self.objects[key])
+        del self.objects[key]
+        if kind == "Namespace":  # everything in it goes too
+            for other in [k for k in self.objects if k[1] == name]:
+                del self.objects[other]
+        return 200, _status(200, "Success", "deleted") | {"status": "Success"}
+
 
 def _allocated(pod: dict[str, Any]) -> bool:
     """isPodAllocated: scheduled, and Pending or Running."""
@@ -218,3 +288,18 @@ def _allocated(pod: dict[str, Any]) -> bool:
 def _requests(pod: dict[str, Any]) -> int:
     return sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
                for c in pod["spec"].get("containers", []))
+
+
+_KINDS = {"nodes": "Node", "namespaces": "Namespace", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
+          "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding"}
+
+
+def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
+    """(kind, namespace, name) of an object's URL path, as the API lays them out."""
+    if parts[:2] == ["api", "v1"] and len(parts) == 4:
+        return _KINDS.get(parts[2]), "", parts[3]
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6:
+        return _KINDS.get(parts[4]), parts[3], parts[5]
+    if parts[:3] == ["apis", "rbac.authorization.k8s.io", "v1"] and len(parts) == 5:
+        return _KINDS.get(parts[3]), "", parts[4]
+    return None, "", ""

@@ -3,19 +3,23 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
 import shlex
 import subprocess
+import time
 
 import pytest
 import yaml
 
-from m2p_sandbox import gpu_standin
+from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
+from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import collection, inventory, runner
+from miner2provider.agent import cluster
 
 from .conftest import M2P, m2p, outcomes, run, ssh
 
@@ -146,6 +150,8 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     rows = {r["rig"]: r for r in json.loads(m2p("status", *status_args, "--json", env=env).stdout)}
     assert {r["state"] for r in rows.values()} == {"converged"}, rows
 
+    revert_agent_leaves_nothing_on_its_server(farm)
+
     revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
     assert revert.returncode == 0, revert.stdout[-3000:] + revert.stderr[-3000:]
     pending = m2p("plan", *common, *good, env=env)
@@ -185,3 +191,62 @@ def test_rig_that_loses_power_mid_convert_converges_next_run(boot_rigs, tmp_path
     assert outcomes(again)["cv-crash"]["result"] in {"changed", "converged"}
     third = m2p("convert", *common, "--yes", "--json", "--full")
     assert outcomes(third)["cv-crash"]["changed"] == 0, third.stdout
+
+
+def revert_agent_leaves_nothing_on_its_server(farm):
+    """Issue 22: the time-shared agent rig cv-plain is reverted while its server cv-hive stays:
+    its agent's token Secret, ServiceAccount and RBAC, its Node and its node-password secret go
+    from the server (through the server's `k3s kubectl`; removing the manifest deleted nothing),
+    the last agent takes the shared objects with it, and the old agent token is refused.
+    STAND-IN: the API (kube_api.py) and the stand-in k3s's kubectl that talks to it."""
+    env, common, tmp = farm["env"], farm["common"], farm["tmp"]
+    api = KubeApiStandin(host=str(network.gateway()))
+    admin, token = secrets.token_urlsafe(16), secrets.token_urlsafe(24)
+    api.admin_tokens.add(admin)
+    try:
+        with ssh(farm["hive"]) as client:
+            config = json.dumps({"url": api.url, "token": admin})
+            rc, out = run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
+            assert rc == 0, out
+        # What the cluster holds for cv-plain: its Node (kubelet), k3s's node password, and the
+        # agent's token Secret the token controller fills (read by the role through kubectl).
+        api.add_node("cv-plain", secrets.token_urlsafe(8))
+        api.apply([{"kind": "Secret", "metadata": {"name": "cv-plain.node-password.k3s", "namespace": "kube-system"}},
+                   {"kind": "Secret", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"},
+                    "data": {"token": base64.b64encode(token.encode()).decode()}}])
+        api.bind_token(token, "cv-plain", "m2p-system", "m2p-agent-cv-plain")
+        (tmp / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
+        ssh_args = [a for a in common if a != "--bundle" and not a.endswith("/bundle")]
+        applied = m2p("schedule", "apply", *ssh_args, str(tmp / "lease-first.yml"), "--limit", "cv-plain",
+                      "--api-server", api.url, "--yes", "--json", env=env)
+        assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+        with ssh(farm["hive"]) as client:  # k3s's deploy controller, standing in: the manifests' objects
+            for name in ("m2p-timeshare.yaml", "m2p-agent-cv-plain.yaml"):
+                rc, text = run(client, f"sudo cat {DATA_DIR}/server/manifests/{name}")
+                assert rc == 0, text
+                api.apply([d for d in yaml.safe_load_all(text) if d])
+        deadline = time.monotonic() + 30  # the agent's token works: it publishes its mode
+        while "m2p.io/mode" not in api.nodes.get("cv-plain", {}).get("metadata", {}).get("labels", {}):
+            assert time.monotonic() < deadline, "the agent never reached the API with its token"
+            time.sleep(0.5)
+
+        reverted = m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env)
+        assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
+        left = [(kind, ns, name) for kind, ns, name in [
+            ("Secret", "m2p-system", "m2p-agent-cv-plain"), ("ServiceAccount", "m2p-system", "m2p-agent-cv-plain"),
+            ("ClusterRole", "", "m2p-agent-cv-plain"), ("ClusterRoleBinding", "", "m2p-agent-cv-plain"),
+            ("ClusterRoleBinding", "", "m2p-agent-cv-plain-pods"), ("Node", "", "cv-plain"),
+            ("Secret", "kube-system", "cv-plain.node-password.k3s"),
+            ("Namespace", "", "m2p-system"), ("ClusterRole", "", "m2p-agent-pods")] if api.has(kind, name, ns)]
+        assert left == [], f"left on the server: {left}"
+        (tmp / "old-token").write_text(token)
+        with pytest.raises(cluster.ApiError, match="HTTP 401"):
+            cluster.KubeClient(api.url, str(tmp / "old-token")).node("cv-hive")
+        with ssh(farm["hive"]) as client:
+            assert run(client, f"sudo ls {DATA_DIR}/server/manifests")[1].split() == ["m2p-nvidia-device-plugin.yaml"]
+        again = outcomes(m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env))
+        assert again["cv-plain"]["result"] == "converged", again  # nothing left to do, here or there
+    finally:
+        api.close()
+        with ssh(farm["hive"]) as client:
+            run(client, "sudo rm -f /etc/m2p-standin/kube-api.json")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import miner2provider
-from miner2provider import __version__, collection, drain, leases
+from miner2provider import __version__, collection, drain, k8s_lines, leases
 from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
 from miner2provider.errors import M2PError
@@ -90,9 +90,14 @@ def run_fleet(
     reasons: dict[str, tuple[str, ...]] = {}
     leased: list[tuple[Host, tuple[Lease, ...]]] = []
     notes: dict[str, str] = {}  # said beside the rig's outcome, whatever it is
+    k3s_targets = {h.name: k3s_target(h, bundle) for h in fleet}
     for host, report in zip(hosts, detect(hosts, opts), strict=True):
         if not report.ok:
             outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
+            continue
+        refusal = k3s_refusal(host, report, k3s_targets, derived[host.name]) if fingerprinted else None
+        if refusal:
+            outcomes[host.name] = RigOutcome(host.name, "failed", message=f"{host.name}: {refusal}; not touched")
             continue
         if report.facts is not None and not report.facts.mining_os.has_adapter:
             notes[host.name] = f"{report.facts.mining_os.label}: no miner adapter, k3s without time-share"
@@ -188,6 +193,29 @@ def code_digest(bundle: Bundle | None) -> str:
 def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """role_vars over ``rigs`` with the installed k3s role's default data directory."""
     return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+
+
+def k3s_target(host: Host, bundle: Bundle | None) -> str:
+    """The k3s version convert would put on ``host``: the bundle's, the rig's own pin, or the role's."""
+    if bundle is not None:
+        return bundle.k3s.version
+    return str(host.var("k3s_version") or collection.role_defaults("k3s")["k3s_version"])
+
+
+def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived: dict[str, Any]) -> str | None:
+    """Why convert must not touch the rig's k3s: a skipped minor line from what runs there, or an
+    agent whose server's line the version-skew policy does not let it join."""
+    installed = report.facts.installed.k3s if report.facts is not None else ""
+    if installed:
+        skipped = k8s_lines.skipped_line(installed, targets[host.name])
+        if skipped:
+            return skipped
+    server = derived.get("k3s_agent_server_host") or ""
+    if "k3s_agent" in host.groups and server in targets and server != host.name:
+        mix = k8s_lines.skew(targets[server], targets[host.name])
+        if mix:
+            return f"{mix} ({server}); pin one k3s_version for both"
+    return None
 
 
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:

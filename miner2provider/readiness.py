@@ -8,7 +8,9 @@ and a ``sentence`` (what people read: what is wrong and what to do).  ``blockers
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 
+from miner2provider import k8s_lines
 from miner2provider.collection import role_defaults
 from miner2provider.facts.mining_os import ETHOS
 from miner2provider.facts.probe import RigFacts
@@ -30,6 +32,7 @@ class Settings:
     min_ram_mb: int = DEFAULT_MIN_RAM_MB
     data_dir: str | None = None  # m2p_data_dir: k3s data on another disk
     become_password_given: bool = False
+    today: date = field(default_factory=date.today)  # for end-of-life dates
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Finding:
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "no-miner-adapter",
+    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "no-miner-adapter", "k3s-eol",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
 HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu"})
@@ -105,11 +108,19 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
         )
 
     if facts.cgroup.version == 1:
+        last = str(role_defaults("k3s")["k3s_cgroup_v1_last_line"])
+        eol = k8s_lines.end_of_life(last)
         warnings.append_code(
             "cgroup-v1",
-            "cgroup v1: k3s 1.35+ refuses it; m2p will pin an older k3s line "
-            "(or boot with systemd.unified_cgroup_hierarchy=1)"
+            f"cgroup v1: Kubernetes {last} is the last line whose kubelet runs here (m2p sets "
+            f"fail-cgroupv1=false), end of life {eol.isoformat() if eol else 'unknown'}; boot with "
+            "systemd.unified_cgroup_hierarchy=1 to stay on supported lines"
         )
+    if facts.installed.k3s:
+        past = k8s_lines.past_end_of_life(facts.installed.k3s, settings.today)
+        if past:
+            warnings.append_code("k3s-eol", f"k3s {facts.installed.k3s} runs here: {past}; convert upgrades it "
+                                 "one minor line at a time")
 
     if not facts.default_route.present:
         blockers.append_code(

@@ -107,7 +107,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             token_mode = run(client, "sudo stat -c %a /etc/m2p/agent-token")[1].strip()
         assert sorted(names) == ["m2p-agent-ag-hive.yaml", "m2p-timeshare.yaml"]
         for doc in docs:
-            kubernetes_validate.validate(doc, "1.33", strict=True)
+            kubernetes_validate.validate(doc, "1.35", strict=True)
         assert token_mode == "600"
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert api.akash_view(r.name) == {"excluded": None, "gpus_allocatable": 2, "gpus_allocated": 0,

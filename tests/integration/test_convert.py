@@ -98,7 +98,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     status = m2p("status", *status_args, "--json", env=env)
     assert status.returncode == 0, status.stdout[-2000:] + status.stderr[-2000:]
     rows = {r["rig"]: r for r in json.loads(status.stdout)}
-    assert rows["cv-hive"]["state"] == "converged" and rows["cv-hive"]["k3s"].startswith("k3s v1.33")
+    assert rows["cv-hive"]["state"] == "converged" and rows["cv-hive"]["k3s"].startswith("k3s v1.35")
     assert rows["cv-plain"]["k3s"].startswith("k3s-agent") and rows["cv-plain"]["gpus"] == "1 x NVIDIA GeForce RTX 3060"
 
     # Secrets: the SSH/sudo password and the join token appear in no output and no runner artifact.

@@ -11,7 +11,7 @@ from miner2provider import collection
 ROOT = collection.root()
 TEMPLATE = ROOT / "roles/nvidia_device_plugin/templates/nvidia-device-plugin.yaml.j2"
 DEFAULTS = collection.role_defaults("nvidia_device_plugin")
-K8S_VERSION = "1.33"  # the pinned k3s line (v1.33.x)
+K8S_VERSION = "1.35"  # the pinned k3s line (v1.35.x)
 
 
 def render(**overrides):

@@ -113,3 +113,18 @@ def test_adapted_mining_oses_are_the_roles_adapter_files():
 
     files = {p.stem for p in (collection.root() / "roles/mining_os/vars").glob("*.yml")}
     assert files == {*ADAPTED, "default", "unadapted"}
+
+
+def test_cgroup_v1_names_the_last_line_and_its_end_of_life_and_an_old_k3s_is_past_its_own():
+    from datetime import date
+
+    from miner2provider.readiness import Settings
+
+    v = assess(facts(cgroup="tmpfs\n"))
+    (cg,) = [w for w in v.warnings if w.code == "cgroup-v1"]
+    assert "Kubernetes 1.35 is the last line" in cg.sentence and "end of life 2027-02-28" in cg.sentence
+    assert "systemd.unified_cgroup_hierarchy=1" in cg.sentence
+    old = facts(installed="k3s k3s version v1.33.2+k3s1 (abc)\n")
+    (eol,) = [w for w in assess(old, Settings(today=date(2026, 11, 23))).warnings if w.code == "k3s-eol"]
+    assert "Kubernetes 1.33 reached end of life on 2026-06-28" in eol.sentence
+    assert not [w for w in assess(old, Settings(today=date(2026, 6, 28))).warnings if w.code == "k3s-eol"]

@@ -52,6 +52,9 @@ def test_server_runs_from_m2ps_unit_and_config_on_its_data_disk(host):
     assert cfg["node-name"] == "k-server" and cfg["data-dir"] == DATA_DIR
     assert cfg["disable"] == ["traefik"] and cfg["write-kubeconfig-mode"] == "0600"
     assert "image-gc-high-threshold=80" in cfg["kubelet-arg"]
+    # Sandbox rigs boot with cgroup v1 (the host's): kubelet 1.35 starts there only with this flag.
+    v1 = host.check_output("stat -fc %T /sys/fs/cgroup") != "cgroup2fs"
+    assert ("fail-cgroupv1=false" in cfg["kubelet-arg"]) == v1
     with host.sudo():
         token = host.file(f"{DATA_DIR}/server/token")
         assert token.exists and token.mode == 0o600 and token.user == "root"

@@ -150,6 +150,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     rows = {r["rig"]: r for r in json.loads(m2p("status", *status_args, "--json", env=env).stdout)}
     assert {r["state"] for r in rows.values()} == {"converged"}, rows
 
+    upgrade_restarts_k3s_on_the_new_version(farm)
     revert_agent_leaves_nothing_on_its_server(farm)
 
     revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
@@ -250,3 +251,31 @@ def revert_agent_leaves_nothing_on_its_server(farm):
         api.close()
         with ssh(farm["hive"]) as client:
             run(client, "sudo rm -f /etc/m2p-standin/kube-api.json")
+
+
+def upgrade_restarts_k3s_on_the_new_version(farm):
+    """Issue 21 (part): a bundle with a newer k3s patch replaces the binary and restarts k3s, so
+    the new version runs (the stand-in k3s process is the new file); a bundle that would skip a
+    minor line is refused before anything runs."""
+    env, common, tmp = farm["env"], farm["common"], farm["tmp"]
+    newer = tmp / "bundle-newer"
+    build_test_bundle(newer, k3s_version="v1.35.4+k3s1")
+
+    def with_bundle(path):
+        return [str(path) if a.endswith("/bundle") else a for a in common]
+    with ssh(farm["hive"]) as client:
+        before = run(client, "systemctl show -p MainPID --value k3s")[1].strip()
+    upgraded = outcomes(m2p("convert", *with_bundle(newer), "--limit", "cv-hive", "--yes", "--json", env=env))
+    assert upgraded["cv-hive"]["result"] == "changed", upgraded
+    with ssh(farm["hive"]) as client:
+        after = run(client, "systemctl show -p MainPID --value k3s")[1].strip()
+        version = run(client, "k3s --version")[1]
+    assert after != before and after != "0" and "v1.35.4+k3s1" in version
+    skipping = tmp / "bundle-skipping"
+    build_test_bundle(skipping, k3s_version="v1.37.0+k3s1")
+    refused = outcomes(m2p("convert", *with_bundle(skipping), "--limit", "cv-hive", "--yes", "--json", env=env))
+    assert refused["cv-hive"]["result"] == "failed", refused
+    assert "k3s 1.35 runs here and the target is 1.37: Kubernetes upgrades one minor line at a time" in \
+        refused["cv-hive"]["message"], refused
+    back = outcomes(m2p("convert", *common, "--limit", "cv-hive", "--yes", "--json", env=env))
+    assert back["cv-hive"]["result"] == "changed", back  # a patch back within the line is allowed

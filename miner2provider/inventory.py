@@ -14,8 +14,10 @@ password file), or the password may come from an environment variable named by
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ ANSIBLE_TYPES: dict[str, type] = {
     "ansible_become_password": str,
     "ansible_become_pass": str,
     "ansible_python_interpreter": str,
+    "ansible_ssh_common_args": str,
 }
 
 # Ansible's two spellings of each password (the first is the one m2p hands on).
@@ -72,6 +75,17 @@ class Secret:
 
 
 @dataclass(frozen=True)
+class Jump:
+    """An SSH jump host: m2p's fan-out opens a tunnel through it, Ansible a ProxyCommand."""
+
+    name: str  # as the inventory says it (an inventory host's name, or USER@HOST:PORT)
+    address: str
+    port: int
+    user: str | None
+    key_file: str | None
+
+
+@dataclass(frozen=True)
 class Host:
     name: str
     address: str
@@ -85,6 +99,7 @@ class Host:
     where: str = ""  # file:line of the host's entry
     k3s_token: Secret | None = None  # join token for an external k3s server (m2p_k3s_token_env)
     agent_token: Secret | None = None  # the time-share agent's API token (m2p_agent_token_env)
+    jump: Jump | None = None  # m2p_jump_host (or ProxyJump in ansible_ssh_common_args)
 
     def var(self, name: str, default: Any = None) -> Any:
         return self.vars.get(name, default)
@@ -333,6 +348,7 @@ def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
     vault = _VaultOpener(p, vault_password_file)
     warnings: dict[str, None] = {}  # ordered, once per place
     hosts = [_build_host(p, raw, _merge(raw), vault, env, warnings) for raw in raw_hosts.values()]
+    hosts = _with_jumps(hosts, {raw.name: _merge(raw) for raw in raw_hosts.values()})
     _check_duplicates(hosts)
     return Inventory(p, tuple(hosts), tuple(warnings))
 
@@ -372,6 +388,44 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
         key_file=key_file, password=password, become_password=become, groups=tuple(raw.groups),
         vars=clean, where=raw.where, k3s_token=k3s_token, agent_token=agent_token,
     )
+
+
+_PROXY_JUMP = re.compile(r"-o\s*ProxyJump[= ]\s*(\S+)", re.IGNORECASE)
+_JUMP_SPEC = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<host>[^@\s:]+)(?::(?P<port>\d{1,5}))?$")
+
+
+def _with_jumps(hosts: list[Host], merged: dict[str, dict[str, tuple[Any, str]]]) -> list[Host]:
+    """Resolve each rig's jump host: an inventory host's own address, port, user and key, or a
+    USER@HOST:PORT the rig's own key logs in to.  ProxyJump in ansible_ssh_common_args says the same."""
+    by_name = {h.name: h for h in hosts}
+    out = []
+    for host in hosts:
+        values = merged[host.name]
+        spec, where = values.get("m2p_jump_host", (None, ""))
+        common, common_where = values.get("ansible_ssh_common_args", (None, ""))
+        proxy = _PROXY_JUMP.search(common) if isinstance(common, str) else None
+        if proxy and spec is not None and proxy[1] != spec:
+            raise InventoryError(f"m2p_jump_host {textfiles.shown(spec)} and ProxyJump {textfiles.shown(proxy[1])} "
+                                 "in ansible_ssh_common_args disagree: give one", where=where)
+        if proxy and spec is None:
+            spec, where = proxy[1], common_where
+        if spec is None:
+            out.append(host)
+            continue
+        if spec == host.name:
+            raise InventoryError(f"{host.name}: m2p_jump_host names the rig itself", where=where)
+        jumper = by_name.get(spec)
+        if jumper is not None:
+            jump = Jump(spec, jumper.address, jumper.port, jumper.user, jumper.key_file)
+        else:
+            found = _JUMP_SPEC.match(spec)
+            if not found or "," in spec or not 1 <= int(found["port"] or DEFAULT_PORT) <= 65535:
+                raise InventoryError(f"m2p_jump_host {textfiles.shown(spec)}: give an inventory host's name or "
+                                     "[USER@]HOST[:PORT] (one hop)", where=where)
+            jump = Jump(spec, _address(found["host"], where), int(found["port"] or DEFAULT_PORT),
+                        found["user"] or host.user, host.key_file)
+        out.append(dataclasses.replace(host, jump=jump))
+    return out
 
 
 def _check_slicing(name: str, values: dict[str, Any], merged: dict[str, tuple[Any, str]]) -> None:
@@ -431,9 +485,11 @@ def _check_name(path: Path, key: yaml.ScalarNode, what: str) -> None:
 
 
 def _check_duplicates(hosts: list[Host]) -> None:
-    seen: dict[tuple[str, int], Host] = {}
+    seen: dict[tuple[str, int, str], Host] = {}
     for host in hosts:
-        key = (host.address.lower(), host.port)
+        # Behind different jump hosts (farms at two sites) one private address may be two rigs.
+        via = f"{host.jump.address}:{host.jump.port}" if host.jump else ""
+        key = (host.address.lower(), host.port, via)
         if key in seen:
             first = seen[key]
             raise InventoryError(

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import shlex
 import shutil
 import sys
 import tempfile
@@ -75,7 +77,7 @@ _KINDS = {
 
 
 def build_inventory(hosts: list[Host], vault_key: str,
-                    role_vars: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+                    role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None) -> str:
     """The inventory as YAML text: each host's inventory variables, then the role variables m2p
     derived for it (role_vars.py); every secret in it is a ``!vault`` value under ``vault_key``."""
     vault = vault_lib(vault_key.encode())
@@ -89,6 +91,8 @@ def build_inventory(hosts: list[Host], vault_key: str,
             hv["ansible_user"] = host.user
         if host.key_file:
             hv["ansible_ssh_private_key_file"] = host.key_file
+        if host.jump is not None:
+            hv["ansible_ssh_common_args"] = _through_jump(host, known_hosts)
         for var, secret in host.secrets().items():
             hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
         hostvars[host.name] = hv
@@ -96,6 +100,25 @@ def build_inventory(hosts: list[Host], vault_key: str,
             if group != "all":
                 children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
     return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
+
+
+def _through_jump(host: Host, known_hosts: Path | None) -> str:
+    """The rig's ssh arguments with a ProxyCommand through its jump host, the jump host's key
+    checked against m2p's known_hosts as the rig's is (ProxyJump's inner ssh would not get
+    UserKnownHostsFile from the command line, only from a config file)."""
+    jump = host.jump
+    assert jump is not None
+    inner = ["ssh", "-W", "%h:%p", "-p", str(jump.port), "-o", "BatchMode=yes"]
+    if known_hosts is not None:
+        inner += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+    if jump.key_file:
+        inner += ["-i", jump.key_file]
+    if jump.user:
+        inner += ["-l", jump.user]
+    inner.append(jump.address)
+    own = re.sub(r"-o\s*ProxyJump[= ]\s*\S+", "", str(host.var("ansible_ssh_common_args") or ""),
+                 flags=re.IGNORECASE).strip()
+    return " ".join(part for part in (own, f'-o ProxyCommand="{shlex.join(inner)}"') if part)
 
 
 class _Vaulted(str):
@@ -127,7 +150,7 @@ def run_playbook(
     play may read another's variables or delegate to it, e.g. an agent reads its server's token);
     ``keep_artifacts`` copies runner's artifacts there (for audits)."""
     vault_key = secrets.token_urlsafe(32)
-    inventory = build_inventory(hosts, vault_key, role_vars)
+    inventory = build_inventory(hosts, vault_key, role_vars, known_hosts)
     # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
     # 30 s instead of stalling the run until TCP gives up (many minutes).
     ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",

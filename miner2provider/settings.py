@@ -52,6 +52,9 @@ OWN: tuple[Setting, ...] = (
     Setting("m2p_check_default_password", "bool",
             "Warn when the rig still accepts its mining OS's default login.", True),
     Setting("m2p_location_region", "str", "Provider attribute location-region."),
+    Setting("m2p_jump_host", "str",
+            "Reach the rig through this SSH jump host: an inventory host's name, or [USER@]HOST[:PORT] "
+            "(then the rig's own key logs in there too)."),
     Setting("m2p_schedule", "path", "Time-share schedule file for this rig (relative to the inventory)."),
     Setting("m2p_time_slicing_replicas", "int",
             "Advertise each GPU this many times (device plugin time-slicing); "

@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
 from miner2provider import textfiles
 from miner2provider.errors import UsageError
-from miner2provider.inventory import Host, Secret
+from miner2provider.inventory import Host, Jump, Secret
 
 DEFAULT_POOL = 32
 
@@ -128,8 +129,27 @@ def fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint  # "SHA256:..." as OpenSSH prints it
 
 
-def known_hosts_name(host: Host) -> str:
+def known_hosts_name(host: Host | Jump) -> str:
     return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+
+
+class JumpFailed(Exception):
+    """The jump host could not be reached or logged into (``cause`` says why)."""
+
+    def __init__(self, jump: Jump, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.jump, self.cause = jump, cause
+
+
+class _JumpedClient(paramiko.SSHClient):
+    """A rig's client whose socket is a channel through a jump host's client: closed together."""
+
+    jump_client: paramiko.SSHClient | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.jump_client is not None:
+            self.jump_client.close()
 
 
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
@@ -166,6 +186,15 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
 
 def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str]:
     """(failure class, sentence) for an exception raised while reaching ``host``."""
+    if isinstance(exc, JumpFailed):
+        jump = exc.jump
+        hop = Host(name=jump.name, address=jump.address, port=jump.port, user=jump.user, key_file=jump.key_file,
+                   password=None, become_password=None, groups=(), vars={})
+        kind, sentence = classify(exc.cause, hop, opts)
+        return kind, f"jump host {jump.name}: {sentence}"
+    if isinstance(exc, paramiko.ChannelException):
+        via = f" through jump host {host.jump.name}" if host.jump else ""
+        return "unreachable", f"cannot connect to {host.address}:{host.port}{via}: {exc.text or exc}"
     target = f"{host.address}:{host.port}"
     user = host.user or getpass.getuser()
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
@@ -216,14 +245,45 @@ def load_known_hosts(opts: SshOptions) -> KnownHosts:
     return keys
 
 
-def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
-             known: KnownHosts, use_keys: bool = True) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
-    # Only this rig's entries: the client checks the server's key against them.
-    name = known_hosts_name(host)
+def _checked_client(target: Host | Jump, opts: SshOptions, known: KnownHosts) -> _JumpedClient:
+    """A client that checks the server's key against ``target``'s known_hosts entries only."""
+    client = _JumpedClient()
+    name = known_hosts_name(target)
     for key_type, key in (known.lookup(name) or {}).items():
         client.get_host_keys().add(name, key_type, key)
     client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new, known.revoked))
+    return client
+
+
+def _through(jump: Jump, host: Host, opts: SshOptions, known: KnownHosts) -> tuple[paramiko.SSHClient, Any]:
+    """Log in to the jump host (its key checked like a rig's; keys and agent only: a jump host's
+    password is never asked for) and open a tunnel to the rig's SSH port."""
+    client = _checked_client(jump, opts, known)
+    try:
+        client.connect(jump.address, port=jump.port, username=jump.user or getpass.getuser(),
+                       key_filename=jump.key_file, timeout=opts.connect_timeout,
+                       banner_timeout=opts.connect_timeout, auth_timeout=opts.connect_timeout,
+                       allow_agent=opts.use_agent, look_for_keys=opts.look_for_keys)
+    except BaseException as exc:
+        client.close()
+        raise JumpFailed(jump, exc) from exc
+    transport = client.get_transport()
+    assert transport is not None  # connected
+    try:
+        channel = transport.open_channel("direct-tcpip", (host.address, host.port), ("127.0.0.1", 0),
+                                         timeout=opts.connect_timeout)
+    except BaseException:
+        client.close()
+        raise
+    return client, channel
+
+
+def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
+             known: KnownHosts, use_keys: bool = True) -> paramiko.SSHClient:
+    client = _checked_client(host, opts, known)
+    sock = None
+    if host.jump is not None:
+        client.jump_client, sock = _through(host.jump, host, opts, known)
     try:
         client.connect(
             host.address, port=host.port, username=username, password=password,
@@ -231,6 +291,7 @@ def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
             timeout=opts.connect_timeout, banner_timeout=opts.connect_timeout,
             auth_timeout=opts.connect_timeout,
             allow_agent=opts.use_agent and use_keys, look_for_keys=opts.look_for_keys and use_keys,
+            sock=sock,
         )
     except BaseException:
         client.close()

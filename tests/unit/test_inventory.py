@@ -106,3 +106,31 @@ def test_time_slicing_is_for_the_owners_own_rigs_or_an_owner_who_takes_the_risk(
                                                    "      m2p_time_slicing_on_marketplace: true\n    rig02"))
     hosts = {h.name: h for h in inventory.load(tmp_path / "own.yml").hosts}
     assert hosts["rig01"].var("m2p_time_slicing_replicas") == hosts["rig02"].var("m2p_time_slicing_replicas") == 4
+
+
+def test_jump_hosts_by_inventory_name_by_address_or_by_proxyjump(tmp_path):
+    inv = tmp_path / "rigs.yml"
+    inv.write_text("all:\n  hosts:\n"
+                   "    gate: {ansible_host: 10.0.0.1, ansible_user: ops, ansible_port: 2222,"
+                   " ansible_ssh_private_key_file: /keys/gate}\n"
+                   "    rig01: {ansible_host: 192.168.1.10, m2p_jump_host: gate}\n"
+                   "    rig02: {ansible_host: 192.168.1.10, ansible_user: user, m2p_jump_host: 'admin@site2.example:2200'}\n"
+                   "    rig03: {ansible_host: 192.168.1.11, ansible_ssh_common_args: '-o ProxyJump=gate -o Compression=yes'}\n")
+    hosts = {h.name: h for h in inventory.load(inv).hosts}  # one private address at two sites: two rigs
+    assert hosts["rig01"].jump == inventory.Jump("gate", "10.0.0.1", 2222, "ops", "/keys/gate")
+    assert hosts["rig02"].jump == inventory.Jump("admin@site2.example:2200", "site2.example", 2200, "admin", None)
+    assert hosts["rig03"].jump == hosts["rig01"].jump and hosts["gate"].jump is None
+
+
+@pytest.mark.parametrize("rig01, message", [
+    ("m2p_jump_host: rig01", "rig01: m2p_jump_host names the rig itself"),
+    ("m2p_jump_host: 'a@b@c'", "give an inventory host's name or [USER@]HOST[:PORT] (one hop)"),
+    ("m2p_jump_host: 'gw:70000'", "give an inventory host's name or [USER@]HOST[:PORT] (one hop)"),
+    ("m2p_jump_host: gw1, ansible_ssh_common_args: '-o ProxyJump=gw2'", "disagree: give one"),
+])
+def test_bad_jump_hosts_name_the_line(tmp_path, rig01, message):
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(f"all:\n  hosts:\n    rig01: {{ansible_host: 10.0.0.5, {rig01}}}\n")
+    with pytest.raises(InventoryError) as err:
+        inventory.load(inv)
+    assert message in err.value.message and err.value.where == f"{inv}:3"

@@ -23,6 +23,7 @@ from typing import Any
 
 import miner2provider
 from miner2provider import __version__, collection, drain, k8s_lines, leases
+from miner2provider.bundle import pins
 from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
 from miner2provider.errors import M2PError
@@ -199,7 +200,7 @@ def k3s_target(host: Host, bundle: Bundle | None) -> str:
     """The k3s version convert would put on ``host``: the bundle's, the rig's own pin, or the role's."""
     if bundle is not None:
         return bundle.k3s.version
-    return str(host.var("k3s_version") or collection.role_defaults("k3s")["k3s_version"])
+    return str(host.var("k3s_version") or pins.K3S_VERSION)
 
 
 def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived: dict[str, Any]) -> str | None:

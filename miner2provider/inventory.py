@@ -390,7 +390,8 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
     )
 
 
-_PROXY_JUMP = re.compile(r"-o\s*ProxyJump[= ]\s*(\S+)", re.IGNORECASE)
+# ProxyJump in ansible_ssh_common_args (the runner replaces it with its own ProxyCommand).
+PROXY_JUMP = re.compile(r"-o\s*ProxyJump[= ]\s*(\S+)", re.IGNORECASE)
 _JUMP_SPEC = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<host>[^@\s:]+)(?::(?P<port>\d{1,5}))?$")
 
 
@@ -403,7 +404,7 @@ def _with_jumps(hosts: list[Host], merged: dict[str, dict[str, tuple[Any, str]]]
         values = merged[host.name]
         spec, where = values.get("m2p_jump_host", (None, ""))
         common, common_where = values.get("ansible_ssh_common_args", (None, ""))
-        proxy = _PROXY_JUMP.search(common) if isinstance(common, str) else None
+        proxy = PROXY_JUMP.search(common) if isinstance(common, str) else None
         if proxy and spec is not None and proxy[1] != spec:
             raise InventoryError(f"m2p_jump_host {textfiles.shown(spec)} and ProxyJump {textfiles.shown(proxy[1])} "
                                  "in ansible_ssh_common_args disagree: give one", where=where)

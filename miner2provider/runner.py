@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -32,7 +31,7 @@ import ansible_runner
 import yaml
 
 from miner2provider import collection
-from miner2provider.inventory import Host, vault_lib
+from miner2provider.inventory import PROXY_JUMP, Host, vault_lib
 
 
 @dataclass(frozen=True)
@@ -116,8 +115,7 @@ def _through_jump(host: Host, known_hosts: Path | None) -> str:
     if jump.user:
         inner += ["-l", jump.user]
     inner.append(jump.address)
-    own = re.sub(r"-o\s*ProxyJump[= ]\s*\S+", "", str(host.var("ansible_ssh_common_args") or ""),
-                 flags=re.IGNORECASE).strip()
+    own = PROXY_JUMP.sub("", str(host.var("ansible_ssh_common_args") or "")).strip()
     return " ".join(part for part in (own, f'-o ProxyCommand="{shlex.join(inner)}"') if part)
 
 

@@ -127,8 +127,7 @@ def _mining(state: State, obs: Observation, to: ToMode, interval_ok: bool,
                   drain_started=None if mode == "leasing" else obs.now), stop
     if obs.desired.offered:
         if obs.desired.idle_mining:
-            new, actions = _offer(to("idle-mining"), True)
-            return new, actions
+            return _offer(to("idle-mining"), True)
         if not interval_ok:
             return state, []
         # Offered once NVML shows the GPUs free (in _leasing): the gate stays the exception.

@@ -63,42 +63,36 @@ class GateDir:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
 
-    def _records(self, suffix: str) -> list[tuple[Path, dict[str, Any]]]:
+    def _live(self, suffix: str, pid_key: str, started_key: str) -> list[tuple[Path, dict[str, Any]]]:
+        """The records of this kind whose process (``pid_key``, ``started_key``) still runs; the
+        others are removed (their hook was killed, or their container ended)."""
         out = []
         for entry in sorted(self.path.glob(f"*{suffix}")):
             try:
                 record = json.loads(entry.read_text())
             except (OSError, ValueError):
                 record = {}
-            out.append((entry, record if isinstance(record, dict) else {}))
-        return out
-
-    def waiting(self) -> list[Path]:
-        """Requests whose hook still waits; a request left by a hook that was killed goes."""
-        out = []
-        for entry, record in self._records(".request"):
-            if alive(int(record.get("hook_pid", 0) or 0), str(record.get("hook_started", ""))):
-                out.append(entry)
+            record = record if isinstance(record, dict) else {}
+            if alive(int(record.get(pid_key, 0) or 0), str(record.get(started_key, ""))):
+                out.append((entry, record))
             else:
                 entry.unlink(missing_ok=True)
         return out
+
+    def waiting(self) -> list[Path]:
+        """Requests whose hook still waits."""
+        return [entry for entry, _ in self._live(".request", "hook_pid", "hook_started")]
 
     def any_waiting(self) -> bool:
         """Cheap (no reads): for the agent's wake-up check between ticks."""
         return any(self.path.glob("*.request"))
 
     def gated(self) -> list[dict[str, Any]]:
-        """Containers let through that still run; the records of ended ones are removed."""
-        out = []
-        for entry, record in self._records(".granted"):
-            if alive(int(record.get("pid", 0) or 0), str(record.get("started", ""))):
-                out.append(record)
-            else:
+        """Containers let through that still run."""
+        for entry in self.path.glob("*.refused"):  # the hook read it and is gone: no request left
+            if not entry.with_suffix(".request").exists():
                 entry.unlink(missing_ok=True)
-        for entry in self.path.glob("*.refused"):  # the hook read it and is gone; keep them briefly
-            if not any(self.path.glob(entry.name.replace(".refused", ".request"))):
-                entry.unlink(missing_ok=True)
-        return out
+        return [record for _, record in self._live(".granted", "pid", "started")]
 
     def grant(self) -> int:
         granted = 0

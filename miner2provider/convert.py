@@ -26,7 +26,7 @@ from miner2provider import __version__, collection, drain, k8s_lines, leases
 from miner2provider.bundle import pins
 from miner2provider.bundle.manifest import Bundle
 from miner2provider.detect import RigReport, detect
-from miner2provider.errors import M2PError
+from miner2provider.errors import BundleError, M2PError
 from miner2provider.facts.cluster import Lease
 from miner2provider.inventory import Host
 from miner2provider.plan import inputs_digest, reasons_to_run
@@ -82,6 +82,8 @@ def run_fleet(
     """Run ``playbook`` on ``hosts``, chosen from ``inventory_hosts`` (default: the same rigs), whose
     settings decide the role variables of every rig (role_vars.py).  A rig whose agent reports a
     running lease is left alone (leases.py), unless ``drain_timeout_s`` says how long to wait for it."""
+    if bundle is not None and playbook == "convert":
+        check_bundle_images(bundle, hosts)
     outcomes: dict[str, RigOutcome] = {}
     reachable: list[Host] = []
     fleet = inventory_hosts or hosts
@@ -119,13 +121,15 @@ def run_fleet(
     elif leased and drain_timeout_s is not None:
         drained = [host for host, _ in leased]
         reachable += _drain(drained, opts, drain_timeout_s, outcomes, on_event)
-    # Servers first: agents in later batches join a server that is already up.
-    reachable.sort(key=lambda h: "k3s_server" not in h.groups)
+    # Servers first, in runs of their own: agents join a server that is already up, and an
+    # upgrade never runs an agent's kubelet newer than its API server (k3s's upgrade order).
+    servers = [h for h in reachable if "k3s_server" in h.groups]
+    agents = [h for h in reachable if "k3s_server" not in h.groups]
     for name, digest in inputs.items():
         derived[name]["fingerprint_inputs"] = digest
     extravars = {"m2p_bundle_dir": str(bundle.root)} if bundle is not None else {}
     tried = failed = 0
-    for group in batches(reachable, batch):
+    for group in batches(servers, batch) + batches(agents, batch):
         if tried and failed * 100 > max_fail_pct * tried:
             for host in group:
                 outcomes[host.name] = RigOutcome(host.name, "not-started",
@@ -194,6 +198,17 @@ def code_digest(bundle: Bundle | None) -> str:
 def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """role_vars over ``rigs`` with the installed k3s role's default data directory."""
     return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+
+
+def check_bundle_images(bundle: Bundle, hosts: list[Host]) -> None:
+    """Refuse, before any rig is touched, a bundle without the images these rigs' pods need:
+    on a rig without internet they would wait in ImagePull for ever."""
+    needed = sorted({str(h.var("nvidia_device_plugin_image") or pins.DEVICE_PLUGIN_IMAGE) for h in hosts})
+    missing = bundle.missing_images(needed)
+    if missing:
+        wanted = " ".join(f"--image {ref}" for ref in needed)
+        raise BundleError(f"the bundle lacks {', '.join(missing)} (rigs without internet could not start their "
+                          f"pods): make it again with `m2p bundle DIR {wanted}`", where=str(bundle.root))
 
 
 def k3s_target(host: Host, bundle: Bundle | None) -> str:

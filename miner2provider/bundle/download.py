@@ -3,6 +3,10 @@
 - k3s: ``<release site>/<version>/k3s``, checked against the release's own
   ``sha256sum-amd64.txt`` (the list k3s publishes with every release, the same one the
   k3s_install role checks online installs against).
+- k3s's own images (pause, coredns, local-path, metrics-server): the same release's
+  ``k3s-airgap-images-<arch>.tar.zst``, checked against the same list; and every image m2p's
+  manifests name (the device plugin), pulled from its registry into an OCI archive
+  (``images.py``).  A rig without internet imports both at k3s's start.
 - NVIDIA container toolkit: NVIDIA's apt repository is a flat repository
   (``deb <url> /``), so its ``Packages`` index lies at ``<url>/Packages``; every package
   the role installs is taken at the pinned version, and each ``.deb`` is checked
@@ -26,8 +30,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from miner2provider.bundle.manifest import write_manifest
+from miner2provider.bundle import images as oci
+from miner2provider.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
 from miner2provider.bundle.pins import (
+    IMAGES,
     K3S_RELEASE_URL,
     K3S_VERSION,
     TOOLKIT_PACKAGES,
@@ -120,6 +126,7 @@ def pick_packages(index: str, names: list[str], version: str, arch: str, where: 
 
 def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_version: str = TOOLKIT_VERSION,
                 k3s_release_url: str = K3S_RELEASE_URL, toolkit_repo_url: str = TOOLKIT_REPO_URL,
+                images: list[str] | None = None, registry_urls: dict[str, str] | None = None,
                 arch: str = "amd64") -> Path:
     """Download, check and write a bundle into ``root`` (absent or empty); returns the manifest's path."""
     root = Path(root)
@@ -132,9 +139,20 @@ def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_ver
     try:
         release = f"{k3s_release_url.rstrip('/')}/{urllib.parse.quote(k3s_version, safe='')}"
         sums_url = f"{release}/sha256sum-{arch}.txt"
-        k3s_sum = k3s_sha256(fetch_text(sums_url), "k3s", sums_url)
+        sums = fetch_text(sums_url)
+        k3s_sum = k3s_sha256(sums, "k3s", sums_url)
         fetch_file(f"{release}/k3s", staging / "k3s" / "k3s", k3s_sum)
         (staging / "k3s" / "k3s").chmod(0o755)
+        airgap = f"k3s-airgap-images-{arch}.tar.zst"
+        airgap_sum = k3s_sha256(sums, airgap, sums_url)
+        fetch_file(f"{release}/{airgap}", staging / "images" / airgap, airgap_sum)
+        image_entries = [{"name": AIRGAP_IMAGES, "version": k3s_version, "file": f"images/{airgap}",
+                          "sha256": airgap_sum}]
+        for ref_text in IMAGES if images is None else images:
+            ref = oci.parse_ref(ref_text)
+            oci.pull(ref_text, staging / "images" / ref.file_name, registry_urls=registry_urls, arch=arch)
+            image_entries.append({"name": ref_text, "version": ref.reference, "file": f"images/{ref.file_name}",
+                                  "sha256": sha256_of(staging / "images" / ref.file_name)})
 
         repo = toolkit_repo_url.replace("$(ARCH)", arch).rstrip("/")
         index_url = f"{repo}/Packages"
@@ -146,6 +164,7 @@ def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_ver
             packages.append({"name": st["Package"], "version": st["Version"],
                              "file": f"debs/{deb.name}", "sha256": st["SHA256"].lower()})
         write_manifest(staging, standin=False, toolkit_version=toolkit_version, packages=packages,
+                       images=image_entries,
                        k3s={"name": "k3s", "version": k3s_version, "file": "k3s/k3s", "sha256": k3s_sum},
                        comment=f"m2p offline bundle: k3s from {release}, NVIDIA container toolkit from {repo}")
         if root.exists():

@@ -2,9 +2,12 @@
 
 A bundle is a directory::
 
-    manifest.yml          format, arch, standin, k3s and toolkit entries (below)
+    manifest.yml          format, arch, standin, k3s, toolkit and images entries (below)
     k3s/k3s               the k3s binary
     debs/*.deb            NVIDIA container toolkit packages, in install order
+    images/*              container images for rigs without internet: k3s's own air-gap
+                          archive (k3s-airgap-images-amd64.tar.zst, of the k3s release) and an
+                          OCI archive of every image m2p's manifests name (the device plugin)
 
 ``load_bundle`` validates the manifest and re-hashes every file; the roles check the
 hash again on the rig after copying, so a truncated copy over a bad link is caught.
@@ -23,6 +26,8 @@ from miner2provider.errors import BundleError
 
 FORMAT = 1
 MANIFEST = "manifest.yml"
+# The name of k3s's own air-gap image archive in ``images`` (its version: the k3s release's).
+AIRGAP_IMAGES = "k3s-airgap-images"
 
 
 @dataclass(frozen=True)
@@ -41,13 +46,21 @@ class Bundle:
     k3s: Artifact
     toolkit_version: str
     toolkit_packages: tuple[Artifact, ...]
+    images: tuple[Artifact, ...] = ()  # name: the image reference, or AIRGAP_IMAGES (version: k3s's)
 
     @property
     def digest(self) -> str:
         """What the bundle installs (names, versions, checksums), not where it lies on disk."""
         parts = [f"{self.arch} {self.k3s.version} {self.k3s.sha256} {self.toolkit_version}"]
-        parts += [f"{a.name} {a.version} {a.sha256}" for a in self.toolkit_packages]
+        parts += [f"{a.name} {a.version} {a.sha256}" for a in (*self.toolkit_packages, *self.images)]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def missing_images(self, needed: list[str]) -> list[str]:
+        """What of ``needed`` (image references) and k3s's own air-gap images this bundle lacks."""
+        have = {(a.name, a.version) for a in self.images}
+        missing = [] if (AIRGAP_IMAGES, self.k3s.version) in have else [f"{AIRGAP_IMAGES} {self.k3s.version}"]
+        names = {a.name for a in self.images}
+        return missing + sorted({ref for ref in needed if ref not in names})
 
     def role_vars(self) -> dict[str, Any]:
         """Role variables that make the roles install from this bundle."""
@@ -60,6 +73,8 @@ class Bundle:
                 {"name": a.name, "version": a.version, "src": str(a.path), "sha256": a.sha256}
                 for a in self.toolkit_packages
             ],
+            "k3s_images": [{"name": a.name, "src": str(a.path), "file": a.path.name, "sha256": a.sha256}
+                           for a in self.images],
         }
 
 
@@ -90,8 +105,12 @@ def load_bundle(root: Path | str) -> Bundle:
         raise BundleError("nvidia_container_toolkit.packages must be a non-empty list", where=str(manifest))
     packages = tuple(_artifact(root, manifest, f"nvidia_container_toolkit.packages[{i}]", p)
                      for i, p in enumerate(toolkit["packages"]))
+    listed = doc.get("images", [])
+    if not isinstance(listed, list):
+        raise BundleError("images must be a list", where=str(manifest))
+    images = tuple(_artifact(root, manifest, f"images[{i}]", entry) for i, entry in enumerate(listed))
     return Bundle(root=root, arch=str(doc.get("arch", "amd64")), standin=bool(doc.get("standin", False)),
-                  k3s=k3s, toolkit_version=str(toolkit.get("version", "")), toolkit_packages=packages)
+                  k3s=k3s, toolkit_version=str(toolkit.get("version", "")), toolkit_packages=packages, images=images)
 
 
 def _artifact(root: Path, manifest: Path, key: str, entry: Any) -> Artifact:
@@ -111,9 +130,9 @@ def _artifact(root: Path, manifest: Path, key: str, entry: Any) -> Artifact:
 
 
 def write_manifest(root: Path, *, standin: bool, k3s: dict[str, str], toolkit_version: str,
-                   packages: list[dict[str, str]], comment: str) -> Path:
+                   packages: list[dict[str, str]], images: list[dict[str, str]], comment: str) -> Path:
     doc = {"format": FORMAT, "arch": "amd64", "standin": standin, "k3s": k3s,
-           "nvidia_container_toolkit": {"version": toolkit_version, "packages": packages}}
+           "nvidia_container_toolkit": {"version": toolkit_version, "packages": packages}, "images": images}
     path = root / MANIFEST
     path.write_text(f"# {comment}\n" + yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -7,6 +7,7 @@ import click
 from miner2provider.bundle import pins
 from miner2provider.bundle.download import make_bundle
 from miner2provider.bundle.manifest import load_bundle
+from miner2provider.errors import UsageError
 
 from . import render
 from .app import Context, cli, pass_ctx
@@ -21,16 +22,31 @@ from .app import Context, cli, pass_ctx
               help="Where k3s releases are (a mirror works).")
 @click.option("--toolkit-repo-url", default=pins.TOOLKIT_REPO_URL, show_default=True, envvar="M2P_TOOLKIT_REPO_URL",
               help="NVIDIA's flat apt repository ($(ARCH) is replaced by amd64; a mirror works).")
+@click.option("--image", "images", multiple=True, default=pins.IMAGES, show_default=True,
+              help="An image m2p's manifests name, for rigs without internet (repeat it; give yours if the "
+                   "inventory sets nvidia_device_plugin_image).")
+@click.option("--image-registry", "image_registries", multiple=True, metavar="HOST=URL",
+              help="Pull HOST's images from URL (a mirror, or the registry's API address); repeat it.")
 @pass_ctx
 def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_version: str, k3s_release_url: str,
-                   toolkit_repo_url: str) -> None:
-    """Download k3s and the NVIDIA toolkit once, checked by sha256, into DIRECTORY (new or empty).
+                   toolkit_repo_url: str, images: tuple[str, ...], image_registries: tuple[str, ...]) -> None:
+    """Download k3s, its air-gap images, the NVIDIA toolkit and the device plugin's image once,
+    checked by sha256, into DIRECTORY (new or empty).
 
     Run it on a connected machine; then `m2p convert --bundle DIRECTORY` installs from it over SSH.
     """
-    ctx.info(f"downloading k3s {k3s_version} and NVIDIA container toolkit {toolkit_version} ...")
+    registries = {}
+    for pair in image_registries:
+        host, sep, url = pair.partition("=")
+        if not sep or not host or not url.startswith(("http://", "https://")):
+            raise UsageError(f"--image-registry {pair}: give HOST=URL (URL starting http:// or https://)")
+        registries[host] = url
+    ctx.info(f"downloading k3s {k3s_version} with its air-gap images, NVIDIA container toolkit {toolkit_version} "
+             f"and {', '.join(images)} ...")
     manifest = make_bundle(directory, k3s_version=k3s_version, toolkit_version=toolkit_version,
-                           k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url)
+                           k3s_release_url=k3s_release_url, toolkit_repo_url=toolkit_repo_url,
+                           images=list(images), registry_urls=registries)
     bundle = load_bundle(directory)  # read back: the manifest and every file check out
     render.echo(f"bundle ready: {manifest} (k3s {bundle.k3s.version}, "
-                f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version})")
+                f"{len(bundle.toolkit_packages)} toolkit packages {bundle.toolkit_version}, "
+                f"{len(bundle.images)} image archives)")

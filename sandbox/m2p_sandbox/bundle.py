@@ -16,8 +16,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from miner2provider.bundle.manifest import sha256_of, write_manifest
-from miner2provider.bundle.pins import K3S_VERSION, TOOLKIT_VERSION
+from m2p_sandbox.registry import RegistryStandin
+from miner2provider.bundle import images
+from miner2provider.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
+from miner2provider.bundle.pins import DEVICE_PLUGIN_IMAGE, K3S_VERSION, TOOLKIT_VERSION
 from miner2provider.errors import BundleError
 
 SOURCES = Path(__file__).parent / "bundle_files"
@@ -38,8 +40,9 @@ _PACKAGES: dict[str, tuple[dict[str, tuple[str, int]], str, list[str]]] = {
 
 
 def build_test_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION,
-                      toolkit_version: str = TOOLKIT_VERSION) -> Path:
-    """Write a complete stand-in bundle into ``root``; returns the manifest's path."""
+                      toolkit_version: str = TOOLKIT_VERSION, k3s_fails_at_start: bool = False) -> Path:
+    """Write a complete stand-in bundle into ``root``; returns the manifest's path.
+    ``k3s_fails_at_start``: its k3s exits at once as a server or agent (a release that does not come up)."""
     if shutil.which("dpkg-deb") is None:
         raise BundleError("dpkg-deb is needed to build the test bundle (Debian package dpkg)")
     root = Path(root)
@@ -47,6 +50,7 @@ def build_test_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION,
     (root / "debs").mkdir(exist_ok=True)
     k3s = root / "k3s" / "k3s"
     _render("k3s", k3s, k3s_version, 0o755)
+    k3s.write_text(k3s.read_text().replace("@FAILS_AT_START@", "yes" if k3s_fails_at_start else "no"))
     packages = []
     for name, (files, depends, conffiles) in _PACKAGES.items():
         deb = build_deb(root / "debs", name, f"{toolkit_version}-1", files=files,
@@ -55,9 +59,27 @@ def build_test_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION,
         packages.append({"name": name, "version": f"{toolkit_version}-1",
                          "file": str(deb.relative_to(root)), "sha256": sha256_of(deb)})
     return write_manifest(
-        root, standin=True, toolkit_version=toolkit_version, packages=packages,
+        root, standin=True, toolkit_version=toolkit_version, packages=packages, images=_images(root, k3s_version),
         k3s={"name": "k3s", "version": k3s_version, "file": "k3s/k3s", "sha256": sha256_of(k3s)},
         comment="m2p TEST bundle: every binary in it is an m2p STAND-IN (see m2p_sandbox/bundle.py)")
+
+
+def _images(root: Path, k3s_version: str) -> list[dict[str, str]]:
+    """k3s's air-gap archive (a STAND-IN file: no release site here, and the stand-in k3s imports
+    nothing) and the device plugin's image, pulled by m2p's own code from the STAND-IN registry."""
+    (root / "images").mkdir(exist_ok=True)
+    airgap = root / "images" / "k3s-airgap-images-amd64.tar.zst"
+    airgap.write_text(f"m2p STAND-IN for the air-gap image archive of k3s {k3s_version}; not a real archive\n")
+    entries = [{"name": AIRGAP_IMAGES, "version": k3s_version, "file": "images/" + airgap.name,
+                "sha256": sha256_of(airgap)}]
+    ref = images.parse_ref(DEVICE_PLUGIN_IMAGE)
+    registry = RegistryStandin([f"{ref.repository}:{ref.reference}"])
+    try:
+        images.pull(DEVICE_PLUGIN_IMAGE, root / "images" / ref.file_name, registry_urls={ref.registry: registry.url})
+    finally:
+        registry.close()
+    return entries + [{"name": DEVICE_PLUGIN_IMAGE, "version": ref.reference, "file": "images/" + ref.file_name,
+                       "sha256": sha256_of(root / "images" / ref.file_name)}]
 
 
 def _render(source: str, dest: Path, version: str, mode: int) -> None:

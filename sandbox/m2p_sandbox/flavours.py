@@ -60,6 +60,18 @@ def config_changes(host: Any, flavour: str) -> list[str]:
                 if not host.file(path).exists or host.file(path).sha256sum != sha]
 
 
+def hiveos_mining_problems(host: Any) -> list[str]:
+    """What keeps a HiveOS-layout rig (a testinfra host) from mining as before m2p came: its
+    config changed, its hive unit disabled, or its miner's screen session gone; empty when none."""
+    problems = [f"changed: {path}" for path in config_changes(host, "hiveos")]
+    if not host.service("hive").is_enabled:
+        problems.append("hive.service is not enabled")
+    with host.sudo():
+        if ".miner" not in host.check_output("screen -ls miner || true"):
+            problems.append("no miner screen session")
+    return problems
+
+
 def available() -> list[str]:
     return sorted(p.name for p in FLAVOURS_DIR.iterdir() if (p / "flavour.yml").is_file())
 

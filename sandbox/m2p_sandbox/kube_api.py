@@ -10,7 +10,7 @@ them (v1 Pod, PodList, Node, Status):
   gone, as the API refuses a deleted Secret's token;
 - for the admin (``k3s kubectl`` on a server, through the stand-in k3s): ``GET`` of a Secret and
   ``DELETE`` of nodes, namespaces (with everything in them), secrets, serviceaccounts,
-  clusterroles and clusterrolebindings.  ``apply`` puts a manifest's objects in, standing for
+  clusterroles, clusterrolebindings and priorityclasses.  ``apply`` puts a manifest's objects in, standing for
   k3s's deploy controller; nothing happens when a manifest file goes (k3s does not delete what
   a removed manifest made), since nothing here watches the files.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
@@ -30,13 +30,17 @@ lease asks for among allocatable minus allocated
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import secrets
 import threading
 import urllib.parse
 import uuid
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from m2p_sandbox.served import Served
 
 GPU = "nvidia.com/gpu"
 
@@ -63,7 +67,11 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message, "reason": reason, "code": code}
 
 
-class KubeApiStandin:
+class NodePasswordRejected(Exception):
+    """k3s refused a node registration (see ``KubeApiStandin.join``)."""
+
+
+class KubeApiStandin(Served):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.lock = threading.Lock()
         self.version = 1
@@ -90,18 +98,7 @@ class KubeApiStandin:
             def do_DELETE(self) -> None:
                 standin._serve(self, "DELETE")
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve_on(host, port, Handler)
 
     # -- objects the test creates ------------------------------------------------------
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -119,6 +116,23 @@ class KubeApiStandin:
             self._bump(node)
             self.nodes[name] = node
             self.tokens[token] = name
+
+    def join(self, name: str, password: str) -> None:
+        """A k3s node registering, standing in for k3s's node-password check: the server keeps each
+        node's password in the Secret ``<node>.node-password.k3s`` (kube-system) and refuses a
+        node of the same name with another password ("Node password rejected, duplicate
+        hostname"), so a re-installed rig (a new /etc/rancher/node/password) joins only once
+        that Secret is gone.  Source: k3s docs, architecture, "How Agent Node Registration Works"."""
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        key = ("Secret", "kube-system", f"{name}.node-password.k3s")
+        with self.lock:
+            kept = self.objects.get(key, {}).get("data", {}).get("hash")
+            if kept is not None and kept != digest:
+                raise NodePasswordRejected(f"{name}: Node password rejected, duplicate hostname or contents "
+                                           "of '/etc/rancher/node/password' may not match server node-passwd entry")
+        self.apply([{"kind": "Secret", "metadata": {"name": key[2], "namespace": key[1]}, "data": {"hash": digest}}])
+        if not self.has("Node", name):
+            self.add_node(name, secrets.token_urlsafe(16))
 
     def apply(self, docs: list[dict[str, Any]]) -> None:
         """A manifest's objects, as k3s's deploy controller creates them."""
@@ -291,7 +305,8 @@ def _requests(pod: dict[str, Any]) -> int:
 
 
 _KINDS = {"nodes": "Node", "namespaces": "Namespace", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
-          "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding"}
+          "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding",
+          "priorityclasses": "PriorityClass"}
 
 
 def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
@@ -300,6 +315,7 @@ def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
         return _KINDS.get(parts[2]), "", parts[3]
     if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6:
         return _KINDS.get(parts[4]), parts[3], parts[5]
-    if parts[:3] == ["apis", "rbac.authorization.k8s.io", "v1"] and len(parts) == 5:
+    if parts[:2] in (["apis", "rbac.authorization.k8s.io"], ["apis", "scheduling.k8s.io"]) \
+            and parts[2] == "v1" and len(parts) == 5:
         return _KINDS.get(parts[3]), "", parts[4]
     return None, "", ""

@@ -17,9 +17,10 @@ import yaml
 from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
-from m2p_sandbox.kube_api import KubeApiStandin
+from m2p_sandbox.kube_api import KubeApiStandin, NodePasswordRejected
 from miner2provider import collection, inventory, runner
 from miner2provider.agent import cluster
+from miner2provider.bundle.manifest import load_bundle
 
 from .conftest import M2P, m2p, outcomes, run, ssh
 
@@ -76,6 +77,16 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert result["cv-locked"]["result"] == "unreachable"
     assert "password" in result["cv-locked"]["message"].lower()
     assert result["cv-hive"]["result"] == "changed" and result["cv-plain"]["result"] == "changed", result
+
+    # Rigs without internet: the bundle's images lie where k3s imports them at start (k3s docs,
+    # "Air-Gap Install": <data-dir>/agent/images/), as the manifest lists them.
+    listed = {a.path.name: a.sha256 for a in load_bundle(tmp / "bundle").images}
+    assert len(listed) == 2
+    for rig, data_dir in ((farm["hive"], DATA_DIR), (farm["plain"], "/var/lib/rancher/k3s")):
+        with ssh(rig) as client:
+            rc, out = run(client, f"cd {data_dir}/agent/images && sudo sha256sum *")
+        assert rc == 0, out
+        assert {line.split()[1]: line.split()[0] for line in out.splitlines()} == listed
 
     # --full: the whole playbook again, proving it is idempotent (the fingerprint would skip it)
     second = m2p("convert", *common, "--yes", "--json", "--full", env=env)
@@ -145,16 +156,21 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     model = "akash.network/capabilities.gpu.vendor.nvidia.model."
     assert labels[model + "rtx3090"] == "1" and labels[model + "rtx3080"] == "1", labels
     assert labels["nvidia.com/gpu.count"] == "2"
-    again = outcomes(m2p("convert", *common, *good, "--yes", "--json", "--full", env=env))
-    assert [o["changed"] for o in again.values()] == [0, 0], again
     rows = {r["rig"]: r for r in json.loads(m2p("status", *status_args, "--json", env=env).stdout)}
     assert {r["state"] for r in rows.values()} == {"converged"}, rows
 
     upgrade_restarts_k3s_on_the_new_version(farm)
     revert_agent_leaves_nothing_on_its_server(farm)
 
+    leave_what_k3s_leaves(farm["plain"])
     revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
     assert revert.returncode == 0, revert.stdout[-3000:] + revert.stderr[-3000:]
+    with ssh(farm["plain"]) as client:  # k3s's leftovers ended, as k3s-killall.sh would
+        rc, out = run(client, "ls -l /proc/[0-9]*/exe 2>/dev/null | grep -c /var/lib/rancher/k3s/data/; "
+                              "grep -c ' /run/k3s' /proc/mounts; ip link show cni0; cat /sys/fs/cgroup/kubepods/cgroup.procs")
+        assert out.split()[:2] == ["0", "0"] and "does not exist" in out, out
+    again = outcomes(m2p("revert", *common, *good, "--yes", "--json", env=env))
+    assert {o["result"] for o in again.values()} == {"converged"}, again  # a second revert changes nothing
     pending = m2p("plan", *common, *good, env=env)
     assert pending.returncode == 1, pending.stdout[-3000:]
     assert "changes pending" in pending.stderr
@@ -194,12 +210,31 @@ def test_rig_that_loses_power_mid_convert_converges_next_run(boot_rigs, tmp_path
     assert outcomes(third)["cv-crash"]["changed"] == 0, third.stdout
 
 
+def leave_what_k3s_leaves(rig):
+    """What a real k3s leaves once its unit stops (KillMode=process): a containerd shim run from
+    k3s's data dir, a pod's process in a kubepods cgroup, a container's mount under /run/k3s
+    and the CNI's bridge.  STAND-INS: sleep under a shim's name, a tmpfs, a bare bridge."""
+    shim = "/var/lib/rancher/k3s/data/standin/bin/containerd-shim-runc-v2"
+    with ssh(rig) as client:
+        rc, out = run(client, "sudo sh -c '"
+                              f"mkdir -p {os.path.dirname(shim)} && cp /bin/sleep {shim} && "
+                              f"(setsid {shim} 3600 </dev/null >/dev/null 2>&1 &) && "
+                              "mkdir -p /sys/fs/cgroup/kubepods && (setsid sleep 3601 </dev/null >/dev/null 2>&1 &) && "
+                              "sleep 0.3 && for p in $(pgrep -x sleep); do grep -q 3601 /proc/$p/cmdline && "
+                              "echo $p > /sys/fs/cgroup/kubepods/cgroup.procs; done; "
+                              "mkdir -p /run/k3s/containerd/standin && mount -t tmpfs m2p-standin /run/k3s/containerd/standin && "
+                              "ip link add cni0 type bridge && echo planted'")
+    assert rc == 0 and "planted" in out, out
+
+
 def revert_agent_leaves_nothing_on_its_server(farm):
     """Issue 22: the time-shared agent rig cv-plain is reverted while its server cv-hive stays:
     its agent's token Secret, ServiceAccount and RBAC, its Node and its node-password secret go
     from the server (through the server's `k3s kubectl`; removing the manifest deleted nothing),
-    the last agent takes the shared objects with it, and the old agent token is refused.
-    STAND-IN: the API (kube_api.py) and the stand-in k3s's kubectl that talks to it."""
+    the last agent takes the shared objects with it (an old time-share's PriorityClass too), the old
+    agent token is refused, and the rig re-installed under its name rejoins.
+    STAND-IN: the API (kube_api.py, with k3s's node-password check) and the stand-in k3s's kubectl
+    that talks to it."""
     env, common, tmp = farm["env"], farm["common"], farm["tmp"]
     api = KubeApiStandin(host=str(network.gateway()))
     admin, token = secrets.token_urlsafe(16), secrets.token_urlsafe(24)
@@ -209,12 +244,15 @@ def revert_agent_leaves_nothing_on_its_server(farm):
             config = json.dumps({"url": api.url, "token": admin})
             rc, out = run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
             assert rc == 0, out
-        # What the cluster holds for cv-plain: its Node (kubelet), k3s's node password, and the
-        # agent's token Secret the token controller fills (read by the role through kubectl).
-        api.add_node("cv-plain", secrets.token_urlsafe(8))
-        api.apply([{"kind": "Secret", "metadata": {"name": "cv-plain.node-password.k3s", "namespace": "kube-system"}},
-                   {"kind": "Secret", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"},
-                    "data": {"token": base64.b64encode(token.encode()).decode()}}])
+        # What the cluster holds for cv-plain: its Node and k3s's node password (its registration),
+        # the agent's token Secret the token controller fills (read by the role through kubectl),
+        # and an old time-share's PriorityClass.
+        api.join("cv-plain", secrets.token_urlsafe(8))
+        api.apply([{"kind": "Secret", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"},
+                    "data": {"token": base64.b64encode(token.encode()).decode()}},
+                   {"kind": "PriorityClass", "metadata": {"name": "m2p-placeholder"}}])
+        with pytest.raises(NodePasswordRejected):  # the rig re-installed now (a new password) is refused
+            api.join("cv-plain", secrets.token_urlsafe(8))
         api.bind_token(token, "cv-plain", "m2p-system", "m2p-agent-cv-plain")
         (tmp / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
         ssh_args = [a for a in common if a != "--bundle" and not a.endswith("/bundle")]
@@ -238,7 +276,8 @@ def revert_agent_leaves_nothing_on_its_server(farm):
             ("ClusterRole", "", "m2p-agent-cv-plain"), ("ClusterRoleBinding", "", "m2p-agent-cv-plain"),
             ("ClusterRoleBinding", "", "m2p-agent-cv-plain-pods"), ("Node", "", "cv-plain"),
             ("Secret", "kube-system", "cv-plain.node-password.k3s"),
-            ("Namespace", "", "m2p-system"), ("ClusterRole", "", "m2p-agent-pods")] if api.has(kind, name, ns)]
+            ("Namespace", "", "m2p-system"), ("ClusterRole", "", "m2p-agent-pods"),
+            ("PriorityClass", "", "m2p-placeholder")] if api.has(kind, name, ns)]
         assert left == [], f"left on the server: {left}"
         (tmp / "old-token").write_text(token)
         with pytest.raises(cluster.ApiError, match="HTTP 401"):
@@ -247,6 +286,7 @@ def revert_agent_leaves_nothing_on_its_server(farm):
             assert run(client, f"sudo ls {DATA_DIR}/server/manifests")[1].split() == ["m2p-nvidia-device-plugin.yaml"]
         again = outcomes(m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env))
         assert again["cv-plain"]["result"] == "converged", again  # nothing left to do, here or there
+        api.join("cv-plain", secrets.token_urlsafe(8))  # re-installed under its name, it rejoins
     finally:
         api.close()
         with ssh(farm["hive"]) as client:
@@ -256,7 +296,7 @@ def revert_agent_leaves_nothing_on_its_server(farm):
 def upgrade_restarts_k3s_on_the_new_version(farm):
     """Issue 21 (part): a bundle with a newer k3s patch replaces the binary and restarts k3s, so
     the new version runs (the stand-in k3s process is the new file); a bundle that would skip a
-    minor line is refused before anything runs."""
+    minor line is refused before anything runs; a release that fails to start is rolled back."""
     env, common, tmp = farm["env"], farm["common"], farm["tmp"]
     newer = tmp / "bundle-newer"
     build_test_bundle(newer, k3s_version="v1.35.4+k3s1")
@@ -277,5 +317,15 @@ def upgrade_restarts_k3s_on_the_new_version(farm):
     assert refused["cv-hive"]["result"] == "failed", refused
     assert "k3s 1.35 runs here and the target is 1.37: Kubernetes upgrades one minor line at a time" in \
         refused["cv-hive"]["message"], refused
-    back = outcomes(m2p("convert", *common, "--limit", "cv-hive", "--yes", "--json", env=env))
-    assert back["cv-hive"]["result"] == "changed", back  # a patch back within the line is allowed
+    # A release that does not come up on the rig: k3s comes back on the version that ran.
+    broken = tmp / "bundle-broken"
+    build_test_bundle(broken, k3s_version="v1.35.5+k3s1", k3s_fails_at_start=True)
+    failed = outcomes(m2p("convert", *with_bundle(broken), "--limit", "cv-hive", "--yes", "--json", env=env))
+    assert failed["cv-hive"]["result"] == "failed", failed
+    assert ('k3s v1.35.5+k3s1 did not start (level=fatal msg="m2p STAND-IN: this k3s build fails at start'
+            in failed["cv-hive"]["message"]), failed
+    assert "back on k3s version v1.35.4+k3s1 (m2p-standin), which runs again" in failed["cv-hive"]["message"], failed
+    with ssh(farm["hive"]) as client:
+        assert run(client, "systemctl is-active k3s")[1].strip() == "active"
+        assert "v1.35.4+k3s1" in run(client, "k3s --version")[1]
+        assert run(client, "test -e /usr/local/bin/k3s.previous")[0] == 1  # the kept copy is back in place

@@ -14,6 +14,8 @@ import threading
 import pytest
 
 from m2p_sandbox import bundle as standin
+from m2p_sandbox.registry import RegistryStandin
+from miner2provider.bundle import images, pins
 from miner2provider.bundle.download import make_bundle, pick_packages, stanzas
 from miner2provider.bundle.manifest import load_bundle
 from miner2provider.cli import main
@@ -39,7 +41,10 @@ def site(tmp_path_factory):
     release.mkdir(parents=True)
     shutil.copy(built / "k3s" / "k3s", release / "k3s")
     k3s_sum = hashlib.sha256((release / "k3s").read_bytes()).hexdigest()
-    (release / "sha256sum-amd64.txt").write_text(f"{'0' * 64}  k3s-airgap-images-amd64.tar\n{k3s_sum}  k3s\n")
+    shutil.copy(built / "images" / "k3s-airgap-images-amd64.tar.zst", release / "k3s-airgap-images-amd64.tar.zst")
+    airgap_sum = hashlib.sha256((release / "k3s-airgap-images-amd64.tar.zst").read_bytes()).hexdigest()
+    (release / "sha256sum-amd64.txt").write_text(f"{'0' * 64}  k3s-airgap-images-amd64.tar\n{k3s_sum}  k3s\n"
+                                                 f"{airgap_sum}  k3s-airgap-images-amd64.tar.zst\n")
     repo = root / "toolkit" / "amd64"
     repo.mkdir(parents=True)
     entries = []
@@ -55,12 +60,16 @@ def site(tmp_path_factory):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield {"root": root, "releases": f"{base}/releases", "repo": f"{base}/toolkit/$(ARCH)", "base": base}
+    registry = RegistryStandin(["nvidia/k8s-device-plugin:v0.20.0"])  # the pinned device plugin's name
+    yield {"root": root, "releases": f"{base}/releases", "repo": f"{base}/toolkit/$(ARCH)", "base": base,
+           "registry": registry.url}
     server.shutdown()
+    registry.close()
 
 
 def args(site, directory):
-    return ["bundle", str(directory), "--k3s-release-url", site["releases"], "--toolkit-repo-url", site["repo"]]
+    return ["bundle", str(directory), "--k3s-release-url", site["releases"], "--toolkit-repo-url", site["repo"],
+            "--image-registry", f"nvcr.io={site['registry']}"]
 
 
 def test_bundle_downloads_checks_and_loads(site, tmp_path, capsys):
@@ -72,6 +81,20 @@ def test_bundle_downloads_checks_and_loads(site, tmp_path, capsys):
         ("libnvidia-container1", f"{VERSION}-1"), ("libnvidia-container-tools", f"{VERSION}-1"),
         ("nvidia-container-toolkit-base", f"{VERSION}-1"), ("nvidia-container-toolkit", f"{VERSION}-1")]
     assert (tmp_path / "b" / "k3s" / "k3s").stat().st_mode & 0o111
+    assert [(a.name, a.version, a.path.name) for a in b.images] == [
+        ("k3s-airgap-images", standin.K3S_VERSION, "k3s-airgap-images-amd64.tar.zst"),
+        (pins.DEVICE_PLUGIN_IMAGE, pins.DEVICE_PLUGIN_IMAGE.rsplit(":", 1)[1], "k8s-device-plugin-v0.20.0.oci.tar")]
+    assert b.missing_images(pins.IMAGES) == []
+    assert images.archive_image_names(b.images[1].path) == [pins.DEVICE_PLUGIN_IMAGE]
+
+
+def test_an_image_the_registry_lacks_stops_the_bundle(site, tmp_path, capsys):
+    ref = "nvcr.io/nvidia/k8s-device-plugin:v0.99.0"
+    assert main([*args(site, tmp_path / "b"), "--image", ref]) == BundleError.exit_code
+    assert "k8s-device-plugin/manifests/v0.99.0: HTTP 404" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    assert main([*args(site, tmp_path / "c"), "--image-registry", "nvcr.io"]) == 2
+    assert "--image-registry nvcr.io: give HOST=URL" in capsys.readouterr().err
 
 
 def test_a_damaged_download_is_refused_and_nothing_is_left(site, tmp_path, capsys):

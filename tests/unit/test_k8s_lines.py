@@ -61,3 +61,5 @@ def test_convert_refuses_an_agent_newer_than_its_server_and_a_skipped_line(tmp_p
     assert convert.k3s_refusal(hosts["s1"], old, targets, derived["s1"]) is None  # 1.33 -> 1.34: one line
     targets["s1"] = "v1.35.3+k3s1"
     assert "convert with k3s 1.34 first" in convert.k3s_refusal(hosts["s1"], old, targets, derived["s1"])
+    patched = RigReport("s1", "10.0.0.1", facts(installed="k3s k3s version v1.35.4+k3s1 (x)\n"), None)
+    assert convert.k3s_refusal(hosts["s1"], patched, targets, derived["s1"]) is None  # a patch back, same line

@@ -31,7 +31,7 @@ from miner2provider.facts.cluster import Lease
 from miner2provider.inventory import Host
 from miner2provider.plan import inputs_digest, reasons_to_run
 from miner2provider.role_vars import Rig, RunInputs, role_vars
-from miner2provider.runner import Event, run_playbook
+from miner2provider.runner import Event, RunReport, run_playbook
 from miner2provider.ssh import SshOptions
 
 
@@ -139,19 +139,9 @@ def run_fleet(
                            diff=check, forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
                            keep_artifacts=keep_artifacts, limit=[h.name for h in group])
         for host in group:
-            stats = run.hosts.get(host.name)
-            tasks = tuple(run.changed_tasks.get(host.name, ()))
-            if stats is None or stats.failures or stats.unreachable or host.name in run.failures or not stats.ok:
-                # No task ran at all (ok == 0): the playbook never reached the rig.
-                message = (run.failures.get(host.name)
-                           or f"the playbook did not run ({run.status}): {run.error}")
-                # What it changed before it failed counts: the owner must know the rig is not as it was.
-                outcome = RigOutcome(host.name, "failed", stats.changed if stats else 0, message, tasks)
-            elif stats.changed:
-                why = _with(notes, host.name, "; ".join(reasons.get(host.name, ())[:2]))
-                outcome = RigOutcome(host.name, "pending" if check else "changed", stats.changed, why, tasks)
-            else:
-                outcome = RigOutcome(host.name, "converged", message=_with(notes, host.name, ""))
+            outcome = outcome_of(host.name, run, check=check,
+                                 why=_with(notes, host.name, "; ".join(reasons.get(host.name, ())[:2])),
+                                 note=_with(notes, host.name, ""))
             outcomes[host.name] = outcome
             tried += 1
             failed += outcome.failed
@@ -198,6 +188,20 @@ def code_digest(bundle: Bundle | None) -> str:
 def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """role_vars over ``rigs`` with the installed k3s role's default data directory."""
     return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+
+
+def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "", note: str = "") -> RigOutcome:
+    """What a playbook run did on one rig: ``why`` said beside a change, ``note`` beside no change."""
+    stats = run.hosts.get(name)
+    tasks = tuple(run.changed_tasks.get(name, ()))
+    if stats is None or stats.failures or stats.unreachable or name in run.failures or not stats.ok:
+        # No task ran at all (ok == 0): the playbook never reached the rig.
+        message = run.failures.get(name) or f"the playbook did not run ({run.status}): {run.error}"
+        # What it changed before it failed counts: the owner must know the rig is not as it was.
+        return RigOutcome(name, "failed", stats.changed if stats else 0, message, tasks)
+    if stats.changed:
+        return RigOutcome(name, "pending" if check else "changed", stats.changed, why, tasks)
+    return RigOutcome(name, "converged", message=note)
 
 
 def check_bundle_images(bundle: Bundle, hosts: list[Host]) -> None:

@@ -1,4 +1,4 @@
-"""Commands that run a playbook on the fleet: plan, convert, revert (schedule apply uses the same run)."""
+"""Commands that run a playbook on the fleet: plan, convert, revert, remove (schedule apply uses the same run)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import click
 from miner2provider import inventory
 from miner2provider.bundle.manifest import Bundle, load_bundle
 from miner2provider.convert import RigOutcome, run_fleet
-from miner2provider.errors import ChangesPending, RigFailures
+from miner2provider.errors import ChangesPending, RigFailures, UsageError
+from miner2provider.remove import remove_rigs
 from miner2provider.role_vars import RunInputs
 from miner2provider.runner import Event
 
@@ -101,5 +102,26 @@ def revert_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:
 
     Revert always runs on every selected rig: it removes what any convert left."""
     outcomes = run(ctx, "revert", fleet, confirm=not yes)
+    render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)
+    raise_failures(outcomes)
+
+
+@cli.command("remove")
+@fleet_options()
+@yes_option
+@pass_ctx
+def remove_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:
+    """Forget rigs that are gone for good (--limit them): their k3s server deletes their node and
+    agent identity, and their host keys leave the known_hosts file.  The rigs are never contacted;
+    a rig that still runs is reverted instead."""
+    if not fleet.limit:
+        raise UsageError("remove forgets rigs for good: name them with --limit")
+    inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
+    hosts = inv.select(fleet.limit)
+    if not yes:
+        click.confirm(f"forget {len(hosts)} rigs for good ({', '.join(h.name for h in hosts[:5])}"
+                      f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
+    outcomes = remove_rigs(hosts, list(inv.hosts), fleet.ssh, on_event=_progress(ctx),
+                           keep_artifacts=fleet.keep_artifacts)
     render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)
     raise_failures(outcomes)

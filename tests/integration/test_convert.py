@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shlex
+import socket
 import subprocess
 import time
 
@@ -287,10 +288,44 @@ def revert_agent_leaves_nothing_on_its_server(farm):
         again = outcomes(m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env))
         assert again["cv-plain"]["result"] == "converged", again  # nothing left to do, here or there
         api.join("cv-plain", secrets.token_urlsafe(8))  # re-installed under its name, it rejoins
+        remove_forgets_a_dead_rig_on_its_server(farm, api)
     finally:
         api.close()
         with ssh(farm["hive"]) as client:
             run(client, "sudo rm -f /etc/m2p-standin/kube-api.json")
+
+
+def remove_forgets_a_dead_rig_on_its_server(farm, api):
+    """Issue 21: `m2p remove` on a rig that is gone (its address answers nothing: a closed
+    loopback port) deletes its Node, node password and agent identity through its server, drops
+    its host key from the known_hosts file, and never needs the rig."""
+    env, tmp = farm["env"], farm["tmp"]
+    api.apply([{"kind": "ServiceAccount", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"}},
+               {"kind": "ClusterRole", "metadata": {"name": "m2p-agent-cv-plain"}}])
+    with socket.socket() as s:  # a port nothing listens on: the dead rig
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    doc = yaml.safe_load(farm["inventory"].read_text())
+    doc["all"]["children"]["k3s_agent"]["hosts"]["cv-plain"].update(ansible_host="127.0.0.1", ansible_port=port)
+    dead = tmp / "rigs-dead.yml"
+    dead.write_text(yaml.safe_dump(doc))
+    known = tmp / "known_hosts"
+    line = next(x for x in known.read_text().splitlines() if x.split()[0] == farm["plain"].address)
+    with known.open("a") as f:
+        f.write(f"[127.0.0.1]:{port} {line.split(None, 1)[1]}\n")
+    removed = m2p("remove", "-i", str(dead), "--limit", "cv-plain", "--known-hosts", str(known), "--yes", "--json",
+                  env=env)
+    assert removed.returncode == 0, removed.stdout[-3000:] + removed.stderr[-3000:]
+    outcome = outcomes(removed)["cv-plain"]
+    assert outcome["result"] == "changed" and f"host key of [127.0.0.1]:{port} dropped" in outcome["message"], outcome
+    left = [(k, n) for k, ns, n in [("Node", "", "cv-plain"), ("Secret", "kube-system", "cv-plain.node-password.k3s"),
+                                    ("ServiceAccount", "m2p-system", "m2p-agent-cv-plain"),
+                                    ("ClusterRole", "", "m2p-agent-cv-plain")] if api.has(k, n, ns)]
+    assert left == [], left
+    assert f"[127.0.0.1]:{port}" not in known.read_text() and farm["plain"].address in known.read_text()
+    refused = m2p("remove", "-i", str(dead), "--limit", "cv-hive", "--known-hosts", str(known), "--yes", "--json",
+                  env=env)
+    assert refused.returncode == 11 and "is a k3s server" in outcomes(refused)["cv-hive"]["message"], refused.stdout
 
 
 def upgrade_restarts_k3s_on_the_new_version(farm):

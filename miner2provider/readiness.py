@@ -12,7 +12,7 @@ from datetime import date
 
 from miner2provider import k8s_lines
 from miner2provider.collection import role_defaults
-from miner2provider.facts.mining_os import ETHOS
+from miner2provider.facts.mining_os import ETHOS, NHOS
 from miner2provider.facts.probe import RigFacts
 
 # ansible-core 2.19 (the line m2p drives rigs with) supports target Python 3.8-3.13.
@@ -48,7 +48,7 @@ class Finding:
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "no-miner-adapter", "k3s-eol",
+    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "nhos-in-ram", "no-miner-adapter", "k3s-eol",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
 HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu"})
@@ -145,6 +145,13 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
             "ethos-eol", f"ethOS{' ' + mos.version if mos.version else ''} is end of life (last release 1.3.3, "
                          "on Ubuntu 16.04 with python3 3.5, which no maintained Ansible drives): reflash the rig "
                          "with a maintained mining OS")
+    elif mos.kind == NHOS:
+        # nicehash/NHOS's local-access guide: a Tiny Core Linux system that runs from RAM, where only
+        # /mnt/nhos survives a reboot, and no password login.
+        blockers.append_code(
+            "nhos-in-ram", "NiceHash OS runs from RAM (Tiny Core Linux): k3s, the toolkit and the agent would "
+                           "be gone after a reboot, and only /mnt/nhos persists: run this rig on a mining OS "
+                           "with a disk install (HiveOS, msOS, mmpOS, SMOS) or plain Ubuntu to convert it")
     elif not mos.has_adapter:
         warnings.append_code(
             "no-miner-adapter", f"{mos.label}: m2p has no miner adapter for it yet: convert installs k3s without "

@@ -3,8 +3,11 @@ commands) and the GPUs' truth (NVML: which processes hold a GPU)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,13 @@ class Miner:
     watchdog_running_cmd: str = ""
     watchdog_stop_cmd: str = ""
     timeout_s: float = 60.0
+    # The generic adapter (a mining OS whose own stop command is unknown, issue 15): the folders its
+    # miners run from.  stop() runs stop_cmd (the OS's own hold: a pause flag, its agent stopped,
+    # so nothing restarts them) and then ends every process running from there itself (TERM, then
+    # KILL after grace_s); with no running_cmd, such a process is the miner running.
+    processes: tuple[str, ...] = ()
+    grace_s: float = 10.0
+    proc: str = "/proc"
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
         try:
@@ -31,13 +41,37 @@ class Miner:
             raise RuntimeError(f"{cmd} did not finish within {self.timeout_s:g} s") from None
 
     def running(self) -> bool:
-        return bool(self.running_cmd) and self._sh(self.running_cmd).returncode == 0
+        if self.running_cmd:
+            return self._sh(self.running_cmd).returncode == 0
+        return bool(self.miner_pids())
 
     def start(self) -> None:
         self._checked(self.start_cmd, "start")
 
     def stop(self) -> None:
         self._checked(self.stop_cmd, "stop")
+        if self.processes:
+            self._end(self.miner_pids())
+
+    def miner_pids(self) -> list[int]:
+        """Processes whose program lives under one of ``processes`` (an interpreter's script counts)."""
+        return [pid for pid, program in _programs(self.proc) if any(
+            program.startswith(folder.rstrip("/") + "/") for folder in self.processes)] if self.processes else []
+
+    def _end(self, pids: list[int]) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + (self.grace_s if sig == signal.SIGTERM else 5.0)
+            while time.monotonic() < deadline:
+                pids = [pid for pid in pids if _alive(pid, self.proc)]
+                if not pids:
+                    return
+                time.sleep(0.1)
+        raise RuntimeError(f"miner processes {' '.join(map(str, pids))} did not end after SIGKILL")
 
     def silence_watchdog(self) -> None:
         """Stop the watchdog if it runs (the mining OS starts it with the miner, at boot, on a
@@ -52,6 +86,35 @@ class Miner:
         if proc.returncode != 0:
             output = (proc.stderr or proc.stdout).strip()[-200:]
             raise RuntimeError(f"miner {what} ({cmd}) exited {proc.returncode}: {output}")
+
+
+INTERPRETERS = ("sh", "bash", "dash", "python3", "python", "perl", "node")
+
+
+def _programs(proc: str) -> Iterator[tuple[int, str]]:
+    """(pid, the program it runs): its executable, or for an interpreter the script it was given,
+    made absolute against the process's working directory (miners are often started as ./t-rex)."""
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            exe = os.readlink(f"{proc}/{entry}/exe")
+            argv = Path(f"{proc}/{entry}/cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(f"{proc}/{entry}/cwd")
+        except OSError:  # gone, or a kernel thread
+            continue
+        program = exe
+        name = os.path.basename(exe).rstrip("0123456789.")
+        if name in INTERPRETERS and len(argv) > 1 and argv[1] and not argv[1].startswith(b"-"):
+            program = os.path.normpath(os.path.join(cwd, os.fsdecode(argv[1])))
+        yield int(entry), program
+
+
+def _alive(pid: int, proc: str) -> bool:
+    try:
+        return Path(f"{proc}/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> list[int]:

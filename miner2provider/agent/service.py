@@ -60,7 +60,8 @@ class Config:
     @classmethod
     def load(cls, path: str) -> Config:
         raw = json.loads(Path(path).read_text())
-        miner = rig.Miner(**raw.pop("miner"))
+        miner_raw = raw.pop("miner")
+        miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ()))})
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
         return cls(miner=miner, **raw)

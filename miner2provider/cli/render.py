@@ -61,6 +61,7 @@ def report_json(report: RigReport) -> dict[str, Any]:
     data["status"] = "failed" if not report.ok else report.verdict.status if report.verdict else "unknown"
     if report.facts:
         data["facts"]["mining_os"]["label"] = report.facts.mining_os.label
+        data["facts"]["mining_os"]["miner_control"] = report.facts.mining_os.miner_control
     return data
 
 
@@ -84,7 +85,8 @@ def report(ctx: Context, r: RigReport) -> None:
             ("disks", "; ".join(f"{m.mountpoint} {m.size_gb:g} GB ({m.free_gb:g} GB free)" for m in f.disks) or "-"),
             ("python3", f"{f.python.version or 'missing'}   sudo: {f.sudo.state}"),
             ("gpus", gpus_line(f)),
-            ("miner", ("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running"),
+            ("miner", (("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running")
+                      + f"; control: {mos.miner_control}"),
             ("stack", f"container toolkit: {f.installed.container_toolkit or '-'}, k3s: {f.installed.k3s or '-'}"
                       f"{' (' + f.installed.k3s_service + ' active)' if f.installed.k3s_service else ''}, "
                       f"m2p agent: {f.installed.agent or '-'}"),

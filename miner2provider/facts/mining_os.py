@@ -1,8 +1,9 @@
 """Which mining OS a rig runs, its version, and whether its miner is running.
 
 Markers and version sources: each OS's own scripts (minershive/hiveos-linux,
-recolic/minerstat-os, nicehash/NHOS on GitHub).  Detection goes from
-the cheapest and most specific marker down to /etc/os-release.
+recolic/minerstat-os, nicehash/NHOS on GitHub), plus, where no OS publishes its scripts,
+what third-party tools for it read (README's mining-OS table names each source and how sure
+it is).  Detection goes from the cheapest and most specific marker down to /etc/os-release.
 """
 
 from __future__ import annotations
@@ -23,6 +24,17 @@ MARKERS = (
     "/opt/mmp/bin/agent",
     "/root/utils/stats_rig.sh",
     "/var/log/nhos",
+    # NiceHash OS keeps its configuration.txt there (nicehash/NHOS's local-access guide).
+    "/mnt/nhos/configuration.txt",
+)
+# RaveOS publishes no scripts: no file of its own was found documented.  Every RaveOS miner
+# package imports the OS's Python module `ravinos` (raveos-foundation/custom_mining, README ENG.md),
+# so the module is on every RaveOS rig; where it is installed is inferred (python3's package dirs).
+RAVEOS_MODULE_GLOBS = (
+    "/usr/lib/python3/dist-packages/ravinos",
+    "/usr/lib/python3*/site-packages/ravinos",
+    "/usr/local/lib/python3*/dist-packages/ravinos",
+    "/usr/local/lib/python3*/site-packages/ravinos",
 )
 
 HIVEOS, MSOS, ETHOS, MMPOS, SMOS, NHOS, RAVEOS = (
@@ -33,8 +45,15 @@ LABELS = {
     "ubuntu": "plain Ubuntu", "debian": "plain Debian", "unknown": "unknown",
 }
 # The mining OSes whose miner m2p can stop and start (roles/mining_os/vars/<kind>.yml; a unit test
-# keeps the two equal).  The others get no time-share agent until they have one (issue 15).
-ADAPTED = (HIVEOS, MSOS)
+# keeps the two equal), and how sure m2p is of the way it does it:
+#   verified: the OS's own stop/start commands, read in the OS's own scripts;
+#   generic (unverified): the OS's own hold (a pause flag, its agent stopped) read in third-party
+#   copies or user scripts, then the miner's processes ended by m2p itself (TERM, then KILL).
+# The others get no time-share agent: RaveOS (no shell command known), and ethOS and NiceHash OS,
+# which convert refuses outright.
+VERIFIED, GENERIC = "verified", "generic (unverified)"
+MINER_CONTROL = {HIVEOS: VERIFIED, MSOS: VERIFIED, MMPOS: GENERIC, SMOS: GENERIC}
+ADAPTED = tuple(MINER_CONTROL)
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,13 @@ class MiningOs:
         """m2p can stop and start this rig's miner: a mining OS with an adapter, or plain Linux (whose
         miner, if any, is the owner's systemd unit)."""
         return self.kind in ADAPTED or not self.is_mining_os
+
+    @property
+    def miner_control(self) -> str:
+        """How m2p stops and starts this rig's miner (detect shows it)."""
+        if not self.is_mining_os:
+            return "the owner's systemd unit (mining_os_miner_unit), if any"
+        return MINER_CONTROL.get(self.kind, "none")
 
 
 class MiningOsFact(Fact[MiningOs]):
@@ -82,6 +108,9 @@ class MiningOsFact(Fact[MiningOs]):
         "[ -r /etc/lsb-release ] && sed -n 's/^DISTRIB_RELEASE=/lsb DISTRIB_RELEASE=/p' /etc/lsb-release; "
         # NiceHash OS boots from a USB stick with a partition labelled NHOS (udev names it).
         "[ -e /dev/disk/by-label/NHOS ] && echo 'label NHOS'; "
+        # A glob that matches nothing stays as written, and -d is false for it.
+        "for p in " + " ".join(RAVEOS_MODULE_GLOBS) + '; do [ -d "$p" ] && echo "module $p"; done; '
+
         "sed -n 's/^ID=/osid /p' /etc/os-release 2>/dev/null; true"
     )
 
@@ -107,10 +136,11 @@ class MiningOsFact(Fact[MiningOs]):
             return MiningOs(MMPOS, "", markers)
         if has("/root/utils/stats_rig.sh"):
             return MiningOs(SMOS, "", markers)
-        if has("/var/log/nhos") or info.get("label") == "NHOS":
+        if has("/var/log/nhos") or has("/mnt/nhos/configuration.txt") or info.get("label") == "NHOS":
             return MiningOs(NHOS, "", markers)
+        if info.get("module", "").endswith("/ravinos"):
+            return MiningOs(RAVEOS, "", (*markers, info["module"]))
         osid = info.get("osid", "unknown").strip("\"'")
-        # RaveOS: no verified filesystem marker yet (reference §1.7); it reports as its base.
         return MiningOs(osid if osid in {"ubuntu", "debian"} else "unknown", "", markers)
 
 
@@ -128,14 +158,20 @@ MINER_BINARIES = {
 }
 
 
+# Folders a mining OS runs its miners from, whatever their name (mmpOS: /opt/mmp/miners/<miner>/).
+MINER_FOLDERS = ("/opt/mmp/miners/",)
+
+
 class MinerFact(Fact[MinerState]):
     """``ps -eo args=`` (visible to any user), cut on the rig to lines that start with
-    ``screen`` or a known miner binary, so a busy rig does not ship its whole process list."""
+    ``screen``, a known miner binary, or a program (or an interpreter's script) under a miner
+    folder, so a busy rig does not ship its whole process list."""
 
     name = "miner"
     command = (
         "ps -eo args= | grep -iE '^([^ ]*/)?(screen|screen\\.real|"
-        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)'; true"
+        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?(ba|da)?sh "
+        + "|".join(MINER_FOLDERS) + "|^(" + "|".join(MINER_FOLDERS) + ")'; true"
     )
 
     @staticmethod
@@ -152,6 +188,10 @@ class MinerFact(Fact[MinerState]):
                     found.append(f"screen:{name}")
             elif prog in MINER_BINARIES and prog != "miner":
                 found.append(prog)
+            else:
+                program = args[1] if prog in {"sh", "bash", "dash"} and len(args) > 1 else args[0]
+                if program.startswith(MINER_FOLDERS):
+                    found.append(program.rsplit("/", 1)[-1])
         return MinerState(bool(found), tuple(dict.fromkeys(found)))
 
 

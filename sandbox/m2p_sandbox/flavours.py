@@ -37,8 +37,10 @@ class Flavour:
     dpkg_status: tuple[Path, ...] = field(default=())
 
 
-# The mining OS's own configuration on a rig of each flavour: m2p never edits it.
-MINING_CONFIG = {"hiveos": "/hive-config", "msos": "/media/storage"}
+# The mining OS's own configuration on a rig of each flavour (a folder or a file): m2p never edits it.
+# mmpOS's is not documented (its stand-in has none); RaveOS's neither.
+MINING_CONFIG = {"hiveos": "/hive-config", "msos": "/media/storage", "smos": "/root/config.txt",
+                 "nhos": "/mnt/nhos", "ethos": "/home/ethos"}
 
 
 def pristine_config(flavour: str) -> dict[str, str]:
@@ -48,8 +50,8 @@ def pristine_config(flavour: str) -> dict[str, str]:
         return {}
     root = FLAVOURS_DIR / flavour / "root"
     top = root / MINING_CONFIG[flavour].lstrip("/")
-    return {f"/{p.relative_to(root)}": hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(top.rglob("*")) if p.is_file()}
+    files = [top] if top.is_file() else sorted(top.rglob("*"))
+    return {f"/{p.relative_to(root)}": hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
 
 
 def config_changes(host: Any, flavour: str) -> list[str]:

@@ -17,13 +17,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from m2p_sandbox import network
+from m2p_sandbox import flavours, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
 
-from .conftest import m2p, run, ssh
+from .conftest import m2p, rig_entry, run, ssh
 from .conftest import outcomes as conftest_outcomes
 
 pytestmark = pytest.mark.integration
@@ -249,34 +249,123 @@ def agent_status(r) -> str:
         return run(client, "cat /var/lib/m2p/agent/status.json")[1]
 
 
-def test_a_mining_os_without_an_adapter_converts_without_time_share(boot_rigs, tmp_path, monkeypatch):
-    """Issue 15: a rig with mmpOS's marker is no plain rig: plan says it gets k3s without time-share, and
-    `schedule apply` refuses it with a sentence naming the OS (no miner adapter, so no agent)."""
-    (r,) = boot_rigs(sandbox.RigSpec("mmp1", "plain", ("rtx3060",)))
-    marker = Path(r.dir, "merged/opt/mmp/bin/agent")  # mmpOS's agent (shared/reference/mining-os.md §1.6)
-    marker.parent.mkdir(parents=True)
-    marker.write_text("#!/bin/sh\n# STAND-IN: mmpOS's marker only\n")
-    marker.chmod(0o755)
+def test_mining_oses_without_an_adapter_are_named_and_get_no_time_share(boot_rigs, tmp_path, monkeypatch):
+    """Issue 15: detect names RaveOS, NiceHash OS and ethOS on their layouts; a RaveOS rig (no miner adapter)
+    is no plain rig: plan says it gets k3s without time-share, and `schedule apply` refuses it with a
+    sentence naming the OS; NiceHash OS and ethOS are refused with their reasons."""
+    r, nhos, ethos = boot_rigs(sandbox.RigSpec("rave1", "raveos", ("rtx3060",)), sandbox.RigSpec("nh1", "nhos"),
+                               sandbox.RigSpec("eth1", "ethos"))
     api = KubeApiStandin(host=str(network.gateway()))
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", secrets.token_urlsafe(24))
     try:
         code, results = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\n")
         (result,) = results
         assert code == 11 and result["result"] == "failed", results
-        assert "mmpOS has no miner adapter in m2p yet" in result["message"], result
+        assert "RaveOS has no miner adapter in m2p yet" in result["message"], result
         assert "convert works on it: k3s without time-share" in result["message"]
         with ssh(r) as client:
             assert run(client, "test -e /etc/systemd/system/m2p-agent.service")[0] != 0  # nothing installed
-        ssh_args = ["-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts")]
-        detected = m2p("detect", *ssh_args, "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
-        (report,) = json.loads(detected.stdout)
-        assert report["facts"]["mining_os"]["kind"] == "mmpos"
-        assert any(w["code"] == "no-miner-adapter" for w in report["verdict"]["warnings"]), report["verdict"]
+        inv = tmp_path / "all.yml"
+        inv.write_text(yaml.safe_dump({"all": {"hosts": {x.name: rig_entry(x) for x in (r, nhos, ethos)}}}))
+        ssh_args = ["--known-hosts", str(tmp_path / "known_hosts"), "--accept-new"]
+        detected = m2p("detect", "-i", str(inv), *ssh_args, "--json")
+        reports = {x["name"]: x for x in json.loads(detected.stdout)}
+        assert reports["rave1"]["facts"]["mining_os"]["kind"] == "raveos"
+        assert reports["rave1"]["facts"]["mining_os"]["miner_control"] == "none"
+        assert any(w["code"] == "no-miner-adapter" for w in reports["rave1"]["verdict"]["warnings"])
+        assert [b["code"] for b in reports["nh1"]["verdict"]["blockers"]] == ["nhos-in-ram"], reports["nh1"]
+        assert reports["eth1"]["facts"]["mining_os"] | {"markers": []} == {
+            "kind": "ethos", "version": "1.3.3", "markers": [], "label": "ethOS", "miner_control": "none"}
+        assert "ethos-eol" in [b["code"] for b in reports["eth1"]["verdict"]["blockers"]]
         bundle = tmp_path / "bundle"
         build_test_bundle(bundle)
-        planned = conftest_outcomes(m2p("plan", *ssh_args, "--bundle", str(bundle), "--json",
+        planned = conftest_outcomes(m2p("plan", "-i", str(tmp_path / "rigs.yml"), "--known-hosts",
+                                        str(tmp_path / "known_hosts"), "--bundle", str(bundle), "--json",
                                         env={"AG_HIVE_AGENT_TOKEN": "x"}))
-        assert planned["mmp1"]["result"] == "pending", planned
-        assert planned["mmp1"]["message"].endswith("mmpOS: no miner adapter, k3s without time-share"), planned
+        assert planned["rave1"]["result"] == "pending", planned
+        assert planned["rave1"]["message"].endswith("RaveOS: no miner adapter, k3s without time-share"), planned
+    finally:
+        api.close()
+
+
+# Each generic adapter's rig (issue 15): how the test sees its miner run, and how the OS itself starts
+# it again behind the agent's back while a lease runs.
+GENERIC = {
+    # mmpOS: its agent restarts the miner; a dashboard "enable" (or the owner) runs agent-start.
+    "mmpos": ("pgrep -f '^/bin/bash /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start"),
+    # SMOS: a reboot clears /tmp (and with it the pause); its boot runs start.sh.
+    "smos": ("sudo runuser -u miner -- screen -ls miner", "reboot"),
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(GENERIC))
+def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour, boot_rigs, tmp_path, monkeypatch):
+    """The lease hand-over on mmpOS and SMOS layouts: the real stand-in miner stopped (the OS's own hold,
+    then m2p's TERM/KILL), no process on the GPUs; the OS's own restart during the lease undone; the lease
+    ends and the miner runs again; the OS's config byte-identical after the lease and after revert."""
+    running_cmd, restart = GENERIC[flavour]
+    (r,) = boot_rigs(sandbox.RigSpec(f"gen-{flavour}", flavour, ("rtx3060",)))
+    api = KubeApiStandin(host=str(network.gateway()))
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", (token := secrets.token_urlsafe(24)))
+    api.add_node(r.name, token, gpus=1)
+    pristine = flavours.pristine_config(flavour)
+
+    def mining() -> bool:
+        with ssh(r) as client:
+            return run(client, running_cmd)[0] == 0
+
+    def config_changed() -> list[str]:
+        with ssh(r) as client:
+            return [path for path, sha in pristine.items()
+                    if run(client, f"sudo sha256sum {path}")[1].split()[:1] != [sha]]
+
+    try:
+        assert wait_for("the OS to start its miner", mining)
+        code, outcomes = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        detected = m2p("detect", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
+                       "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
+        (report,) = json.loads(detected.stdout)
+        assert report["facts"]["mining_os"]["kind"] == flavour and report["facts"]["miner"]["running"], report
+        assert report["facts"]["mining_os"]["miner_control"] == "generic (unverified)"
+        wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
+
+        code, out, _ = through_the_gate(r, "lease-1-main")
+        assert code == 0, out
+        assert not mining()
+        with ssh(r) as client:
+            assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
+        api.add_pod("lease-1", r.name, 1)
+        wait_for("leasing", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")
+
+        # The OS starts its miner again behind the agent's back: the agent stops it again.
+        with ssh(r) as client:
+            if restart == "reboot":
+                client.exec_command("sudo systemctl reboot")
+            else:
+                run(client, restart)
+        if restart == "reboot":
+            time.sleep(1)
+            sandbox.wait_ssh(r, timeout=60)
+        wait_for("the agent to stop the miner the OS started", lambda: not mining(), timeout=30)
+        with ssh(r) as client:
+            assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
+        assert config_changed() == []
+
+        api.delete_pod("lease-1")
+        wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
+        assert wait_for("the miner started again", mining)
+
+        proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
+                   "--yes", "--json")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert wait_for("the miner running after revert", mining)
+        assert config_changed() == []
+        with ssh(r) as client:
+            assert run(client, "test -e /var/lib/m2p || test -e /etc/m2p")[0] == 1
+    except AssertionError as exc:
+        with ssh(r) as client:
+            journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]
+        raise AssertionError(f"{exc}\nagent:\n{journal}") from None
     finally:
         api.close()

@@ -92,19 +92,37 @@ def test_no_default_route_blocks_and_xid_errors_warn():
     assert any(w.code == "xid-errors" and "Xid 79" in w.sentence and "riser" in w.sentence for w in v.warnings)
 
 
-def test_a_mining_os_without_an_adapter_is_named_and_ethos_is_refused():
-    """Issue 15: a rig with mining markers never passes for plain Linux; ethOS is refused with its reason."""
-    for marker, label in (("/opt/mmp/bin/agent", "mmpOS"), ("/root/utils/stats_rig.sh", "Simple Mining OS"),
-                          ("/var/log/nhos", "NiceHash OS")):
-        v = assess(facts(mining_os=f"marker {marker}\nosid ubuntu\n"))
-        assert [(w.code, w.sentence.split(":")[0]) for w in v.warnings] == [("no-miner-adapter", label)], v
-        assert "`schedule apply` refuses the rig" in v.warnings[0].sentence and v.status == "ready with warnings"
+def test_a_mining_os_without_an_adapter_is_named_and_ethos_and_nhos_are_refused():
+    """Issue 15: a rig with mining markers never passes for plain Linux; RaveOS (no adapter) is named;
+    ethOS and NiceHash OS are refused with their reasons."""
+    v = assess(facts(mining_os="module /usr/lib/python3/dist-packages/ravinos\nosid ubuntu\n"))
+    assert [(w.code, w.sentence.split(":")[0]) for w in v.warnings] == [("no-miner-adapter", "RaveOS")], v
+    assert "`schedule apply` refuses the rig" in v.warnings[0].sentence and v.status == "ready with warnings"
     v = assess(facts(mining_os="marker /opt/ethos/etc/version\nethos 1.3.3\nosid ubuntu\n"))
     assert [b.code for b in v.blockers] == ["ethos-eol"] and v.blockers[0].sentence.startswith(
         "ethOS 1.3.3 is end of life (last release 1.3.3, on Ubuntu 16.04 with python3 3.5")
-    for plain in ("osid ubuntu\n", "osid debian\n", "marker /hive/bin\nmarker /hive/etc/environment\n",
-                  "marker /home/minerstat/minerstat-os\n"):
-        assert not [w for w in assess(facts(mining_os=plain)).warnings if w.code == "no-miner-adapter"]
+    for nhos in ("marker /var/log/nhos\n", "marker /mnt/nhos/configuration.txt\n", "label NHOS\n"):
+        v = assess(facts(mining_os=nhos + "osid ubuntu\n"))
+        assert [b.code for b in v.blockers] == ["nhos-in-ram"] and "runs from RAM" in v.blockers[0].sentence
+    for adapted in ("osid ubuntu\n", "osid debian\n", "marker /hive/bin\nmarker /hive/etc/environment\n",
+                    "marker /home/minerstat/minerstat-os\n", "marker /opt/mmp/bin/agent\n",
+                    "marker /root/utils/stats_rig.sh\n"):
+        assert not [w for w in assess(facts(mining_os=adapted)).warnings if w.code == "no-miner-adapter"]
+
+
+def test_miner_control_says_how_sure_m2p_is():
+    from miner2provider.facts.base import Output
+    from miner2provider.facts.mining_os import MiningOsFact
+
+    def control(out: str) -> str:
+        return MiningOsFact.parse(Output(out, 0)).miner_control
+
+    assert control("marker /hive/bin\nmarker /hive/etc/environment\n") == "verified"
+    assert control("marker /home/minerstat/minerstat-os\n") == "verified"
+    assert control("marker /opt/mmp/bin/agent\n") == control("marker /root/utils/stats_rig.sh\n") == \
+        "generic (unverified)"
+    assert control("module /usr/local/lib/python3.10/dist-packages/ravinos\n") == "none"
+    assert control("osid ubuntu\n").startswith("the owner's systemd unit")
 
 
 def test_adapted_mining_oses_are_the_roles_adapter_files():
@@ -112,7 +130,7 @@ def test_adapted_mining_oses_are_the_roles_adapter_files():
     from miner2provider.facts.mining_os import ADAPTED
 
     files = {p.stem for p in (collection.root() / "roles/mining_os/vars").glob("*.yml")}
-    assert files == {*ADAPTED, "default", "unadapted"}
+    assert files == {*ADAPTED, "default", "unadapted"} and {"mmpos", "smos"} <= set(ADAPTED)
 
 
 def test_cgroup_v1_names_the_last_line_and_its_end_of_life_and_an_old_k3s_is_past_its_own():

@@ -29,7 +29,7 @@ def test_public_or_tiny_networks_are_refused(monkeypatch, bad):
 
 
 def test_flavours_load_and_name_their_stand_ins():
-    assert flavours.available() == ["hiveos", "msos", "plain", "ubuntu"]
+    assert flavours.available() == ["ethos", "hiveos", "mmpos", "msos", "nhos", "plain", "raveos", "smos", "ubuntu"]
     ubuntu = flavours.load("ubuntu")
     assert "STAND-IN" in ubuntu.description and "ID=ubuntu\n" in (ubuntu.root / "etc/os-release").read_text()
     hive = flavours.load("hiveos")

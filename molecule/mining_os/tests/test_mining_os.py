@@ -10,6 +10,8 @@ from m2p_sandbox import flavours, pythons
 EXPECTED = {  # rig -> (mining OS, autostart units enabled before)
     "mo-hive": ("hiveos", ["hive.service"]),
     "mo-msos": ("msos", ["minerstat.service"]),
+    "mo-mmp": ("mmpos", []),
+    "mo-smos": ("smos", []),
     "mo-plain": ("debian", []),
 }
 
@@ -37,10 +39,11 @@ def test_the_miner_still_runs_and_its_config_is_byte_identical(host):
     kind, autostart = EXPECTED[name(host)]
     for unit in autostart:
         assert host.service(unit).is_enabled
-    session = {"hiveos": "miner", "msos": "minew"}.get(kind)
-    if session:
+    running = {"hiveos": "screen -ls miner", "msos": "screen -ls minew", "smos": "runuser -u miner -- screen -ls miner",
+               "mmpos": "pgrep -f '^/bin/bash /opt/mmp/miners/'"}.get(kind)
+    if running:
         with host.sudo():
-            assert f".{session}" in host.run(f"screen -ls {session}").stdout
+            assert host.run(running).rc == 0, running
     assert flavours.config_changes(host, kind) == []
 
 

@@ -35,10 +35,7 @@ class Miner:
     proc: str = "/proc"
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
-            raise RuntimeError(f"{cmd} did not finish within {self.timeout_s:g} s") from None
+        return _shell(cmd, self.timeout_s)
 
     def running(self) -> bool:
         if self.running_cmd:
@@ -80,12 +77,93 @@ class Miner:
             self._checked(self.watchdog_stop_cmd, "watchdog stop")
 
     def _checked(self, cmd: str, what: str) -> None:
-        if not cmd:
+        if cmd:
+            _checked(_shell(cmd, self.timeout_s), f"miner {what} ({cmd})")
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The cards' clocks and power limits.  Mining OSes tune them for hashing (HiveOS's nvidia-oc: a
+    power limit through nvidia-smi, clock offsets through nvidia-settings); CUDA work on a memory
+    offset tuned for one hash crashes or computes wrong.  reset() puts every card on its defaults
+    before a lease gets it; reapply() runs the mining OS's own command (its configuration stays the
+    source of truth) before the miner starts again.  No command known for the OS: the cards mine on
+    their defaults until the OS applies its settings itself (its next boot)."""
+
+    apply_cmd: str = ""
+    timeout_s: float = 60.0
+
+    def reset(self, nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> None:
+        try:
+            if nvml is None:
+                import pynvml
+
+                nvml = pynvml
+            nvml.nvmlInit()
+        except Exception:  # no pynvml or no libnvidia-ml: nvidia-smi does the same (offsets apart)
+            self._reset_with_nvidia_smi(run)
             return
-        proc = self._sh(cmd)
-        if proc.returncode != 0:
-            output = (proc.stderr or proc.stdout).strip()[-200:]
-            raise RuntimeError(f"miner {what} ({cmd}) exited {proc.returncode}: {output}")
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                _reset_card(nvml, nvml.nvmlDeviceGetHandleByIndex(index), index)
+        finally:
+            nvml.nvmlShutdown()
+
+    def _reset_with_nvidia_smi(self, run: Callable[..., Any]) -> None:
+        def smi(*args: str) -> str:
+            proc = run(["nvidia-smi", *args], capture_output=True, text=True, timeout=self.timeout_s)
+            out: str = (proc.stdout + proc.stderr).strip()
+            # Older cards (before Volta) cannot lock clocks: nothing to reset there.
+            if proc.returncode != 0 and "not supported" not in out.lower():
+                raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {proc.returncode}: {out[-200:]}")
+            return out
+
+        smi("-rgc")
+        smi("-rmc")
+        for line in smi("--query-gpu=index,power.default_limit", "--format=csv,noheader,nounits").splitlines():
+            index, _, watts = (part.strip() for part in line.partition(","))
+            if index.isdigit() and watts.replace(".", "", 1).isdigit():  # "[N/A]": no settable limit
+                smi("-i", index, "-pl", watts)
+
+    def reapply(self) -> None:
+        if self.apply_cmd:
+            _checked(_shell(self.apply_cmd, self.timeout_s), self.apply_cmd)
+
+
+def _shell(cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
+        raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
+
+
+def _checked(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-200:]}")
+
+
+def _reset_card(nvml: Any, handle: Any, index: int) -> None:
+    """Locked clocks off, clock offsets to 0, the default power limit; a call this card or this
+    pynvml does not have is skipped (nothing of it to reset)."""
+    not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("nvmlDeviceResetGpuLockedClocks", ()), ("nvmlDeviceResetMemoryLockedClocks", ()),
+        ("nvmlDeviceSetGpcClkVfOffset", (0,)), ("nvmlDeviceSetMemClkVfOffset", (0,)),
+    ]
+    try:
+        calls.append(("nvmlDeviceSetPowerManagementLimit", (nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),)))
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) != not_supported:
+            raise RuntimeError(f"GPU {index}: default power limit: {exc}") from None
+    for name, args in calls:
+        call = getattr(nvml, name, None)
+        if call is None:
+            continue
+        try:
+            call(handle, *args)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) != not_supported:
+                raise RuntimeError(f"GPU {index}: {name}: {exc}") from None
 
 
 INTERPRETERS = ("sh", "bash", "dash", "python3", "python", "perl", "node")

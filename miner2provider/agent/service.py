@@ -50,6 +50,7 @@ class Config:
     token_file: str
     miner: rig.Miner
     gpu_count: int
+    clocks: rig.Clocks = field(default_factory=rig.Clocks)
     ca_file: str | None = None
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
@@ -62,6 +63,7 @@ class Config:
         raw = json.loads(Path(path).read_text())
         miner_raw = raw.pop("miner")
         miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ()))})
+        raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
         return cls(miner=miner, **raw)
@@ -79,6 +81,7 @@ class Agent:
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
+    _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
@@ -138,10 +141,28 @@ class Agent:
             if action == decide.STOP_MINER:
                 self._stop_miner()
             elif action == decide.START_MINER:
+                self._clocks_reset = False
+                try:
+                    self.config.clocks.reapply()
+                except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
+                    self.last_error = f"clocks: {exc}"
                 self.config.miner.start()
             elif action == decide.GRANT:
+                self._hand_over_clocks()
                 self.gates.grant()
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
+
+    def _hand_over_clocks(self) -> None:
+        """The cards on their defaults before the first container of a hand-over runs."""
+        if self._clocks_reset:
+            return
+        try:
+            self.config.clocks.reset()
+        except (RuntimeError, OSError) as exc:
+            # Fail closed: a lease on mining clocks may compute wrong; the container is told why.
+            self.gates.refuse(f"the GPUs' clocks could not be reset to their defaults: {exc}")
+            raise
+        self._clocks_reset = True
 
     def _stop_miner(self) -> None:
         self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over

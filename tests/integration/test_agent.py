@@ -58,6 +58,20 @@ def through_the_gate(r, container: str) -> tuple[int, str, int]:
         return code, out, int(pid)
 
 
+def gpu_log(r) -> list[str]:
+    """What the stand-in cards saw, in order: nvidia-smi's clock and power calls, miners attaching."""
+    with ssh(r) as client:
+        return run(client, "cat /var/log/m2p-standin-gpu.log")[1].splitlines()
+
+
+def since_the_miner(log: list[str]) -> list[str]:
+    """The calls after the last miner attached."""
+    return log[len(log) - log[::-1].index("miner attached"):]
+
+
+RESET = ["nvidia-smi -rgc", "nvidia-smi -rmc"]  # locked clocks off; then each card's default power limit
+
+
 def miner_running(r) -> bool:
     with ssh(r) as client:
         return run(client, "sudo screen -ls miner")[0] == 0
@@ -121,6 +135,8 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         assert not miner_running(r)
         with ssh(r) as client:
             assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
+        # The cards left HiveOS's tuning (nvidia-oc.conf: 240 W) for their defaults before the lease ran.
+        assert since_the_miner(gpu_log(r)) == [*RESET, "nvidia-smi -i 0 -pl 350.00", "nvidia-smi -i 1 -pl 350.00"]
         api.add_pod("lease-1", r.name, 2)
         assert wait_for("leasing", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")
         assert api.akash_view(r.name)["gpus_available"] == 0
@@ -167,6 +183,8 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", lambda: miner_running(r))
         assert api.akash_view(r.name)["gpus_available"] == 2
+        # HiveOS's own nvidia-oc put its tuning back before the miner attached.
+        assert gpu_log(r)[-3:] == ["nvidia-smi -i 0 -pl 240", "nvidia-smi -i 1 -pl 240", "miner attached"]
 
         # A miner that cannot be stopped: the container does not start, and the hook says why.
         with ssh(r) as client:
@@ -335,6 +353,7 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
         assert not mining()
         with ssh(r) as client:
             assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
+        assert since_the_miner(gpu_log(r)) == [*RESET, "nvidia-smi -i 0 -pl 170.00"]  # defaults before the lease
         api.add_pod("lease-1", r.name, 1)
         wait_for("leasing", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")
 
@@ -355,6 +374,10 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
         api.delete_pod("lease-1")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", mining)
+        # SMOS's own reloadOc.sh put its clocks back before the miner attached; mmpOS has no such command.
+        # (mmpOS's: the miner its agent-start brought back during the lease, then the one after it.)
+        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
+                                   "mmpos": ["miner attached", "miner attached"]}[flavour], gpu_log(r)
 
         proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                    "--yes", "--json")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.agent.rig import Miner, _programs
+from miner2provider.agent.rig import Clocks, Miner, _programs
 
 
 def start(folder: Path, name: str, *, ignore_term: bool, relative: bool) -> subprocess.Popen[bytes]:
@@ -75,3 +75,99 @@ def test_programs_resolve_an_interpreters_relative_script_against_its_cwd(miners
 def test_without_processes_nothing_is_swept():
     assert Miner(running_cmd="", start_cmd="", stop_cmd="").miner_pids() == []
     assert not Miner(running_cmd="", start_cmd="", stop_cmd="").running()
+
+
+class FakeNvml:
+    """NVML as pynvml exposes it, for two cards; the second cannot lock clocks (a Pascal card)."""
+
+    NVML_ERROR_NOT_SUPPORTED = 3
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            super().__init__(f"NVML error {value}")
+            self.value = value
+
+    def __init__(self, fail_power: bool = False) -> None:
+        self.calls: list[tuple[str, int, tuple[object, ...]]] = []
+        self.fail_power = fail_power
+
+    def nvmlInit(self) -> None:
+        self.calls.append(("init", -1, ()))
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append(("shutdown", -1, ()))
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: int) -> int:
+        return (350_000, 180_000)[handle]  # milliwatts
+
+    def _call(name: str):  # type: ignore[misc]
+        def call(self, handle: int, *args: object) -> None:
+            if handle == 1 and "Locked" in name:
+                raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+            if self.fail_power and name == "nvmlDeviceSetPowerManagementLimit":
+                raise self.NVMLError(4)  # NO_PERMISSION
+            self.calls.append((name, handle, args))
+        return call
+
+    nvmlDeviceResetGpuLockedClocks = _call("nvmlDeviceResetGpuLockedClocks")
+    nvmlDeviceResetMemoryLockedClocks = _call("nvmlDeviceResetMemoryLockedClocks")
+    nvmlDeviceSetGpcClkVfOffset = _call("nvmlDeviceSetGpcClkVfOffset")
+    nvmlDeviceSetMemClkVfOffset = _call("nvmlDeviceSetMemClkVfOffset")
+    nvmlDeviceSetPowerManagementLimit = _call("nvmlDeviceSetPowerManagementLimit")
+
+
+def test_clocks_reset_through_nvml_puts_every_card_on_its_defaults():
+    nvml = FakeNvml()
+    Clocks().reset(nvml=nvml)
+    assert nvml.calls == [
+        ("init", -1, ()),
+        ("nvmlDeviceResetGpuLockedClocks", 0, ()), ("nvmlDeviceResetMemoryLockedClocks", 0, ()),
+        ("nvmlDeviceSetGpcClkVfOffset", 0, (0,)), ("nvmlDeviceSetMemClkVfOffset", 0, (0,)),
+        ("nvmlDeviceSetPowerManagementLimit", 0, (350_000,)),
+        # card 1 cannot lock clocks: nothing there to reset, the rest is
+        ("nvmlDeviceSetGpcClkVfOffset", 1, (0,)), ("nvmlDeviceSetMemClkVfOffset", 1, (0,)),
+        ("nvmlDeviceSetPowerManagementLimit", 1, (180_000,)),
+        ("shutdown", -1, ()),
+    ]
+    with pytest.raises(RuntimeError, match="GPU 0: nvmlDeviceSetPowerManagementLimit: NVML error 4"):
+        Clocks().reset(nvml=FakeNvml(fail_power=True))
+
+
+def test_clocks_reset_without_nvml_asks_nvidia_smi_and_skips_what_a_card_cannot_do():
+    class NoNvml:
+        def nvmlInit(self) -> None:
+            raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    asked: list[list[str]] = []
+
+    def run(argv, **_):
+        asked.append(argv[1:])
+        if argv[1] == "-rmc":
+            return subprocess.CompletedProcess(argv, 3, "Setting memory locked clocks is not supported for GPU 1.\n", "")
+        if argv[1].startswith("--query-gpu"):
+            return subprocess.CompletedProcess(argv, 0, "0, 350.00\n1, [N/A]\n", "")
+        return subprocess.CompletedProcess(argv, 0, "All done.\n", "")
+
+    Clocks().reset(nvml=NoNvml(), run=run)
+    assert asked == [["-rgc"], ["-rmc"], ["--query-gpu=index,power.default_limit", "--format=csv,noheader,nounits"],
+                     ["-i", "0", "-pl", "350.00"]]
+
+    def denied(argv, **_):
+        return subprocess.CompletedProcess(argv, 4, "", "Unable to reset GPU clocks: Insufficient Permissions\n")
+
+    with pytest.raises(RuntimeError, match="nvidia-smi -rgc exited 4: Unable to reset GPU clocks"):
+        Clocks().reset(nvml=NoNvml(), run=denied)
+
+
+def test_clocks_reapply_runs_the_mining_oss_own_command(tmp_path):
+    Clocks().reapply()  # none known: nothing to run
+    Clocks(apply_cmd=f"echo applied > {tmp_path / 'oc'}").reapply()
+    assert (tmp_path / "oc").read_text() == "applied\n"
+    with pytest.raises(RuntimeError, match="exited 2: no X"):
+        Clocks(apply_cmd="echo no X >&2; exit 2").reapply()

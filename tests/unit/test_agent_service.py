@@ -8,6 +8,7 @@ import json
 import subprocess
 import threading
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 
@@ -32,16 +33,30 @@ def client(api, tmp_path, token="rig01-token"):
     return cluster.KubeClient(api.url, str(tmp_path / "token"))
 
 
+class LoggedClocks(rig.Clocks):
+    """The cards' clocks, seen from the test: reset() writes to the same log the miner's stand-in
+    commands write to (the real reset talks to NVML or nvidia-smi, tested in test_agent_rig.py)."""
+
+    def reset(self, nvml=None, run=None) -> None:
+        events = Path(self.apply_cmd.rsplit(" ", 1)[-1])
+        if (events.parent / "clocks.broken").exists():
+            raise RuntimeError("nvidia-smi -rgc exited 15: GPU is lost")
+        with events.open("a") as f:
+            f.write("reset\n")
+
+
 def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0) -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
     watchdog = tmp_path / "wd.running"
-    miner = rig.Miner(f"test -e {running}", f"touch {running}", f"rm -f {running}",
+    events = tmp_path / "events"
+    miner = rig.Miner(f"test -e {running}", f"touch {running}; echo start >> {events}", f"rm -f {running}",
                       watchdog_running_cmd=f"test -e {watchdog}", watchdog_stop_cmd=f"rm {watchdog}")
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
-                    state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"))
+                    state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
+                    clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"))
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock)
 
@@ -206,23 +221,41 @@ def test_idle_mining_gpus_look_free_to_akash_and_the_gate_hands_over_after_the_m
         proc.wait()
     api.down = False
     assert agent.tick() == ["start-miner"] and agent.state.mode == "idle-mining"
+    # The cards: the OS's clocks re-applied before the miner first started, reset to their defaults
+    # before the lease's container ran, the OS's own settings back before the miner started again.
+    assert (tmp_path / "events").read_text().split() == ["reapply", "start", "reset", "reapply", "start"]
 
 
-def test_a_miner_that_will_not_stop_keeps_the_container_from_starting(api, tmp_path):
+def break_the_miner(agent, tmp_path) -> None:
+    stuck = rig.Miner(agent.config.miner.running_cmd, agent.config.miner.start_cmd, "echo busy >&2; exit 3")
+    agent.config = Config(**{**agent.config.__dict__, "miner": stuck})
+
+
+def break_the_clocks(agent, tmp_path) -> None:
+    (tmp_path / "clocks.broken").touch()
+
+
+@pytest.mark.parametrize("fault, ticks, said, failed_action", [
+    (break_the_miner, 1, ["the miner could not be stopped", "exited 3: busy"], "stop-miner"),
+    (break_the_clocks, 2, ["the GPUs' clocks could not be reset to their defaults", "GPU is lost"], "grant"),
+])
+def test_a_hand_over_that_fails_keeps_the_container_from_starting(api, tmp_path, fault, ticks, said, failed_action):
+    """Fail closed, saying why: a miner that will not stop; clocks that cannot be reset (a lease on
+    mining clocks may compute wrong)."""
     agent = make_agent(api, tmp_path, LEASE_FIRST)
     agent.tick()
     agent.tick()
-    stuck = rig.Miner(agent.config.miner.running_cmd, agent.config.miner.start_cmd, "echo busy >&2; exit 3")
-    agent.config = Config(**{**agent.config.__dict__, "miner": stuck})
+    fault(agent, tmp_path)
     proc, state = container(tmp_path)
     try:
         thread, result = at_the_gate(tmp_path, state)
         wait_waiting(agent, thread)
-        agent.tick()
+        for _ in range(ticks):
+            agent.tick()
         thread.join(5)
         ok, why = result["answer"]
-        assert not ok and "the miner could not be stopped" in why and "exited 3: busy" in why
-        assert "stop-miner" in agent.last_error
+        assert not ok and all(part in why for part in said), why
+        assert failed_action in agent.last_error
     finally:
         proc.kill()
         proc.wait()

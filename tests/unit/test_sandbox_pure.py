@@ -44,7 +44,8 @@ def test_flavours_load_and_name_their_stand_ins():
 def test_pristine_mining_config_lists_every_file_of_it():
     """The Molecule verifiers compare these on the rig: an empty map would make them vacuous."""
     hive = flavours.pristine_config("hiveos")
-    assert sorted(hive) == ["/hive-config/RepoVer", "/hive-config/rig.conf", "/hive-config/wallet.conf"]
+    assert sorted(hive) == ["/hive-config/RepoVer", "/hive-config/nvidia-oc.conf", "/hive-config/rig.conf",
+                           "/hive-config/wallet.conf"]
     assert all(len(sha) == 64 for sha in hive.values())
     assert list(flavours.pristine_config("msos")) == ["/media/storage/config.js"]
     assert flavours.pristine_config("plain") == {}

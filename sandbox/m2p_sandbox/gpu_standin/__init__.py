@@ -20,6 +20,7 @@ HERE = Path(__file__).parent
 DRIVER_VERSION = "550.127.05"  # an R550 production driver, as HiveOS ships
 CUDA_VERSION = "12.4"  # the CUDA line an R550 driver reports
 RIG_FILE = "/etc/m2p-standin/gpus.json"  # on the rig: what the stand-in nvidia-smi reports
+GPU_LOG = "/var/log/m2p-standin-gpu.log"  # on the rig: what the cards were asked, in order
 
 
 def cards() -> dict[str, dict[str, str]]:
@@ -49,3 +50,9 @@ def install(root: Path, card_names: list[str], rig_name: str = "rig") -> None:
     conf = root / RIG_FILE.lstrip("/")
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(json.dumps(rig_config(rig_name, card_names), indent=2))
+    # What the cards saw (nvidia-smi's clock and power calls, miners attaching): every stand-in miner
+    # writes to it, whichever user runs it.
+    log = root / GPU_LOG.lstrip("/")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    log.chmod(0o666)

@@ -7,6 +7,7 @@ and a ``sentence`` (what people read: what is wrong and what to do).  ``blockers
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -49,9 +50,10 @@ CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
     "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "nhos-in-ram", "no-miner-adapter", "k3s-eol",
+    "amd-gpus", "amd-gpus-left-out",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
-HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu"})
+HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu", "amd-gpus"})
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,16 @@ def assess(facts: RigFacts, settings: Settings = Settings()) -> Verdict:
 
 def _gpu_reasons(facts: RigFacts, blockers: _Findings, warnings: _Findings) -> None:
     gpus = facts.gpus
+    if facts.amd_gpus:
+        counts = Counter(f"{c.name}, {c.vram_gib} GiB" if c.vram_bytes else c.name for c in facts.amd_gpus)
+        cards = ", ".join(f"{n} x {what}" for what, n in counts.items())
+        if gpus.state in {"no-nvidia-smi", "no-gpu"}:
+            # Not "no NVIDIA driver": the rig has GPUs, of a vendor m2p has no stack for (no silent NVIDIA path).
+            blockers.append_code("amd-gpus", f"AMD GPUs: not converted yet ({cards}): m2p installs NVIDIA's stack "
+                                             "only; `m2p attributes` lists them")
+            return
+        warnings.append_code("amd-gpus-left-out", f"AMD GPUs beside the NVIDIA ones ({cards}) are left out: m2p "
+                                                  "converts NVIDIA cards only, and the node offers only those")
     if gpus.state == "no-nvidia-smi":
         blockers.append_code("no-nvidia-smi", "no nvidia-smi: no NVIDIA driver installed (or no NVIDIA GPU)")
         return

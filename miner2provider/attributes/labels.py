@@ -14,6 +14,7 @@ import re
 from collections import Counter
 
 from miner2provider.attributes.database import Card, card_for
+from miner2provider.facts.amd import AmdGpu
 from miner2provider.facts.gpu import Gpus
 
 AKASH = "akash.network/capabilities.gpu.vendor"
@@ -73,3 +74,25 @@ def _version_labels(prefix: str, version: str, with_revision: bool) -> dict[str,
 
 def cards_of(gpus: Gpus) -> list[Card]:
     return [card_for(g) for g in gpus.gpus] if gpus.state == "ok" else []
+
+
+def amd_combos(amd: tuple[AmdGpu, ...]) -> list[tuple[str, str, str]]:
+    """(slug, memory as Akash writes it, interface) per AMD card.  A card whose VRAM sysfs does not
+    report (no amdgpu driver) has no memory key."""
+    return [(c.slug, f"{c.vram_gib}Gi" if c.vram_bytes else "", "pcie") for c in amd]
+
+
+def amd_labels(amd: tuple[AmdGpu, ...]) -> dict[str, str]:
+    """Akash's labels for AMD cards (vendor ``amd``, the same shape as NVIDIA's), for `m2p attributes`:
+    m2p converts no AMD rig yet, so no node carries them."""
+    labels: dict[str, str] = {}
+    combos = amd_combos(amd)
+    for slug, n in sorted(Counter(slug for slug, _, _ in combos).items()):
+        labels[f"{AKASH}.amd.model.{slug}"] = str(n)
+    for (slug, ram), n in sorted(Counter((slug, ram) for slug, ram, _ in combos if ram).items()):
+        labels[f"{AKASH}.amd.model.{slug}.ram.{ram}"] = str(n)
+    for (slug, iface), n in sorted(Counter((slug, iface) for slug, _, iface in combos).items()):
+        labels[f"{AKASH}.amd.model.{slug}.interface.{iface}"] = str(n)
+    if amd:
+        labels[f"{M2P}/amd-gpus"] = str(len(amd))
+    return labels

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from miner2provider.attributes.database import Card
-from miner2provider.attributes.labels import cards_of, node_labels
+from miner2provider.attributes.labels import amd_combos, amd_labels, cards_of, node_labels
+from miner2provider.facts.amd import AmdGpu
 from miner2provider.facts.gpu import Gpus
 
 
@@ -24,6 +25,7 @@ class RigGpus:
     cuda: str
     region: str | None = None
     labels_extra: dict[str, str] = field(default_factory=dict)
+    amd: tuple[AmdGpu, ...] = ()  # read from sysfs; listed, never converted yet
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,14 @@ def _version_key(v: str) -> tuple[int, ...]:
 def rig_attributes(rig: RigGpus) -> RigAttributes:
     warnings = []
     cards = cards_of(rig.gpus)
-    if not cards:
+    if not cards and not rig.amd:
         warnings.append("no usable NVIDIA GPU: no labels")
+    if rig.amd:
+        warnings.append(f"{len(rig.amd)} AMD GPU(s): not converted yet; their Akash labels are listed for "
+                        "when they are (no node carries them)")
+    for amd_card in {c.pci_id + c.revision: c for c in rig.amd if not c.known}.values():
+        warnings.append(f"unknown AMD card {amd_card.pci_id} revision {amd_card.revision}: labelled as "
+                        f"{amd_card.slug!r}; add it to m2p's list (facts/amd.py, from libdrm's amdgpu.ids)")
     models = sorted({c.slug for c in cards})
     if len(models) > 1:
         warnings.append(f"mixed GPU models on one node ({', '.join(models)}): Akash supports one model per node; "
@@ -61,7 +69,8 @@ def rig_attributes(rig: RigGpus) -> RigAttributes:
         elif not card.in_akash:
             warnings.append(f"{card.pci_id} ({card.name}) is not in Akash's gpus.json: the Akash inventory operator "
                             f"skips it until upstream adds {card.akash_entry()}")
-    return RigAttributes(rig.name, node_labels(rig.gpus, rig.cuda, rig.labels_extra), tuple(warnings))
+    labels = {**node_labels(rig.gpus, rig.cuda, rig.labels_extra), **amd_labels(rig.amd)}
+    return RigAttributes(rig.name, labels, tuple(warnings))
 
 
 def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
@@ -72,16 +81,17 @@ def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAtt
             all_cards.setdefault(c.pci_id, c)
     warnings: list[str] = []
     attrs: list[tuple[str, str]] = []
-    if all_cards:
-        attrs.append(("capabilities/gpu", "nvidia"))
-    combos = sorted({(c.vendor, c.slug, c.memory, c.interface) for c in all_cards.values()})
+    amd = {("amd", slug, ram, iface) for r in rigs for slug, ram, iface in amd_combos(r.amd)}
+    if all_cards or amd:
+        attrs.append(("capabilities/gpu", "nvidia" if all_cards else "amd"))
+    combos = sorted({(c.vendor, c.slug, c.memory, c.interface) for c in all_cards.values()} | amd)
     for vendor, slug in sorted({(v, s) for v, s, _, _ in combos}):
         base = f"capabilities/gpu/vendor/{vendor}/model/{slug}"
         mine = [(m, i) for v, s, m, i in combos if (v, s) == (vendor, slug)]
         attrs.append((base, "true"))
-        attrs += [(f"{base}/ram/{m}", "true") for m in sorted({m for m, _ in mine})]
+        attrs += [(f"{base}/ram/{m}", "true") for m in sorted({m for m, _ in mine if m})]
         attrs += [(f"{base}/interface/{i}", "true") for i in sorted({i for _, i in mine})]
-        attrs += [(f"{base}/ram/{m}/interface/{i}", "true") for m, i in sorted(set(mine))]
+        attrs += [(f"{base}/ram/{m}/interface/{i}", "true") for m, i in sorted(set(mine)) if m]
     cudas = [r.cuda for r in rigs if cards_of(r.gpus) and r.cuda]
     if cudas:
         lowest = min(cudas, key=_version_key)

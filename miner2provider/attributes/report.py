@@ -15,6 +15,7 @@ from typing import Any
 from miner2provider import textfiles
 from miner2provider.attributes.provider import RigGpus
 from miner2provider.errors import UsageError
+from miner2provider.facts.amd import AmdGpu
 from miner2provider.facts.gpu import Gpu, Gpus
 
 
@@ -39,6 +40,14 @@ GPU_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "driver_version": (_text(r"[0-9]{0,4}(\.[0-9]{1,4}){0,3}"), "a driver version such as 550.127.05"),
 }
 GPU_STATES = ("ok", "no-nvidia-smi", "no-gpu", "driver-error")
+# One AMD card of a report (facts.amd_gpus; absent in reports older than m2p's AMD detection).
+AMD_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "pci_slot": (_text(r"[0-9A-Fa-f:.]{1,20}"), "a PCI slot such as 0000:03:00.0"),
+    "device_id": (_text(r"[0-9a-f]{4}"), "4 hex digits"),
+    "revision": (_text(r"[0-9a-f]{2}"), "2 hex digits"),
+    "subsystem_id": (_text(r"[0-9a-f]{4}:[0-9a-f]{4}"), "vendor:device, 4 hex digits each"),
+    "vram_bytes": (_whole(0, 1 << 44), "bytes as a whole number"),
+}
 _CUDA = _text(r"([0-9]{1,2}\.[0-9]{1,2})?")
 _NAME = _text(r"[\x21-\x7e]{1,253}")
 
@@ -130,14 +139,22 @@ def _rig(entry: Any) -> RigGpus | None:
     error = g.get("error", "")
     gpus = Gpus(g["state"], tuple(_gpu(entry["name"], n, row) for n, row in enumerate(rows)),
                 error[:300] if isinstance(error, str) else "")
-    return RigGpus(entry["name"], gpus, cuda)
+    amd_rows = facts.get("amd_gpus", [])
+    if not isinstance(amd_rows, list) or len(amd_rows) > 64:
+        raise _Bad(f"{entry['name']}: amd_gpus must be a list of at most 64 GPUs")
+    amd = tuple(AmdGpu(**_checked(entry["name"], f"AMD GPU {n}", row, AMD_SCHEMA)) for n, row in enumerate(amd_rows))
+    return RigGpus(entry["name"], gpus, cuda, amd=amd)
 
 
 def _gpu(rig: str, n: int, row: Any) -> Gpu:
+    return Gpu(**_checked(rig, f"GPU {n}", row, GPU_SCHEMA))
+
+
+def _checked(rig: str, what: str, row: Any, schema: dict[str, tuple[Callable[[Any], bool], str]]) -> dict[str, Any]:
     if not isinstance(row, dict):
-        raise _Bad(f"{rig}: GPU {n} is not an object")
-    for field, (ok, expected) in GPU_SCHEMA.items():
+        raise _Bad(f"{rig}: {what} is not an object")
+    for field, (ok, expected) in schema.items():
         if not ok(row.get(field)):
-            raise _Bad(f"{rig}: GPU {n} {field} must be {expected}, found {textfiles.shown(row.get(field))}")
-    return Gpu(**{field: row[field] for field in GPU_SCHEMA})
+            raise _Bad(f"{rig}: {what} {field} must be {expected}, found {textfiles.shown(row.get(field))}")
+    return {field: row[field] for field in schema}
 

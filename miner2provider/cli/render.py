@@ -62,6 +62,8 @@ def report_json(report: RigReport) -> dict[str, Any]:
     if report.facts:
         data["facts"]["mining_os"]["label"] = report.facts.mining_os.label
         data["facts"]["mining_os"]["miner_control"] = report.facts.mining_os.miner_control
+        for row, card in zip(data["facts"]["amd_gpus"], report.facts.amd_gpus, strict=True):
+            row.update(model=card.slug, name=card.name)
     return data
 
 
@@ -101,12 +103,15 @@ def report(ctx: Context, r: RigReport) -> None:
 
 def gpus_line(f: RigFacts) -> str:
     g = f.gpus
+    amd = _counts([f"{c.name} ({c.pci_id} rev {c.revision}, {c.vram_gib} GiB)" for c in f.amd_gpus])
+    amd_text = ", ".join(f"{n} x {k}" for k, n in amd.items())
     if g.state != "ok":
-        return {"no-nvidia-smi": "none (no nvidia-smi)", "no-gpu": "none found",
-                "driver-error": f"driver error: {g.error}"}[g.state]
+        nvidia = {"no-nvidia-smi": "none (no nvidia-smi)", "no-gpu": "none found",
+                  "driver-error": f"driver error: {g.error}"}[g.state]
+        return f"AMD: {amd_text}; NVIDIA: {nvidia}" if amd_text else nvidia
     counts = _counts([f"{gpu.name} ({gpu.pci_id}, {gpu.memory_mib} MiB)" for gpu in g.gpus])
     cards = ", ".join(f"{n} x {k}" for k, n in counts.items())
-    return f"{cards}; driver {g.driver_version}, CUDA {f.cuda or '?'}"
+    return f"{cards}; driver {g.driver_version}, CUDA {f.cuda or '?'}" + (f"; AMD: {amd_text}" if amd_text else "")
 
 
 def detect_summary(reports: list[RigReport]) -> None:

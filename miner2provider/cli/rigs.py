@@ -136,7 +136,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
             if not r.ok:
                 render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
         rigs = [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
-                        _schedule_label(by_name[r.name].var("m2p_schedule")))
+                        _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus)
                 for r in reports if r.ok and r.facts]
     render.attributes(fleet_attributes(rigs, region), failed, as_json)
     if failed:

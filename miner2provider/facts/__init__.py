@@ -1,5 +1,6 @@
 """Read-only facts about a rig: each a command and a pure parse (see base.py)."""
 
+from miner2provider.facts.amd import AmdGpusFact
 from miner2provider.facts.cluster import AgentStatusFact, InstalledFact
 from miner2provider.facts.fingerprint import FingerprintFact
 from miner2provider.facts.gpu import CudaFact, GpusFact
@@ -19,7 +20,7 @@ from miner2provider.facts.system import (
 # Every fact the detect probe gathers, in the order the probe runs them.
 ALL_FACTS = (
     OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
-    MiningOsFact, MinerFact, GpusFact, CudaFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
+    MiningOsFact, MinerFact, GpusFact, CudaFact, AmdGpusFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
     FingerprintFact, AgentStatusFact,
 )
 FACTS_BY_NAME = {f.name: f for f in ALL_FACTS}

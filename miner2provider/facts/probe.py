@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
+from miner2provider.facts.amd import AmdGpu
 from miner2provider.facts.base import Output, whole
 from miner2provider.facts.cluster import AgentStatus, Installed
 from miner2provider.facts.fingerprint import Fingerprint
@@ -82,6 +83,7 @@ class RigFacts:
     miner: MinerState
     gpus: Gpus
     cuda: str
+    amd_gpus: tuple[AmdGpu, ...]
     installed: Installed
     hostname: str
     default_route: DefaultRoute

@@ -291,7 +291,7 @@ def test_mining_oses_without_an_adapter_are_named_and_get_no_time_share(boot_rig
         assert reports["rave1"]["facts"]["mining_os"]["kind"] == "raveos"
         assert reports["rave1"]["facts"]["mining_os"]["miner_control"] == "none"
         assert any(w["code"] == "no-miner-adapter" for w in reports["rave1"]["verdict"]["warnings"])
-        assert [b["code"] for b in reports["nh1"]["verdict"]["blockers"]] == ["nhos-in-ram"], reports["nh1"]
+        assert "nhos-in-ram" in [b["code"] for b in reports["nh1"]["verdict"]["blockers"]], reports["nh1"]
         assert reports["eth1"]["facts"]["mining_os"] | {"markers": []} == {
             "kind": "ethos", "version": "1.3.3", "markers": [], "label": "ethOS", "miner_control": "none"}
         assert "ethos-eol" in [b["code"] for b in reports["eth1"]["verdict"]["blockers"]]
@@ -348,7 +348,7 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
         assert report["facts"]["mining_os"]["miner_control"] == "generic (unverified)"
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
 
-        code, out, _ = through_the_gate(r, "lease-1-main")
+        code, out, container_pid = through_the_gate(r, "lease-1-main")
         assert code == 0, out
         assert not mining()
         with ssh(r) as client:
@@ -372,6 +372,9 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
         assert config_changed() == []
 
         api.delete_pod("lease-1")
+        if restart != "reboot":  # its container ends with it (a reboot ended it already: its PID may be another's)
+            with ssh(r) as client:
+                run(client, f"sudo kill {container_pid}")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", mining)
         # SMOS's own reloadOc.sh put its clocks back before the miner attached; mmpOS has no such command.

@@ -24,6 +24,7 @@ BASE_OUTPUT = {
     "miner": "SCREEN -dmS miner /hive/miners/x\n",
     "gpus": GPU_ROW,
     "cuda": "CUDA Version: 12.4 |\n",
+    "amd_gpus": "",
     "installed": "",
     "hostname": "rig01\n",
     "default_route": "default via 192.168.1.1 dev enp3s0 proto dhcp\n",
@@ -123,6 +124,18 @@ def test_miner_control_says_how_sure_m2p_is():
         "generic (unverified)"
     assert control("module /usr/local/lib/python3.10/dist-packages/ravinos\n") == "none"
     assert control("osid ubuntu\n").startswith("the owner's systemd unit")
+
+
+def test_amd_cards_are_named_and_refused_not_taken_for_a_rig_without_gpus():
+    """Issue 15: an AMD rig is no NVIDIA rig without a driver: convert refuses it by name."""
+    rx580 = "amd 0000:01:00.0 0x67df 0xe7 0x1da2 0xe366 8589934592\n"
+    v = assess(facts(gpus="", amd_gpus=rx580 * 1 + rx580.replace("01:00", "02:00")))
+    assert [(b.code, b.sentence) for b in v.blockers] == [
+        ("amd-gpus", "AMD GPUs: not converted yet (2 x AMD Radeon RX 580 Series, 8 GiB): m2p installs "
+                     "NVIDIA's stack only; `m2p attributes` lists them")]
+    # AMD beside NVIDIA: the NVIDIA cards convert, the AMD ones are left out, and the owner is told.
+    v = assess(facts(amd_gpus=rx580))
+    assert [b.code for b in v.blockers] == [] and [w.code for w in v.warnings] == ["amd-gpus-left-out"]
 
 
 def test_adapted_mining_oses_are_the_roles_adapter_files():

@@ -66,3 +66,37 @@ def test_attributes_from_a_saved_report(tmp_path, capsys):
     bad.write_text('[\n{"name": 1,\n')
     assert cli.main(["attributes", "--from", str(bad)]) == 2
     assert f"{bad}:3: not JSON" in capsys.readouterr().err
+
+
+def test_amd_cards_get_akash_labels_with_vendor_amd_from_a_report_and_are_never_converted(tmp_path, capsys):
+    """Issue 15: AMD cards read from sysfs (an RX 7900 XTX rig and a two-RX 580 rig beside an NVIDIA one)."""
+    def amd(slot, device, revision, vram):
+        return {"pci_slot": slot, "device_id": device, "revision": revision, "subsystem_id": "1da2:e471",
+                "vram_bytes": vram}
+    none = {"state": "no-nvidia-smi", "error": "", "gpus": []}
+    report = [
+        {"name": "red1", "facts": {"gpus": none, "cuda": "", "amd_gpus": [amd("0000:0b:00.0", "744c", "c8", 24 << 30)]}},
+        {"name": "red2", "facts": {"gpus": none, "cuda": "", "amd_gpus": [
+            amd("0000:01:00.0", "67df", "e7", 8 << 30), amd("0000:02:00.0", "67df", "e7", 8 << 30),
+            amd("0000:03:00.0", "7550", "c0", 16 << 30)]}},  # a card m2p's list lacks
+    ]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert cli.main(["attributes", "--from", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    red1 = out["rigs"]["red1"]
+    assert red1["labels"] == {
+        "akash.network/capabilities.gpu.vendor.amd.model.rx7900xtx": "1",
+        "akash.network/capabilities.gpu.vendor.amd.model.rx7900xtx.ram.24Gi": "1",
+        "akash.network/capabilities.gpu.vendor.amd.model.rx7900xtx.interface.pcie": "1",
+        "m2p.io/amd-gpus": "1"}
+    assert any("not converted yet" in w for w in red1["warnings"])
+    assert out["rigs"]["red2"]["labels"]["akash.network/capabilities.gpu.vendor.amd.model.rx580"] == "2"
+    assert any("unknown AMD card 1002:7550 revision c0" in w for w in out["rigs"]["red2"]["warnings"])
+    keys = [a["key"] for a in out["attributes"]]
+    assert {"key": "capabilities/gpu", "value": "amd"} in out["attributes"]
+    assert "capabilities/gpu/vendor/amd/model/rx7900xtx/ram/24Gi/interface/pcie" in keys
+    assert "capabilities/gpu/vendor/amd/model/rx580/ram/8Gi" in keys
+    path.write_text(json.dumps([{"name": "red1", "facts": {"gpus": none, "amd_gpus": [amd("x", "744c", "c8", 1)]}}]))
+    assert cli.main(["attributes", "--from", str(path)]) == 2
+    assert "red1: AMD GPU 0 pci_slot must be a PCI slot" in capsys.readouterr().err

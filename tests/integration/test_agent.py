@@ -306,22 +306,28 @@ def test_mining_oses_without_an_adapter_are_named_and_get_no_time_share(boot_rig
         api.close()
 
 
-# Each generic adapter's rig (issue 15): how the test sees its miner run, and how the OS itself starts
-# it again behind the agent's back while a lease runs.
-GENERIC = {
+# The mining OSes with an adapter besides HiveOS (whose own test is above; issue 15): how the test sees
+# the miner run, how the OS itself starts it again behind the agent's back while a lease runs, and how
+# sure m2p is of its miner control.
+ADAPTED = {
+    # msOS: minerstat.service starts the miner at boot.
+    "msos": ("sudo screen -ls minew", "reboot", "verified"),
     # mmpOS: its agent restarts the miner; a dashboard "enable" (or the owner) runs agent-start.
-    "mmpos": ("pgrep -f '^/bin/bash /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start"),
+    "mmpos": ("pgrep -f '^/bin/bash /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start", "generic (unverified)"),
     # SMOS: a reboot clears /tmp (and with it the pause); its boot runs start.sh.
-    "smos": ("sudo runuser -u miner -- screen -ls miner", "reboot"),
+    "smos": ("sudo runuser -u miner -- screen -ls miner", "reboot", "generic (unverified)"),
 }
 
 
-@pytest.mark.parametrize("flavour", sorted(GENERIC))
-def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour, boot_rigs, tmp_path, monkeypatch):
-    """The lease hand-over on mmpOS and SMOS layouts: the real stand-in miner stopped (the OS's own hold,
-    then m2p's TERM/KILL), no process on the GPUs; the OS's own restart during the lease undone; the lease
-    ends and the miner runs again; the OS's config byte-identical after the lease and after revert."""
-    running_cmd, restart = GENERIC[flavour]
+@pytest.mark.parametrize("flavour", sorted(ADAPTED))
+def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(flavour, boot_rigs, tmp_path,
+                                                                               monkeypatch):
+    """The lease hand-over on msOS, mmpOS and SMOS layouts: the real stand-in miner stopped (the OS's own
+    command or hold, then for a generic adapter m2p's TERM/KILL), no process on the GPUs, the cards on their
+    defaults; the OS's own restart during the lease undone; the lease ends and the miner runs again (the
+    OS's clocks re-applied first where it has a command for it); the OS's config byte-identical after the
+    lease and after revert."""
+    running_cmd, restart, control = ADAPTED[flavour]
     (r,) = boot_rigs(sandbox.RigSpec(f"gen-{flavour}", flavour, ("rtx3060",)))
     api = KubeApiStandin(host=str(network.gateway()))
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", (token := secrets.token_urlsafe(24)))
@@ -345,7 +351,7 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
                        "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
         (report,) = json.loads(detected.stdout)
         assert report["facts"]["mining_os"]["kind"] == flavour and report["facts"]["miner"]["running"], report
-        assert report["facts"]["mining_os"]["miner_control"] == "generic (unverified)"
+        assert report["facts"]["mining_os"]["miner_control"] == control
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
 
         code, out, container_pid = through_the_gate(r, "lease-1-main")
@@ -377,10 +383,10 @@ def test_a_generic_adapter_hands_the_gpus_to_a_lease_and_takes_them_back(flavour
                 run(client, f"sudo kill {container_pid}")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", mining)
-        # SMOS's own reloadOc.sh put its clocks back before the miner attached; mmpOS has no such command.
-        # (mmpOS's: the miner its agent-start brought back during the lease, then the one after it.)
-        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
-                                   "mmpos": ["miner attached", "miner attached"]}[flavour], gpu_log(r)
+        # SMOS's own reloadOc.sh put its clocks back before the miner attached; msOS and mmpOS have no such
+        # command (their log ends with the miner the OS brought back during the lease, then the one after it).
+        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"]}.get(
+            flavour, ["miner attached", "miner attached"]), gpu_log(r)
 
         proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                    "--yes", "--json")

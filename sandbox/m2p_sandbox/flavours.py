@@ -62,14 +62,21 @@ def config_changes(host: Any, flavour: str) -> list[str]:
                 if not host.file(path).exists or host.file(path).sha256sum != sha]
 
 
-def hiveos_mining_problems(host: Any) -> list[str]:
-    """What keeps a HiveOS-layout rig (a testinfra host) from mining as before m2p came: its
-    config changed, its hive unit disabled, or its miner's screen session gone; empty when none."""
-    problems = [f"changed: {path}" for path in config_changes(host, "hiveos")]
-    if not host.service("hive").is_enabled:
-        problems.append("hive.service is not enabled")
+# How a rig of each flavour mines: the unit that starts its miner at boot ,
+# and the command (as root) that exits 0 while its miner's screen session runs.
+MINING = {"hiveos": ("hive.service", "screen -ls miner"),
+          "smos": ("smos.service", "runuser -u miner -- screen -ls miner")}
+
+
+def mining_problems(host: Any, flavour: str) -> list[str]:
+    """What keeps a rig of ``flavour`` (a testinfra host) from mining as before m2p came: its config
+    changed, its boot unit disabled, or its miner's screen session gone; empty when none."""
+    unit, running = MINING[flavour]
+    problems = [f"changed: {path}" for path in config_changes(host, flavour)]
+    if not host.service(unit).is_enabled:
+        problems.append(f"{unit} is not enabled")
     with host.sudo():
-        if ".miner" not in host.check_output("screen -ls miner || true"):
+        if host.run(running).rc != 0:
             problems.append("no miner screen session")
     return problems
 

@@ -1,4 +1,4 @@
-"""After convert.yml (twice): real state on the HiveOS-layout server and the plain agent."""
+"""After convert.yml (twice): real state on the HiveOS-layout server and the plain and SMOS agents."""
 
 import json
 import os
@@ -44,7 +44,7 @@ def test_toolkit_installed_held_and_hardened(host):
 def test_cdi_spec_lists_every_gpu(host):
     spec = yaml.safe_load(host.file("/etc/cdi/nvidia.yaml").content_string)
     names = [d["name"] for d in spec["devices"]]
-    expected = {"conv-hive": ["0", "1", "all"], "conv-plain": ["0", "all"]}[name(host)]
+    expected = {"conv-hive": ["0", "1", "all"]}.get(name(host), ["0", "all"])
     assert [n for n in names if not n.startswith("GPU-")] == expected
     # and by UUID (the runtime in CDI mode looks up the device plugin's UUIDs)
     assert len([n for n in names if n.startswith("GPU-")]) == len(expected) - 1
@@ -102,7 +102,8 @@ def test_device_plugin_manifest_on_the_server_only(host):
 
 def test_gpu_labels_from_the_cards_the_rig_has(host):
     labels = json.loads(host.file("/var/lib/m2p/node-labels.json").content_string)
-    model, count = {"conv-hive": ("rtx3090", "2"), "conv-plain": ("rtx3060", "1")}[name(host)]
+    model, count = {"conv-hive": ("rtx3090", "2"), "conv-plain": ("rtx3060", "1"),
+                    "conv-smos": ("rtx3070", "1")}[name(host)]
     assert labels[f"akash.network/capabilities.gpu.vendor.nvidia.model.{model}"] == count
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["m2p.io/nvidia-device-plugin"] == "true"
@@ -110,14 +111,17 @@ def test_gpu_labels_from_the_cards_the_rig_has(host):
     assert f"nvidia.com/gpu.count={count}" in registration["node-label"]
 
 
-def test_hiveos_mining_config_untouched_and_miner_still_mining(host):
-    if name(host) != "conv-hive":
-        pytest.skip("HiveOS-layout rig only")
-    assert flavours.hiveos_mining_problems(host) == []
+MINING_OS = {"conv-hive": ("hiveos", ["hive.service"]), "conv-smos": ("smos", [])}  # autostart units m2p records
+
+
+def test_mining_config_untouched_and_miner_still_mining(host):
+    if name(host) not in MINING_OS:
+        pytest.skip("a rig without a mining OS")
+    kind, autostart = MINING_OS[name(host)]
+    assert flavours.mining_problems(host, kind) == []
     with host.sudo():
         before = json.loads(host.file("/var/lib/m2p/mining_os/before.json").content_string)
-    assert before == {"mining_os": "hiveos", "miner_running": True, "autostart_enabled": ["hive.service"],
-                      "holds_added": []}
+    assert before == {"mining_os": kind, "miner_running": True, "autostart_enabled": autostart, "holds_added": []}
 
 
 def test_fingerprint_records_what_convert_left(host):
@@ -129,7 +133,7 @@ def test_fingerprint_records_what_convert_left(host):
     state = dict(line.split(" ", 2)[1:] for line in record["state"])
     assert len(record["state"]) == len(watch)
     assert state["/etc/rancher/k3s/config.yaml"] == config_sha
-    unit = "k3s-agent.service" if name(host) == "conv-plain" else "k3s.service"
+    unit = "k3s.service" if name(host) == "conv-hive" else "k3s-agent.service"
     assert state[unit] == "active enabled"
     assert state["nvidia-container-toolkit"] == "1.17.8-1 hi"  # installed and held
     assert record["gpus"].startswith("driver 550.127.05; ")

@@ -29,10 +29,11 @@ def test_toolkit_m2p_installed_is_purged(host):
     assert not host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").exists
 
 
-def test_hiveos_rig_mines_as_before(host):
-    if name(host) != "conv-hive":
-        pytest.skip("HiveOS-layout rig only")
-    assert flavours.hiveos_mining_problems(host) == []
+def test_mining_os_rigs_mine_as_before(host):
+    kind = {"conv-hive": "hiveos", "conv-smos": "smos"}.get(name(host))
+    if kind is None:
+        pytest.skip("a rig without a mining OS")
+    assert flavours.mining_problems(host, kind) == []
 
 
 def test_the_python38_rig_has_no_newer_python(host):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import cluster, decide, gate, rig
+from miner2provider.agent import cluster, decide, gate, ledger, rig
 from miner2provider.agent.decide import Observation, State
 from miner2provider.schedule import model, policy
 
@@ -81,6 +81,7 @@ class Agent:
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
+    _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
@@ -189,8 +190,26 @@ class Agent:
         self.keep_cordon(node)
         if self.state != before:
             self._save()
+        self.record(now, blind=node is None)
         self._publish(now, node is not None)
         return actions
+
+    def record(self, now: float, blind: bool) -> None:
+        """A ledger line when the mode, the sight of the API or the set of leases changed (never per
+        tick); the last line written is the one compared against, across restarts too."""
+        if self._ledger_last is None:
+            entries, _ = ledger.read(self.dir)
+            self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
+        leases = tuple(lease["pod"] for lease in self._leases) if not blind else self._ledger_last.leases
+        entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases)
+        if entry.same_state(self._ledger_last):
+            return
+        try:
+            ledger.append(self.dir, entry)
+        except OSError as exc:  # a full or read-only disk: the rig's work goes on, unrecorded
+            self.last_error = f"ledger: {exc}"
+            return
+        self._ledger_last = entry
 
     def keep_watchdog_off(self, now: float) -> None:
         """While leased the rig has no hashrate: a mining OS watchdog would restart the miner or

@@ -186,7 +186,8 @@ def status_row(report: RigReport) -> dict[str, Any]:
         k3s = f"{inst.k3s} (not running)" if inst.k3s else "-"
     agent = None
     if f.agent_status.present or inst.agent:
-        agent = {"service": inst.agent or "not installed", **asdict(f.agent_status)}
+        agent = {"service": inst.agent or "not installed", **asdict(f.agent_status),
+                 "ledger": [asdict(entry) for entry in f.agent_ledger]}
         del agent["present"]
     return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
             "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}

@@ -1,7 +1,7 @@
 """Read-only facts about a rig: each a command and a pure parse (see base.py)."""
 
 from miner2provider.facts.amd import AmdGpusFact
-from miner2provider.facts.cluster import AgentStatusFact, InstalledFact
+from miner2provider.facts.cluster import AgentLedgerFact, AgentStatusFact, InstalledFact
 from miner2provider.facts.fingerprint import FingerprintFact
 from miner2provider.facts.gpu import CudaFact, GpusFact
 from miner2provider.facts.health import DefaultRouteFact, HostnameFact, XidFact
@@ -21,6 +21,6 @@ from miner2provider.facts.system import (
 ALL_FACTS = (
     OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
     MiningOsFact, MinerFact, GpusFact, CudaFact, AmdGpusFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
-    FingerprintFact, AgentStatusFact,
+    FingerprintFact, AgentStatusFact, AgentLedgerFact,
 )
 FACTS_BY_NAME = {f.name: f for f in ALL_FACTS}

@@ -7,10 +7,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from miner2provider.agent.ledger import Entry
+from miner2provider.agent.ledger import parse as parse_ledger
 from miner2provider.facts.base import Fact, Output
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
 AGENT_STATUS = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
+AGENT_LEDGER = "/var/lib/m2p/agent/ledger.jsonl"  # one line per change of mode (agent/ledger.py), 0644
+LEDGER_TAIL = 20  # the lines the probe reads: what status shows; the dashboard's sweep keeps the rest
 
 
 @dataclass(frozen=True)
@@ -102,3 +106,15 @@ def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:
     """One text field of status.json (a file on the rig): a string, cut; anything else reads as absent."""
     value = raw.get(key)
     return value[:cut] if isinstance(value, str) else ""
+
+
+class AgentLedgerFact(Fact[tuple[Entry, ...]]):
+    """The last lines of the agent's ledger (``{"at", "mode", "gpus", "blind"?, "leases"?}`` per line);
+    empty when no agent has run.  A torn or foreign line is skipped (agent/ledger.py reads it)."""
+
+    name = "agent_ledger"
+    command = f"tail -n {LEDGER_TAIL} {AGENT_LEDGER} 2>/dev/null; true"
+
+    @staticmethod
+    def parse(out: Output) -> tuple[Entry, ...]:
+        return tuple(parse_ledger(out.text)[0][-LEDGER_TAIL:])

@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from miner2provider.agent.ledger import Entry
 from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.facts.amd import AmdGpu
 from miner2provider.facts.base import Output, whole
@@ -90,6 +91,7 @@ class RigFacts:
     xid: XidErrors
     fingerprint: Fingerprint
     agent_status: AgentStatus
+    agent_ledger: tuple[Entry, ...]
 
 
 class ProbeIncomplete(ValueError):

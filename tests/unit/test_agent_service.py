@@ -422,3 +422,25 @@ def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path
     client(api, tmp_path).patch_node(NODE, {"spec": {"unschedulable": True}})
     agent.tick()
     assert api.nodes[NODE]["spec"]["unschedulable"] is True
+
+
+def test_the_ledger_gets_one_line_per_change_never_per_tick_across_restarts(api, tmp_path):
+    from miner2provider.agent import ledger
+
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    for _ in range(5):
+        agent.tick()
+    entries, bad = ledger.read(tmp_path / "state")
+    assert bad == 0 and [e.mode for e in entries] == ["idle-mining"]
+    api.add_pod("job", NODE, 2)
+    for _ in range(4):
+        agent.tick()
+    api.down = True  # blind: one line, and the lease it last saw stays named
+    agent.tick()
+    agent.tick()
+    api.down = False
+    restarted = make_agent(api, tmp_path, LEASE_FIRST)  # the agent restarts: no line for the same state
+    restarted.tick()
+    modes = [(e.mode, e.blind, e.leases) for e in ledger.read(tmp_path / "state")[0]]
+    assert modes == [("idle-mining", False, ()), ("leasing", False, ("lease/job",)),
+                     ("leasing", True, ("lease/job",)), ("leasing", False, ("lease/job",))], modes

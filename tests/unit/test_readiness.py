@@ -31,6 +31,7 @@ BASE_OUTPUT = {
     "xid": "",
     "fingerprint": "@@m2p-no-fingerprint\n",
     "agent_status": "",
+    "agent_ledger": "",
 }
 
 

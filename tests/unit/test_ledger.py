@@ -1,0 +1,99 @@
+"""The rig's ledger (issue 16): one line per change, torn lines and clock jumps survived, rotation
+bounded, and the hours it yields never exceed the wall time."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from miner2provider.agent import ledger
+from miner2provider.agent.ledger import Entry
+
+T0 = 1_800_000_000.0
+
+
+def test_lines_are_written_once_per_change_and_read_back(tmp_path):
+    ledger.append(tmp_path, Entry(T0, "idle-mining", gpus=2))
+    ledger.append(tmp_path, Entry(T0 + 60, "leasing", gpus=2, leases=("tenant/job",)))
+    ledger.append(tmp_path, Entry(T0 + 3660, "idle-mining", blind=True, gpus=2))
+    text = (tmp_path / ledger.LEDGER).read_text()
+    assert text.splitlines()[1] == '{"at":1800000060.0,"gpus":2,"leases":["tenant/job"],"mode":"leasing"}'
+    entries, bad = ledger.read(tmp_path)
+    assert bad == 0 and [e.mode for e in entries] == ["idle-mining", "leasing", "idle-mining"]
+    assert entries[2].blind and entries[1].leases == ("tenant/job",)
+
+
+def test_a_torn_last_line_is_skipped_and_never_joined_to_the_next(tmp_path):
+    ledger.append(tmp_path, Entry(T0, "mining", gpus=1))
+    with open(tmp_path / ledger.LEDGER, "a") as f:
+        f.write('{"at":1800000100.0,"gpus":1,"mo')  # power lost mid-write
+    assert [e.mode for e in ledger.read(tmp_path)[0]] == ["mining"]
+    ledger.append(tmp_path, Entry(T0 + 200, "leasing", gpus=1))
+    entries, bad = ledger.read(tmp_path)
+    assert [e.mode for e in entries] == ["mining", "leasing"] and bad == 1
+
+
+def test_foreign_lines_are_counted_not_read():
+    text = '\n'.join(['[1,2]', '{"at":"yesterday","mode":"mining"}', '{"at":true,"mode":"x"}', 'NaN',
+                      '{"at":1800000000,"mode":"mining","leases":[3]}', '{"at":1800000000,"mode":"mining"}'])
+    entries, bad = ledger.parse(text)
+    assert bad == 5 and entries == [Entry(T0, "mining")]
+
+
+def test_a_clock_that_steps_back_never_makes_time_run_backwards():
+    text = "".join(e.line() for e in (Entry(T0, "mining"), Entry(T0 + 100, "leasing"),
+                                      Entry(86_400.0, "idle-mining"),  # rebooted in 1970 until NTP
+                                      Entry(T0 + 400, "leasing")))
+    entries, _ = ledger.parse(text)
+    assert [e.at for e in entries] == [T0, T0 + 100, T0 + 100, T0 + 400]
+    totals = ledger.seconds_by_mode(ledger.spans(entries, T0 + 500), T0, T0 + 500)
+    # idle-mining began (as far as the ledger can tell) when the leasing before it was written
+    assert totals == {"mining": 100, "idle-mining": 300, "leasing": 100}
+
+
+def test_rotation_keeps_the_files_bounded_and_the_history_whole_as_far_as_it_goes(tmp_path):
+    for i in range(200):
+        ledger.append(tmp_path, Entry(T0 + i, "leasing" if i % 2 else "mining", gpus=8), max_bytes=2000)
+    current, rotated = tmp_path / ledger.LEDGER, tmp_path / ledger.ROTATED
+    assert current.stat().st_size <= 2000 and rotated.stat().st_size <= 2000
+    entries, bad = ledger.read(tmp_path)
+    assert bad == 0 and entries[-1].at == T0 + 199
+    assert [e.at for e in entries] == sorted(e.at for e in entries)  # the rotated part comes first
+    assert len(entries) == sum(1 for _ in rotated.open()) + sum(1 for _ in current.open())
+
+
+def test_the_last_span_runs_until_now():
+    spans = ledger.spans([Entry(T0, "mining"), Entry(T0 + 10, "leasing")], now=T0 + 70)
+    assert [(s.mode, s.seconds) for s in spans] == [("mining", 10), ("leasing", 60)]
+    assert ledger.spans([Entry(T0, "mining")], now=T0 - 5)[0].seconds == 0  # a clock behind the ledger
+
+
+MODES = st.sampled_from(["mining", "idle-mining", "leasing", "draining"])
+LINES = st.lists(st.one_of(
+    st.builds(lambda at, mode, blind: Entry(at, mode, blind).line().rstrip("\n"),
+              st.floats(0, 4e9, allow_nan=False), MODES, st.booleans()),
+    st.text(max_size=30).map(lambda t: t.replace("\n", " "))), max_size=40)
+
+
+@given(LINES, st.floats(0, 4e9, allow_nan=False), st.floats(0, 1e7, allow_nan=False),
+       st.floats(0, 4e9, allow_nan=False))
+def test_hours_never_exceed_the_wall_time(lines, start, length, now):
+    """Whatever the ledger holds (torn lines, clocks anywhere), the modes' time within a window adds up
+    to no more than the window, and no mode gets negative time."""
+    entries, _ = ledger.parse("\n".join(lines))
+    totals = ledger.seconds_by_mode(ledger.spans(entries, now), start, start + length)
+    assert all(v >= 0 for v in totals.values())
+    assert sum(totals.values()) <= length * (1 + 1e-9) + 1e-6
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e6, allow_nan=False), MODES), min_size=1, max_size=30))
+def test_a_ledger_in_order_covers_its_whole_span(changes):
+    """Written in time order, the ledger accounts for every second from its first line to now."""
+    changes.sort()
+    entries = [Entry(T0 + at, mode) for at, mode in changes]
+    now = T0 + 2e6
+    totals = ledger.seconds_by_mode(ledger.spans(entries, now), entries[0].at, now)
+    assert abs(sum(totals.values()) - (now - entries[0].at)) < 1e-3
+    assert json.loads(entries[0].line())["mode"] == changes[0][1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from datetime import date
 from typing import Any
 
 import click
@@ -227,3 +228,29 @@ def schedule_summary(sched: Schedule) -> str:
     grace = "forever" if sched.lease_grace_s is None else f"{sched.lease_grace_s / 60:g} min"
     return (f"policy {sched.policy}, timezone {sched.timezone}, {len(sched.windows)} windows, "
             f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min")
+
+
+# -- history -------------------------------------------------------------------------------
+
+
+def history_row(rig: str, per_day: list[tuple[date, dict[str, float]]], error: str) -> dict[str, Any]:
+    """Hours per mode per day, and over the whole window (rounded to 0.01 h; seconds for the window)."""
+    total: dict[str, float] = {}
+    for _, seconds in per_day:
+        for mode, value in seconds.items():
+            total[mode] = total.get(mode, 0.0) + value
+    return {"rig": rig, "error": error,
+            "seconds": {mode: round(value) for mode, value in sorted(total.items())},
+            "hours": {mode: round(value / 3600, 2) for mode, value in sorted(total.items())},
+            "days": [{"date": day.isoformat(), "hours": {m: round(v / 3600, 2) for m, v in sorted(s.items())}}
+                     for day, s in per_day]}
+
+
+def history_table(rows: list[dict[str, Any]]) -> None:
+    width = max((len(r["rig"]) for r in rows), default=3)
+    days = len(rows[0]["days"]) if rows else 0
+    echo(f"hours per mode over the last {days} day(s), from each rig's ledger:")
+    for row in rows:
+        spent = ", ".join(f"{mode} {hours:g} h" for mode, hours in row["hours"].items()) or "no ledger yet"
+        line = f"{row['rig']:<{width}}  {spent}"
+        echo(click.style(f"{line}  (this sweep failed: {row['error']})", fg="yellow") if row["error"] else line)

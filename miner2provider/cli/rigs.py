@@ -3,6 +3,7 @@ attributes, status."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from miner2provider.attributes.report import load_report
 from miner2provider.convert import fleet_role_vars
 from miner2provider.detect import detect, detect_local
 from miner2provider.errors import RigFailures, UsageError
+from miner2provider.history import DEFAULT_PATH, History
 from miner2provider.ssh import SshOptions
 
 from . import render
@@ -166,3 +168,38 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:
         raise RigFailures(failed, len(rows))
+
+
+@cli.command("history")
+@inventory_option()
+@limit_option
+@vault_option
+@ssh_options
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
+              help="The history database (default ~/.local/share/m2p/history.sqlite3).")
+@click.option("--days", type=click.IntRange(1, 366), default=7, show_default=True,
+              help="Days shown, today included.")
+@json_option
+def history_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
+                    db_path: str | None, days: int, as_json: bool) -> None:
+    """Sweep the rigs once (the detect probe), keep their detect reports and ledger lines in the history
+    database (the same line read twice is kept once), and show each rig's hours per mode over the last
+    DAYS days."""
+    hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+    now = time.time()
+    reports = detect(hosts, ssh)
+    rows = []
+    with History(db_path or DEFAULT_PATH) as history:
+        for report in reports:
+            if report.ok and report.facts:
+                history.add_snapshot(report.name, now, render.report_json(report))
+                history.add_ledger(report.name, report.facts.agent_ledger, seen_at=now)
+            rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),
+                                           report.error or ""))
+    if as_json:
+        render.echo_json(rows)
+    else:
+        render.history_table(rows)
+    failed = sum(not r.ok for r in reports)
+    if failed:
+        raise RigFailures(failed, len(reports))

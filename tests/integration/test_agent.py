@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import secrets
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -149,6 +150,21 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         (row,) = json.loads(out.getvalue())
         assert row["agent"]["service"] == "active" and row["agent"]["mode"] == "leasing", row
         assert row["agent"]["schedule"] == "schedule" and row["agent"]["last_error"] == "", row
+        # The rig's ledger: one line per change, the lease named by its pod.
+        ledger = [(e["mode"], e["leases"]) for e in row["agent"]["ledger"] if not e["blind"]]
+        # (leasing from the gate's grant, before the lease's pod showed in the API)
+        assert ledger[-3:] == [("idle-mining", []), ("leasing", []), ("leasing", ["lease/lease-1"])], \
+            row["agent"]["ledger"]
+        # The controller keeps the ledger: a second sweep stores nothing twice.
+        db = tmp_path / "history.sqlite3"
+        for _ in range(2):
+            swept = m2p("history", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
+                        "--db", str(db), "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
+            assert swept.returncode == 0, swept.stderr
+        (hist,) = json.loads(swept.stdout)
+        assert hist["seconds"]["leasing"] > 0 and hist["seconds"]["idle-mining"] > 0, hist
+        with sqlite3.connect(db) as stored:
+            assert stored.execute("SELECT count(*) FROM ledger").fetchone()[0] == len(row["agent"]["ledger"])
 
         # HiveOS fights back: `hello` (a dashboard push) restarts the miner; the agent stops it again.
         with ssh(r) as client:

@@ -1,0 +1,160 @@
+"""The controller's history of the fleet (issue 16): every rig's ledger and detect snapshots, in SQLite.
+
+The rigs keep their own ledgers (agent/ledger.py, bounded and rotated); the controller keeps them for
+good, merged without duplicates: the same ledger read twice adds nothing (a line is keyed by rig,
+time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig.  The
+schema moves forward by numbered migrations (``PRAGMA user_version``); a database from a newer m2p
+is refused rather than misread.  Default place: ``~/.local/share/m2p/history.sqlite3``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any
+
+from miner2provider.agent.ledger import Entry, seconds_by_mode, spans
+from miner2provider.errors import UsageError
+
+DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
+
+# Migration N brings a database from version N-1 to N.  Never edit a released one: add the next.
+MIGRATIONS = (
+    """
+    CREATE TABLE rigs (name TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL);
+    CREATE TABLE snapshots (
+        rig TEXT NOT NULL REFERENCES rigs(name), at REAL NOT NULL, report TEXT NOT NULL,
+        PRIMARY KEY (rig, at));
+    CREATE TABLE ledger (
+        rig TEXT NOT NULL REFERENCES rigs(name), at REAL NOT NULL, mode TEXT NOT NULL,
+        blind INTEGER NOT NULL, gpus INTEGER NOT NULL, leases TEXT NOT NULL,
+        PRIMARY KEY (rig, at, mode, blind, leases)) WITHOUT ROWID;
+    """,
+)
+
+
+@dataclass(frozen=True)
+class RigSummary:
+    name: str
+    first_seen: float
+    last_seen: float
+    ledger_lines: int
+
+
+class History:
+    """One open database.  Writes are transactions: a crash mid-ingest leaves the last complete state."""
+
+    def __init__(self, path: Path | str = DEFAULT_PATH) -> None:
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.db = sqlite3.connect(str(self.path), isolation_level=None)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"not an m2p history database ({exc})", where=str(self.path)) from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        current = self.version
+        if current > len(MIGRATIONS):
+            raise UsageError(f"history database version {current} is newer than this m2p reads "
+                             f"({len(MIGRATIONS)}): upgrade m2p", where=str(self.path))
+        for number, script in enumerate(MIGRATIONS[current:], start=current + 1):
+            with self._transaction():
+                for statement in filter(str.strip, script.split(";")):
+                    self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {number}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _seen(self, rig: str, at: float) -> None:
+        self.db.execute("INSERT INTO rigs VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                        "first_seen = min(first_seen, excluded.first_seen), "
+                        "last_seen = max(last_seen, excluded.last_seen)", (rig, at, at))
+
+    # -- ingestion ------------------------------------------------------------------------
+    def add_ledger(self, rig: str, entries: Iterable[Entry], seen_at: float) -> int:
+        """Store a rig's ledger lines; returns how many were new."""
+        rows = [(rig, e.at, e.mode, int(e.blind), e.gpus, json.dumps(list(e.leases))) for e in entries]
+        with self._transaction():
+            self._seen(rig, seen_at)
+            before = self.db.total_changes
+            self.db.executemany("INSERT OR IGNORE INTO ledger VALUES (?, ?, ?, ?, ?, ?)", rows)
+            return self.db.total_changes - before
+
+    def add_snapshot(self, rig: str, at: float, report: dict[str, Any]) -> bool:
+        """Store one detect report of a rig (``render.report_json``); False if that instant is stored."""
+        with self._transaction():
+            self._seen(rig, at)
+            cursor = self.db.execute("INSERT OR IGNORE INTO snapshots VALUES (?, ?, ?)",
+                                     (rig, at, json.dumps(report, sort_keys=True)))
+            return cursor.rowcount == 1
+
+    # -- queries --------------------------------------------------------------------------
+    def rigs(self) -> list[RigSummary]:
+        rows = self.db.execute("SELECT r.name, r.first_seen, r.last_seen, count(l.at) FROM rigs r "
+                               "LEFT JOIN ledger l ON l.rig = r.name GROUP BY r.name ORDER BY r.name")
+        return [RigSummary(*row) for row in rows]
+
+    def latest_snapshot(self, rig: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT report FROM snapshots WHERE rig = ? ORDER BY at DESC LIMIT 1",
+                              (rig,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def ledger(self, rig: str, since: float, until: float) -> list[Entry]:
+        """The lines within [since, until), led by the last one before ``since`` (the mode the window
+        opens in)."""
+        rows = list(self.db.execute("SELECT at, mode, blind, gpus, leases FROM ledger WHERE rig = ? AND at >= ? "
+                                    "AND at < ? ORDER BY at", (rig, since, until)))
+        before = self.db.execute("SELECT at, mode, blind, gpus, leases FROM ledger WHERE rig = ? AND at < ? "
+                                 "ORDER BY at DESC LIMIT 1", (rig, since)).fetchone()
+        return [_entry(row) for row in ([before] if before else []) + rows]
+
+    def seconds_per_day(self, rig: str, days: int, now: float,
+                        tz: tzinfo = UTC) -> list[tuple[date, dict[str, float]]]:
+        """Seconds in each mode per calendar day (in ``tz``), the last ``days`` days up to ``now``."""
+        today = datetime.fromtimestamp(now, tz).date()
+        first = today - timedelta(days=days - 1)
+        start = datetime(first.year, first.month, first.day, tzinfo=tz).timestamp()
+        all_spans = spans(self.ledger(rig, start, now), now)
+        out = []
+        for n in range(days):
+            day = first + timedelta(days=n)
+            lo = datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
+            nxt = day + timedelta(days=1)
+            hi = min(datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz).timestamp(), now)
+            out.append((day, seconds_by_mode(all_spans, lo, hi)))
+        return out
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    at, mode, blind, gpus, leases = row
+    return Entry(at, mode, bool(blind), gpus, tuple(json.loads(leases)))

@@ -143,17 +143,26 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         assert api.akash_view(r.name)["gpus_available"] == 0
 
         # m2p status shows the agent's own account (status.json, read by the probe).
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            assert cli.main(["status", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
-                             "--json"]) == 0
-        (row,) = json.loads(out.getvalue())
+        def status_row() -> dict:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert cli.main(["status", "-i", str(tmp_path / "rigs.yml"), "--known-hosts",
+                                 str(tmp_path / "known_hosts"), "--json"]) == 0
+            return json.loads(out.getvalue())[0]
+
+        def unblind(row: dict) -> list:
+            return [(e["mode"], e["leases"]) for e in row["agent"]["ledger"] if not e["blind"]]
+
+        # The rig's ledger: one line per change, the lease named by its pod once the agent read it
+        # from the API (the label turned "leasing" on the gate's grant, a tick before that).
+        def lease_in_ledger() -> dict | None:
+            row = status_row()
+            return row if unblind(row)[-1:] == [("leasing", ["lease/lease-1"])] else None
+
+        row = wait_for("the lease in the rig's ledger", lease_in_ledger)
         assert row["agent"]["service"] == "active" and row["agent"]["mode"] == "leasing", row
         assert row["agent"]["schedule"] == "schedule" and row["agent"]["last_error"] == "", row
-        # The rig's ledger: one line per change, the lease named by its pod.
-        ledger = [(e["mode"], e["leases"]) for e in row["agent"]["ledger"] if not e["blind"]]
-        # (leasing from the gate's grant, before the lease's pod showed in the API)
-        assert ledger[-3:] == [("idle-mining", []), ("leasing", []), ("leasing", ["lease/lease-1"])], \
+        assert unblind(row)[-3:] == [("idle-mining", []), ("leasing", []), ("leasing", ["lease/lease-1"])], \
             row["agent"]["ledger"]
         # The controller keeps the ledger: a second sweep stores nothing twice.
         db = tmp_path / "history.sqlite3"

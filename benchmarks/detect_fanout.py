@@ -99,6 +99,17 @@ def start_sshds(work: Path, count: int) -> list[subprocess.Popen[bytes]]:
     return procs
 
 
+def stop_sshds(procs: list[subprocess.Popen[bytes]], created_user: bool, work: Path) -> None:
+    """End the simulated rigs this run started (by their PIDs), the user it created and its files."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        p.wait(timeout=10)
+    if created_user:
+        subprocess.run(["userdel", USER], capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, controller CPU seconds) of one run; the rigs' sshd CPU is not counted."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -143,13 +154,7 @@ def run_size(count: int, forks: int, repeat: int) -> dict[str, tuple[float, floa
         return {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
                 for name, t in times.items()}
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(timeout=10)
-        if created:
-            subprocess.run(["userdel", USER], capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        stop_sshds(procs, created, work)
 
 
 def main() -> int:

@@ -121,3 +121,7 @@ def _subclasses(cls: type[M2PError] = M2PError) -> list[type[M2PError]]:
     for sub in cls.__subclasses__():
         found += [sub, *_subclasses(sub)]
     return found
+
+
+class EconomicsError(UsageError):
+    """An economics file (prices and mining revenue) is invalid (file:line says where; exit 2)."""

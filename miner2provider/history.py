@@ -36,7 +36,19 @@ MIGRATIONS = (
         blind INTEGER NOT NULL, gpus INTEGER NOT NULL, leases TEXT NOT NULL,
         PRIMARY KEY (rig, at, mode, blind, leases)) WITHOUT ROWID;
     """,
+    # 2: the latest report of each rig in a table of its own; ``snapshots`` keeps one a day (a sweep
+    # every 5 minutes of 1,000 rigs would otherwise store tens of GB a month).
+    """
+    CREATE TABLE latest (rig TEXT PRIMARY KEY REFERENCES rigs(name), at REAL NOT NULL, report TEXT NOT NULL);
+    INSERT INTO latest SELECT rig, max(at), report FROM snapshots GROUP BY rig;
+    """,
+    # 3: what the agents last published on their nodes (m2p.io/mode, m2p.io/status), read from the
+    # Kubernetes API of the farm's server; keyed by node name.
+    """
+    CREATE TABLE nodes (node TEXT PRIMARY KEY, at REAL NOT NULL, mode TEXT NOT NULL, status TEXT NOT NULL);
+    """,
 )
+SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,12 @@ class History:
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            self.db = sqlite3.connect(str(self.path), isolation_level=None)
+            # check_same_thread off: the dashboard opens one per request in its thread pool and never
+            # shares it; WAL lets those reads run while a sweep writes.
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
             self.db.execute("PRAGMA foreign_keys = ON")
+            if str(self.path) != ":memory:":
+                self.db.execute("PRAGMA journal_mode = WAL")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise UsageError(f"not an m2p history database ({exc})", where=str(self.path)) from None
@@ -111,12 +127,32 @@ class History:
             return self.db.total_changes - before
 
     def add_snapshot(self, rig: str, at: float, report: dict[str, Any]) -> bool:
-        """Store one detect report of a rig (``render.report_json``); False if that instant is stored."""
+        """Store one detect report of a rig (``reports.report_json``) as its latest; it is also kept in
+        the rig's history when the last kept one is a day old.  False if the latest is newer or as new."""
+        text = json.dumps(report, sort_keys=True)
         with self._transaction():
             self._seen(rig, at)
-            cursor = self.db.execute("INSERT OR IGNORE INTO snapshots VALUES (?, ?, ?)",
-                                     (rig, at, json.dumps(report, sort_keys=True)))
-            return cursor.rowcount == 1
+            cursor = self.db.execute("INSERT INTO latest VALUES (?, ?, ?) ON CONFLICT(rig) DO UPDATE SET "
+                                     "at = excluded.at, report = excluded.report WHERE excluded.at > latest.at",
+                                     (rig, at, text))
+            if cursor.rowcount != 1:
+                return False
+            kept = self.db.execute("SELECT max(at) FROM snapshots WHERE rig = ?", (rig,)).fetchone()[0]
+            if kept is None or at - kept >= SNAPSHOT_EVERY_S:
+                self.db.execute("INSERT OR IGNORE INTO snapshots VALUES (?, ?, ?)", (rig, at, text))
+            return True
+
+    def set_nodes(self, nodes: dict[str, tuple[str, dict[str, Any]]], at: float) -> None:
+        """What one list of the API's nodes said: node -> (mode, status)."""
+        with self._transaction():
+            self.db.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?) ON CONFLICT(node) DO UPDATE SET "
+                                "at = excluded.at, mode = excluded.mode, status = excluded.status",
+                                [(node, at, mode, json.dumps(status, sort_keys=True))
+                                 for node, (mode, status) in nodes.items()])
+
+    def nodes(self) -> dict[str, tuple[float, str, dict[str, Any]]]:
+        return {node: (at, mode, json.loads(status))
+                for node, at, mode, status in self.db.execute("SELECT * FROM nodes")}
 
     # -- queries --------------------------------------------------------------------------
     def rigs(self) -> list[RigSummary]:
@@ -125,9 +161,24 @@ class History:
         return [RigSummary(*row) for row in rows]
 
     def latest_snapshot(self, rig: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT report FROM snapshots WHERE rig = ? ORDER BY at DESC LIMIT 1",
-                              (rig,)).fetchone()
+        row = self.db.execute("SELECT report FROM latest WHERE rig = ?", (rig,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def latest_snapshots(self) -> dict[str, tuple[float, dict[str, Any]]]:
+        """Every rig's latest report and when it was read."""
+        return {rig: (at, json.loads(report)) for rig, at, report in self.db.execute("SELECT * FROM latest")}
+
+    def ledgers(self, since: float, until: float) -> dict[str, list[Entry]]:
+        """``ledger`` for every rig at once (one query: the fleet page's 1,000 rigs)."""
+        out: dict[str, list[Entry]] = {}
+        rows = self.db.execute(
+            "SELECT rig, at, mode, blind, gpus, leases FROM ledger WHERE at >= ? AND at < ? UNION ALL "
+            "SELECT l.rig, l.at, l.mode, l.blind, l.gpus, l.leases FROM ledger l JOIN (SELECT rig, max(at) AS at "
+            "FROM ledger WHERE at < ? GROUP BY rig) b ON l.rig = b.rig AND l.at = b.at ORDER BY 1, 2",
+            (since, until, since))
+        for rig, *entry in rows:
+            out.setdefault(rig, []).append(_entry(tuple(entry)))
+        return out
 
     def ledger(self, rig: str, since: float, until: float) -> list[Entry]:
         """The lines within [since, until), led by the last one before ``since`` (the mode the window

@@ -67,6 +67,11 @@ class KubeClient:
     def node(self, name: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/api/v1/nodes/{urllib.parse.quote(name)}"))
 
+    def nodes(self, label_selector: str) -> list[dict[str, Any]]:
+        """Every node with the label (the dashboard's one call for a pooled farm)."""
+        query = urllib.parse.urlencode({"labelSelector": label_selector})
+        return list(self._request("GET", f"/api/v1/nodes?{query}").get("items", []))
+
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return dict(self._request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", patch,
                                   "application/merge-patch+json"))

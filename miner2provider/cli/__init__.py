@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from . import bundle, demo, fleet, rigs, schedule  # noqa: F401 - each registers its commands
+from . import bundle, dashboard, demo, fleet, rigs, schedule  # noqa: F401 - each registers its commands
 from .app import cli, entry, main
 
 __all__ = ["cli", "entry", "main"]

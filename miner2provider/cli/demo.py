@@ -16,9 +16,11 @@ from .app import Context, cli, main, pass_ctx
 
 
 @cli.command("demo")
+@click.option("--dashboard", "serve", is_flag=True,
+              help="After status, serve `m2p dashboard` over the demo rig on 127.0.0.1:8477 until Ctrl-C, then revert.")
 @pass_ctx
-def demo_command(ctx: Context) -> None:
-    """Try m2p without rigs: detect, plan, convert, status and revert on a SANDBOX rig.
+def demo_command(ctx: Context, serve: bool) -> None:
+    """Try m2p without rigs: detect, plan, convert, status, history and revert on a SANDBOX rig.
 
     Boots a HiveOS-layout sandbox rig here (systemd-nspawn; needs root and the packages
     scripts/install adds) and converts it with m2p's TEST bundle, whose k3s and NVIDIA
@@ -55,6 +57,10 @@ def demo_command(ctx: Context) -> None:
                  ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
                  ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
                  ("status", ["status", "-i", str(inv), *ssh], 0),
+                 ("history: the rig's report and ledger kept on this machine",
+                  ["history", "-i", str(inv), *ssh, "--db", str(work / "history.sqlite3")], 0),
+                 *([("dashboard: open http://127.0.0.1:8477/ in a browser; Ctrl-C goes on",
+                     ["dashboard", "-i", str(inv), *ssh, "--db", str(work / "history.sqlite3")], 0)] if serve else []),
                  ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"], 0)]
         for title, args, expected in steps:
             ctx.info(click.style(f"\n$ m2p {' '.join(args[:1])}   # {title}", fg="cyan", bold=True))
@@ -63,6 +69,8 @@ def demo_command(ctx: Context) -> None:
             if code != expected:  # the demo stops at the first step that went wrong, and says which
                 raise DemoFailed(f"the demo's step `m2p {args[0]}` ({title}) exited {code}, not {expected}; "
                                  "see its output above")
+        ctx.info(click.style("\nYour own fleet in a browser: m2p dashboard -i rigs.yml (http://127.0.0.1:8477/); "
+                             "m2p demo --dashboard serves this demo's rig before it reverts.", bold=True))
     finally:
         for r in rigs:
             sandbox.stop(r)

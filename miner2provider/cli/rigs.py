@@ -13,9 +13,11 @@ from miner2provider import values as checks
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.convert import fleet_role_vars
+from miner2provider.dashboard.collect import sweep
 from miner2provider.detect import detect, detect_local
 from miner2provider.errors import RigFailures, UsageError
 from miner2provider.history import DEFAULT_PATH, History
+from miner2provider.reports import report_json, status_row
 from miner2provider.ssh import SshOptions
 
 from . import render
@@ -99,7 +101,7 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
         reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
             f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
     if as_json:
-        render.echo_json([render.report_json(r) for r in reports])
+        render.echo_json([report_json(r) for r in reports])
     else:
         for report in reports:
             render.report(ctx, report)
@@ -160,7 +162,7 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
     """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
     time-share agent's mode, since when, next change and last error.  Changes nothing."""
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
-    rows = [render.status_row(r) for r in detect(hosts, ssh)]
+    rows = [status_row(r) for r in detect(hosts, ssh)]
     if as_json:
         render.echo_json(rows)
     else:
@@ -187,13 +189,10 @@ def history_command(inventory_file: str, limit: str | None, vault_password_file:
     DAYS days."""
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     now = time.time()
-    reports = detect(hosts, ssh)
     rows = []
     with History(db_path or DEFAULT_PATH) as history:
+        reports = sweep(history, hosts, ssh, now)
         for report in reports:
-            if report.ok and report.facts:
-                history.add_snapshot(report.name, now, render.report_json(report))
-                history.add_ledger(report.name, report.facts.agent_ledger, seen_at=now)
             rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),
                                            report.error or ""))
     if as_json:

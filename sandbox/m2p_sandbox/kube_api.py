@@ -245,6 +245,13 @@ class KubeApiStandin(Served):
                 items = [p for p in self.pods.values() if p["spec"].get("nodeName") == value]
                 return 200, {"kind": "PodList", "apiVersion": "v1",
                              "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
+            if method == "GET" and url.path == "/api/v1/nodes":
+                selector = urllib.parse.parse_qs(url.query).get("labelSelector", [""])[0]
+                if not selector or any(ch in selector for ch in "=!,() "):
+                    return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=<label key>")
+                items = [n for n in self.nodes.values() if selector in n["metadata"].get("labels", {})]
+                return 200, {"kind": "NodeList", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
             prefix = "/api/v1/nodes/"
             if url.path.startswith(prefix):
                 name = urllib.parse.unquote(url.path[len(prefix):])

@@ -77,3 +77,38 @@ def test_a_days_hours_never_exceed_the_day(changes, days, after):
     assert len(per_day) == days
     for _, totals in per_day:
         assert all(v >= 0 for v in totals.values()) and sum(totals.values()) <= DAY + 1e-6
+
+
+def test_the_latest_report_is_kept_and_history_once_a_day(tmp_path):
+    with History(tmp_path / "h.sqlite3") as h:
+        for n in range(5):  # five sweeps, five minutes apart
+            assert h.add_snapshot("rig01", T0 + 300 * n, {"sweep": n})
+        assert not h.add_snapshot("rig01", T0, {"sweep": "late"})  # an older read never wins
+        assert h.add_snapshot("rig01", T0 + DAY, {"sweep": "tomorrow"})
+        assert h.latest_snapshots() == {"rig01": (T0 + DAY, {"sweep": "tomorrow"})}
+        kept = h.db.execute("SELECT at FROM snapshots ORDER BY at").fetchall()
+    assert kept == [(T0,), (T0 + DAY,)]
+
+
+def test_all_ledgers_at_once_match_one_by_one():
+    with History(":memory:") as h:
+        for rig, offset in (("a", 0), ("b", 1800), ("c", 5 * DAY)):
+            h.add_ledger(rig, [Entry(T0 + offset + n * 3600, mode) for n, mode in
+                               enumerate(["mining", "leasing", "idle-mining", "leasing"])], seen_at=T0)
+        since, until = T0 + 2 * 3600 + 900, T0 + 4 * 3600
+        together = h.ledgers(since, until)
+        assert together == {rig: h.ledger(rig, since, until) for rig in ("a", "b")}  # c: nothing before until
+        assert [e.mode for e in together["a"]] == ["idle-mining", "leasing"]
+
+
+def test_a_first_version_database_moves_forward_with_its_latest_reports(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0] + "PRAGMA user_version = 1;")
+    db.execute("INSERT INTO rigs VALUES ('rig01', ?, ?)", (T0, T0 + 600))
+    db.executemany("INSERT INTO snapshots VALUES ('rig01', ?, ?)", [(T0, '{"n": 1}'), (T0 + 600, '{"n": 2}')])
+    db.commit()
+    db.close()
+    with History(path) as h:
+        assert h.version == len(MIGRATIONS)
+        assert h.latest_snapshots() == {"rig01": (T0 + 600, {"n": 2})} and h.nodes() == {}

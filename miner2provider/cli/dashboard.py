@@ -1,0 +1,114 @@
+"""``m2p dashboard``: the fleet's web page and JSON API (miner2provider.dashboard), served until Ctrl-C."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import click
+
+from miner2provider import economics as economics_file
+from miner2provider import textfiles
+from miner2provider import values as checks
+from miner2provider.agent.cluster import KubeClient
+from miner2provider.dashboard import cluster
+from miner2provider.dashboard.actions import Actions, Fleet
+from miner2provider.dashboard.collect import sweep
+from miner2provider.detect import RigReport
+from miner2provider.errors import UsageError
+from miner2provider.history import DEFAULT_PATH, History
+from miner2provider.inventory import Host
+from miner2provider.schedule.model import duration_seconds
+from miner2provider.ssh import SshOptions
+
+from . import render
+from .app import cli
+from .options import inventory_option, limit_option, load_inventory, ssh_options, vault_option
+
+MAX_TOKEN_FILE = 4 << 10
+
+
+def is_loopback(bind: str) -> bool:
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: str) -> str:
+    """The first line of the token file; at least 16 characters (it guards the fleet's actions)."""
+    raw = textfiles.read_bytes(path, "token file", UsageError, limit=MAX_TOKEN_FILE)
+    token = textfiles.decode(raw, "token file", path, UsageError).partition("\n")[0].strip()
+    if len(token) < 16:
+        raise UsageError("the token is shorter than 16 characters: write a long random one "
+                         "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')", where=f"{path}:1")
+    return token
+
+
+@cli.command("dashboard")
+@inventory_option()
+@limit_option
+@vault_option
+@ssh_options
+@click.option("--port", type=click.IntRange(1, 65535), default=8477, show_default=True)
+@click.option("--bind", default="127.0.0.1", show_default=True,
+              help="Address to serve on; any but loopback needs --token-file.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="A file whose first line is the token the page asks for (and API clients send as Bearer).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
+              help="The history database (default ~/.local/share/m2p/history.sqlite3).")
+@click.option("--economics", "economics_path", type=click.Path(dir_okay=False), default=None,
+              help="Prices and mining revenue for the earnings estimates (README: economics file).")
+@click.option("--interval", default="5m", show_default=True, metavar="DURATION",
+              help="How often the rigs are swept over SSH (90s, 5m, 1h); 0: once at start.")
+@click.option("--kube-api", "kube_api", default=None, metavar="URL",
+              help="Also read the agents' modes from this Kubernetes API (https://SERVER:6443) every --interval.")
+@click.option("--kube-token-file", type=click.Path(dir_okay=False), default=None,
+              help="A token that may list nodes (with --kube-api).")
+@click.option("--kube-ca", type=click.Path(dir_okay=False), default=None,
+              help="The API server's CA certificate (k3s keeps it as server/tls/server-ca.crt in its data dir).")
+def dashboard_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
+                      port: int, bind: str, token_file: str | None, db_path: str | None,
+                      economics_path: str | None, interval: str, kube_api: str | None, kube_token_file: str | None,
+                      kube_ca: str | None) -> None:
+    """Serve the fleet's page: each rig's mode, hours leased and mined, earnings, and actions (plan first,
+    then confirm).  Sweeps the rigs every --interval into the history database."""
+    import uvicorn
+
+    from miner2provider.dashboard.app import Settings, create_app  # web libraries load only here
+
+    if not is_loopback(bind) and not token_file:
+        raise UsageError(f"--bind {textfiles.shown(bind)} serves beyond this machine: give --token-file too")
+    interval_s = 0.0 if interval.strip() == "0" else duration_seconds(interval)
+    if interval_s is None or not (interval_s == 0 or 10 <= interval_s <= 86_400):
+        raise UsageError(f"--interval {textfiles.shown(interval)}: a duration from 10s to 1d (or 0)")
+    if kube_api is not None and not (checks.is_api_server(kube_api) and kube_token_file):
+        raise UsageError(f"--kube-api {textfiles.shown(kube_api)}: give https://HOST:PORT and --kube-token-file")
+    token = read_token(token_file) if token_file else None
+    econ = economics_file.load(economics_path) if economics_path else economics_file.NONE
+    hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+    db = Path(db_path) if db_path else DEFAULT_PATH
+    History(db).close()  # a bad or newer database is refused now, not in the page
+
+    def sweep_hosts(chosen: list[Host]) -> list[RigReport]:
+        with History(db) as history:
+            return sweep(history, chosen, ssh)
+
+    def redetect(rig: str) -> str:
+        (report,) = sweep_hosts([h for h in hosts if h.name == rig])
+        return f"{rig}: read" if report.ok else f"{rig}: {report.error}"
+
+    def sweep_api(chosen: list[Host]) -> int:
+        if kube_api is None or kube_token_file is None:
+            return 0
+        with History(db) as history:
+            return cluster.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
+
+    secrets = tuple(s for h in hosts for s in h.secrets().values())
+    actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
+    app = create_app(Settings(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token))
+    shown = f"[{bind}]" if ":" in bind else bind
+    render.echo(f"m2p dashboard: http://{shown}:{port}/ ({len(hosts)} rigs, history {db}); Ctrl-C stops it")
+    uvicorn.run(app, host=bind, port=port, log_level="warning")

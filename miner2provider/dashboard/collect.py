@@ -1,0 +1,34 @@
+"""Filling the history from the rigs: one sweep is the detect probe over SSH (one round trip per rig),
+its report kept as the rig's latest and its ledger lines merged without duplicates."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from miner2provider.detect import RigReport, detect
+from miner2provider.history import History
+from miner2provider.inventory import Host
+from miner2provider.reports import report_json, status_row
+from miner2provider.ssh import SshOptions
+
+
+def snapshot(report: RigReport) -> dict[str, Any]:
+    """What the history keeps of one report: ``m2p detect --json``'s row and ``m2p status --json``'s."""
+    return {**report_json(report), "status_row": status_row(report)}
+
+
+def sweep(history: History, hosts: list[Host], ssh: SshOptions, now: float | None = None) -> list[RigReport]:
+    """Read every rig once and store what it said; a rig that fails keeps its last report, marked failed
+    (``read_at``: when it last answered, up to which its ledger counts)."""
+    now = time.time() if now is None else now
+    reports = detect(hosts, ssh)
+    for report in reports:
+        if report.ok and report.facts:
+            history.add_snapshot(report.name, now, {**snapshot(report), "read_at": now})
+            history.add_ledger(report.name, report.facts.agent_ledger, seen_at=now)
+        else:
+            old = history.latest_snapshot(report.name) or {}
+            history.add_snapshot(report.name, now, {**old, "failure": report.failure, "error": report.error,
+                                                    "status": "failed"})
+    return reports

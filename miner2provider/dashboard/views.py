@@ -1,0 +1,172 @@
+"""What the dashboard shows, computed from the history and nothing else (no I/O): the fleet's rows,
+a rig's timeline, hours per day and estimated earnings.  The page and ``/api/`` serve these dicts.
+
+Hours come from the rigs' ledgers (agent/ledger.py).  A rig's last ledger line counts until the
+sweep that last read it, never until "now": a rig that went dark is not credited with hours nobody saw.
+Earnings are estimates: GPU-hours with a lease on the node x the lease price per GPU-hour, and
+GPU-hours mining (mining, idle-mining) x the mining revenue per GPU-day / 24, from the economics file.
+A lease is counted for all the rig's GPUs (the ledger names the lease, not its GPU count): an upper bound.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
+from miner2provider.attributes.database import load as card_database
+from miner2provider.attributes.database import slug_from_name
+from miner2provider.economics import Economics
+
+MINING_MODES = ("mining", "idle-mining")
+MODES = ("mining", "idle-mining", "leasing", "draining")
+DAY = 86_400.0
+IMPLICIT_GROUPS = {"all", "ungrouped"}  # Ansible's own: every rig is in one of them
+
+
+@dataclass(frozen=True)
+class RigInput:
+    """One rig as the history holds it."""
+
+    name: str
+    groups: tuple[str, ...]
+    seen_at: float | None  # the last sweep that read it; None: never read
+    snapshot: dict[str, Any] | None  # the latest detect report (reports.report_json plus "status_row")
+    ledger: tuple[Entry, ...]  # led by the line in force when the window opens
+    node: tuple[float, str, dict[str, Any]] | None = None  # what the Kubernetes API last said: (at, mode, status)
+
+
+def node_name(name: str, snapshot: dict[str, Any] | None) -> str:
+    """The rig's Kubernetes node: the name k3s runs it under (its hostname), else the rig's name."""
+    node = ((snapshot or {}).get("status_row") or {}).get("node")
+    return node if node and node != "-" else name
+
+
+def gpu_models(snapshot: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(Akash model name, card name) per NVIDIA GPU of the report."""
+    if not snapshot or not snapshot.get("facts"):
+        return []
+    cards = card_database()
+    out = []
+    for gpu in snapshot["facts"]["gpus"]["gpus"]:
+        card = cards.get(f"{gpu['vendor_id']}:{gpu['device_id']}")
+        out.append((card.slug if card else slug_from_name(gpu["name"]), gpu["name"]))
+    return out
+
+
+def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
+    """The rig's ledger as spans clipped to [since, until), the last ending when the rig was last read."""
+    end = min(until, rig.seen_at if rig.seen_at is not None else since)
+    out = []
+    for span in spans(rig.ledger, end):
+        start, stop = max(span.start, since), min(span.end, end)
+        if stop > start:
+            out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases))
+    return out
+
+
+def earnings(rig_span_list: Iterable[Span], models: list[str], economics: Economics) -> dict[str, Any]:
+    """GPU-hours leased (a lease on the node) and mined, and what they earned by the economics file."""
+    leased = mined = 0.0
+    for span in rig_span_list:
+        gpus = span.gpus or len(models)
+        if span.leases:
+            leased += span.seconds / 3600 * gpus
+        elif span.mode in MINING_MODES:
+            mined += span.seconds / 3600 * gpus
+    lease_prices = [economics.lease_price(m) for m in models]
+    mining_prices = [economics.mining_revenue(m) for m in models]
+    lease_price = _mean(lease_prices)
+    mining_per_hour = None if _mean(mining_prices) is None else _mean(mining_prices) / 24  # type: ignore[operator]
+    lease_value = None if lease_price is None else leased * lease_price
+    mining_value = None if mining_per_hour is None else mined * mining_per_hour
+    return {"currency": economics.currency, "gpu_hours_leased": round(leased, 2), "gpu_hours_mined": round(mined, 2),
+            "lease": _money(lease_value), "mining": _money(mining_value),
+            "total": None if lease_value is None or mining_value is None else _money(lease_value + mining_value)}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None) / len(values)
+
+
+def _money(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dict[str, Any]:
+    snap = rig.snapshot or {}
+    facts = snap.get("facts") or {}
+    status = snap.get("status_row") or {}
+    agent = status.get("agent") or {}
+    models = gpu_models(snap)
+    counted = Counter(name for _, name in models)
+    since = now - days * DAY
+    window = rig_spans(rig, since, now)
+    source = "ssh"
+    if rig.node is not None and (rig.seen_at is None or rig.node[0] > rig.seen_at):
+        # the API is fresher than the last sweep: the agent's own status, as it published it
+        agent, source = {**agent, **rig.node[2], "mode": rig.node[1]}, "api"
+    last = rig.ledger[-1] if rig.ledger else None
+    mode = agent.get("mode") or (last.mode if last else "") or ("no agent" if facts else "unknown")
+    return {
+        "rig": rig.name, "groups": [g for g in rig.groups if g not in IMPLICIT_GROUPS],
+        "seen_at": _iso(rig.seen_at), "reachable": bool(snap) and snap.get("failure") is None,
+        "error": snap.get("error") or "",
+        "mining_os": (facts.get("mining_os") or {}).get("label", ""),
+        "miner_control": (facts.get("mining_os") or {}).get("miner_control", ""),
+        "gpus": [{"model": name, "count": n} for name, n in counted.items()],
+        "gpu_count": len(models),
+        "amd_gpus": len(facts.get("amd_gpus") or []),
+        "readiness": snap.get("status", "unknown"),
+        "state": status.get("state", "unknown"), "drift": status.get("detail", ""),
+        "mode": mode, "mode_from": source, "since": agent.get("since") or (_iso(last.at) if last else ""),
+        "next_change": agent.get("next_change") or "",
+        "leases": [lease["pod"] for lease in agent.get("leases") or []],
+        "agent_error": agent.get("last_error", ""),
+        "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds_by_mode(window, since, now).items())},
+        "earnings": earnings(window, [m for m, _ in models], economics),
+    }
+
+
+def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7) -> dict[str, Any]:
+    rows = [fleet_row(r, economics, now, days) for r in rigs]
+    totals = [r["earnings"]["total"] for r in rows]
+    return {
+        "generated_at": _iso(now), "days": days, "currency": economics.currency,
+        "summary": {"rigs": len(rows), "gpus": sum(r["gpu_count"] for r in rows),
+                    "unreachable": sum(not r["reachable"] for r in rows),
+                    "modes": dict(sorted(Counter(r["mode"] for r in rows).items())),
+                    "leases": sum(len(r["leases"]) for r in rows),
+                    "earnings": None if any(t is None for t in totals) else round(sum(totals), 2)},
+        "groups": sorted({g for r in rows for g in r["groups"]}),
+        "rigs": rows,
+    }
+
+
+def timeline(rig: RigInput, economics: Economics, now: float, days: int) -> dict[str, Any]:
+    """A rig's modes over the last ``days`` days (UTC days): its spans and hours per day."""
+    today = datetime.fromtimestamp(now, UTC).date()
+    first = today - timedelta(days=days - 1)
+    start = datetime(first.year, first.month, first.day, tzinfo=UTC).timestamp()
+    window = rig_spans(rig, start, now)
+    per_day = []
+    for n in range(days):
+        lo = start + n * DAY
+        seconds = seconds_by_mode(window, lo, min(lo + DAY, now))
+        per_day.append({"date": (first + timedelta(days=n)).isoformat(),
+                        "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds.items())}})
+    models = [m for m, _ in gpu_models(rig.snapshot)]
+    return {"rig": rig.name, "days": days, "from": _iso(start), "to": _iso(now),
+            "spans": [{"mode": s.mode, "start": _iso(s.start), "end": _iso(s.end), "blind": s.blind,
+                       "leases": list(s.leases), "from_start_s": round(s.start - start), "seconds": round(s.seconds)}
+                      for s in window],
+            "per_day": per_day, "earnings": earnings(window, models, economics)}
+
+
+def _iso(at: float | None) -> str:
+    return "" if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")

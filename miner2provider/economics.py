@@ -1,0 +1,102 @@
+"""What a GPU-hour is worth leased and mined: the user's economics file (issue 16; issue 17 will feed
+measured figures into the same shape).
+
+    currency: USD
+    lease_price_per_gpu_hour:      # what a lease pays per GPU-hour, by Akash model name
+      default: 0.15
+      rtx3090: 0.22
+    mining_revenue_per_gpu_day:    # what mining earns per GPU-day after pool fees, before power
+      default: 0.40
+      rtx3090: 0.95
+
+Models are the names m2p's Akash labels use (``rtx3090``, ``cmp90hx``); ``default`` serves a model
+the file does not list.  A model with neither its own figure nor a default has no estimate: it is
+shown as unknown, never guessed.  Every mistake is an EconomicsError at its file:line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from miner2provider import textfiles
+from miner2provider.errors import EconomicsError
+
+PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day")
+KEYS = {"currency", *PRICES}
+MAX_PRICE = 1_000_000.0  # per GPU-hour or GPU-day: anything above is a typo, not a market
+
+
+@dataclass(frozen=True)
+class Economics:
+    source: str = ""
+    currency: str = "USD"
+    lease_per_gpu_hour: dict[str, float] = field(default_factory=dict)
+    mining_per_gpu_day: dict[str, float] = field(default_factory=dict)
+
+    def lease_price(self, model: str) -> float | None:
+        return self.lease_per_gpu_hour.get(model, self.lease_per_gpu_hour.get("default"))
+
+    def mining_revenue(self, model: str) -> float | None:
+        return self.mining_per_gpu_day.get(model, self.mining_per_gpu_day.get("default"))
+
+
+NONE = Economics()
+
+
+def load(path: str | Path) -> Economics:
+    return parse(textfiles.read_text(path, "economics file", EconomicsError), str(path))
+
+
+def parse(text: str, path: str = "<economics>") -> Economics:
+    root = textfiles.yaml_tree(text, path, EconomicsError)
+    if not isinstance(root, yaml.MappingNode):
+        raise EconomicsError(f"an economics file is a mapping with currency, {' and '.join(PRICES)}",
+                             where=f"{path}:1")
+    fields = _mapping(path, root, "economics", KEYS)
+    currency: object = "USD"
+    if "currency" in fields:
+        node, currency = fields["currency"]
+        if not isinstance(currency, str) or not currency.isalpha() or not 2 <= len(currency) <= 5:
+            raise EconomicsError(f"currency {textfiles.shown(currency)}: use a code such as USD or AKT",
+                                 where=_at(path, node))
+    prices: dict[str, dict[str, float]] = {}
+    for key in PRICES:
+        if key not in fields:
+            prices[key] = {}
+            continue
+        node, _ = fields[key]
+        if not isinstance(node, yaml.MappingNode):
+            raise EconomicsError(f"{key} is a mapping of model: price (and default: price)", where=_at(path, node))
+        prices[key] = {model: _price(path, key, model, value_node, value)
+                       for model, (value_node, value) in _mapping(path, node, key, None).items()}
+    return Economics(path, str(currency), prices[PRICES[0]], prices[PRICES[1]])
+
+
+def _at(path: str, node: yaml.Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+def _mapping(path: str, node: yaml.MappingNode, what: str,
+             allowed: set[str] | None) -> dict[str, tuple[yaml.Node, object]]:
+    out: dict[str, tuple[yaml.Node, object]] = {}
+    for key, value in node.value:
+        name = key.value if isinstance(key, yaml.ScalarNode) and key.tag.endswith(":str") else None
+        if name is None or (allowed is not None and name not in allowed):
+            known = f"; known: {', '.join(sorted(allowed))}" if allowed else " (a model name or default)"
+            raise EconomicsError(f"unknown {what} key {textfiles.shown(name)}{known}", where=_at(path, key))
+        if name in out:
+            raise EconomicsError(f"{name} is given twice", where=_at(path, key))
+        out[name] = (value, textfiles.construct(value, path, EconomicsError, name))
+    return out
+
+
+def _price(path: str, key: str, model: str, node: yaml.Node, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= MAX_PRICE:
+        raise EconomicsError(f"{key}.{model} is {textfiles.shown(value)}: a number from 0 to {MAX_PRICE:g}",
+                             where=_at(path, node))
+    return float(value)

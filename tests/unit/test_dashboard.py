@@ -1,0 +1,288 @@
+"""The dashboard without a browser: the economics file, earnings arithmetic (property tests: hours
+never exceed wall time), and the web app through Starlette's test client (API, CSRF, token, lease
+refusal, no secret in any response)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+from test_readiness import facts  # tests/unit is on sys.path (no package)
+
+from miner2provider import economics, inventory
+from miner2provider.agent.ledger import Entry
+from miner2provider.dashboard import views
+from miner2provider.dashboard.actions import Actions, Fleet
+from miner2provider.dashboard.app import Settings, create_app
+from miner2provider.dashboard.collect import snapshot
+from miner2provider.detect import RigReport
+from miner2provider.errors import EconomicsError
+from miner2provider.facts.cluster import AgentStatus, Lease
+from miner2provider.history import History
+from miner2provider.readiness import assess
+from miner2provider.ssh import SshOptions
+
+HOUR, DAY = 3600.0, 86_400.0
+ECON = economics.parse("currency: USD\nlease_price_per_gpu_hour:\n  default: 0.10\n  rtx3090: 0.25\n"
+                       "mining_revenue_per_gpu_day:\n  rtx3090: 1.20\n", "econ.yml")
+
+
+# -- the economics file -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, where, said", [
+    ("lease_price_per_gpu_hour:\n  rtx3090: -1\n", "e.yml:2", "a number from 0 to"),
+    ("lease_price_per_gpu_hour:\n  rtx3090: .nan\n", "e.yml:2", "a number from 0 to"),
+    ("lease_price_per_gpu_hour:\n  rtx3090: yes\n", "e.yml:2", "a number from 0 to"),
+    ("currency: USD\nlease_price: 1\n", "e.yml:2", "unknown economics key 'lease_price'"),
+    ("mining_revenue_per_gpu_day: 3\n", "e.yml:1", "is a mapping of model: price"),
+    ("lease_price_per_gpu_hour:\n  a: 1\n  a: 2\n", "e.yml:3", "a is given twice"),
+    ("currency: 12\n", "e.yml:1", "use a code such as USD"),
+    ("- 1\n", "e.yml:1", "an economics file is a mapping"),
+    ("currency: [\n", "e.yml:2", "YAML syntax error"),
+])
+def test_a_bad_economics_file_names_its_line(text, where, said):
+    with pytest.raises(EconomicsError) as caught:
+        economics.parse(text, "e.yml")
+    assert caught.value.where == where and said in caught.value.message
+
+
+def test_a_model_without_a_figure_falls_back_to_default_or_is_unknown():
+    assert ECON.lease_price("rtx3090") == 0.25 and ECON.lease_price("cmp90hx") == 0.10
+    assert ECON.mining_revenue("rtx3090") == 1.20 and ECON.mining_revenue("cmp90hx") is None
+
+
+# -- earnings and hours -------------------------------------------------------------------
+
+def rig(ledger, seen_at, name="rig01", snap=None):
+    return views.RigInput(name, ("farm",), seen_at, snap, tuple(ledger))
+
+
+def test_earnings_count_lease_hours_and_mining_hours_by_the_rigs_models():
+    t0 = 1_800_000_000.0
+    ledger = [Entry(t0, "idle-mining", gpus=2), Entry(t0 + 2 * HOUR, "leasing", gpus=2),
+              Entry(t0 + 3 * HOUR, "leasing", gpus=2, leases=("lease/a",)), Entry(t0 + 7 * HOUR, "mining", gpus=2)]
+    spans = views.rig_spans(rig(ledger, t0 + 9 * HOUR), t0, t0 + DAY)
+    e = views.earnings(spans, ["rtx3090", "rtx3090"], ECON)
+    # 4 h leased x 2 GPUs x 0.25; 4 h mining x 2 GPUs x 1.20 / 24; the hour offered but idle earns nothing
+    assert e == {"currency": "USD", "gpu_hours_leased": 8.0, "gpu_hours_mined": 8.0, "lease": 2.0, "mining": 0.4,
+                 "total": 2.4}
+    assert views.earnings(spans, ["cmp90hx", "cmp90hx"], ECON)["total"] is None  # no mining figure: unknown
+
+
+def test_a_rig_not_seen_since_earns_nothing_after_its_last_sweep():
+    t0 = 1_800_000_000.0
+    spans = views.rig_spans(rig([Entry(t0, "mining", gpus=1)], seen_at=t0 + HOUR), t0, t0 + 30 * DAY)
+    assert sum(s.seconds for s in spans) == HOUR
+
+
+CHANGES = st.lists(st.tuples(st.floats(0, 10 * DAY, allow_nan=False),
+                             st.sampled_from(views.MODES), st.booleans()), max_size=40)
+
+
+@settings(max_examples=80, deadline=None)
+@given(CHANGES, st.floats(0, 12 * DAY, allow_nan=False), st.floats(0, 12 * DAY, allow_nan=False),
+       st.integers(1, 8))
+def test_hours_never_exceed_wall_time(changes, seen, window_end, gpus):
+    t0 = 1_800_000_000.0
+    ledger = [Entry(t0 + at, mode, gpus=gpus, leases=("l/p",) if leased else ()) for at, mode, leased in sorted(changes)]
+    since, until = t0 + window_end / 3, t0 + window_end
+    spans = views.rig_spans(rig(ledger, t0 + seen), since, until)
+    wall = max(0.0, until - since)
+    assert sum(s.seconds for s in spans) <= wall + 1e-6
+    assert all(since <= s.start <= s.end <= until for s in spans)
+    e = views.earnings(spans, ["rtx3090"] * gpus, ECON)
+    assert 0 <= e["gpu_hours_leased"] + e["gpu_hours_mined"] <= wall / HOUR * gpus + 0.02
+    assert e["total"] is not None and e["total"] >= 0
+
+
+def test_a_timeline_splits_hours_at_utc_midnight():
+    now = 1_800_000_000.0 - 1_800_000_000.0 % DAY + 6 * HOUR  # 06:00 UTC
+    ledger = [Entry(now - 10 * HOUR, "mining", gpus=1), Entry(now - 2 * HOUR, "leasing", gpus=1, leases=("l/p",))]
+    line = views.timeline(rig(ledger, now), ECON, now, 2)
+    assert [d["hours"] for d in line["per_day"]] == [{"mining": 4.0}, {"mining": 4.0, "leasing": 2.0}]
+    assert [(s["mode"], s["seconds"]) for s in line["spans"]] == [("mining", 8 * HOUR), ("leasing", 2 * HOUR)]
+
+
+# -- the web app --------------------------------------------------------------------------
+
+INVENTORY = """all:
+  children:
+    farm_a:
+      hosts:
+        rig01: {ansible_host: 10.0.0.1, ansible_password: "pw-Sup3rSecret!"}
+        rig02: {ansible_host: 10.0.0.2, ansible_password: "pw-Sup3rSecret!"}
+"""
+
+
+def report(name, leases=()):
+    f = facts()
+    status = AgentStatus(True, "leasing" if leases else "idle-mining", "2026-11-24T05:00:00+00:00", "", "schedule",
+                         "", tuple(Lease(p, "2026-11-24T05:00:00+00:00") for p in leases))
+    f = dataclasses.replace(f, agent_status=status)
+    return RigReport(name, "10.0.0.1", f, assess(f))
+
+
+@pytest.fixture
+def world(tmp_path):
+    inv_file = tmp_path / "rigs.yml"
+    inv_file.write_text(INVENTORY)
+    hosts = inventory.load(inv_file).hosts
+    db = tmp_path / "h.sqlite3"
+    now = time.time()
+    with History(db) as h:
+        for r, leases in (("rig01", ()), ("rig02", ("lease/job",))):
+            h.add_snapshot(r, now, {**snapshot(report(r, leases)), "read_at": now})
+            h.add_ledger(r, [Entry(now - 5 * HOUR, "idle-mining", gpus=1),
+                             Entry(now - HOUR, "leasing", gpus=1, leases=leases)], seen_at=now)
+    redetected = []
+
+    def redetect(name):
+        redetected.append(name)
+        return f"{name}: read"
+
+    secrets = tuple(s for host in hosts for s in host.secrets().values())
+    actions = Actions(Fleet(str(inv_file), SshOptions(known_hosts=tmp_path / "kh"), None, secrets, redetect))
+
+    def make(token=None):
+        app = create_app(Settings(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, token))
+        return TestClient(app, base_url="http://127.0.0.1:8477")
+    return make, redetected
+
+
+def csrf_of(client):
+    page = client.get("/")
+    return page.text.split('name="csrf-token" content="')[1].split('"')[0]
+
+
+def wait_job(client, job_id):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        job = client.get(f"/api/jobs/{job_id}").json()
+        if job["state"] != "running":
+            return job
+        time.sleep(0.05)
+    raise AssertionError("the job did not end")
+
+
+def test_the_api_shows_the_fleet_and_the_page_the_same(world):
+    make, _ = world
+    with make() as client:
+        fleet = client.get("/api/rigs").json()
+        assert [(r["rig"], r["mode"], r["leases"]) for r in fleet["rigs"]] == [
+            ("rig01", "idle-mining", []), ("rig02", "leasing", ["lease/job"])]
+        assert fleet["summary"]["modes"] == {"idle-mining": 1, "leasing": 1} and fleet["groups"] == ["farm_a"]
+        assert client.get("/api/rigs?mode=leasing").json()["rigs"][0]["rig"] == "rig02"
+        page = client.get("/").text
+        assert 'data-rig="rig01" data-mode="idle-mining"' in page and "lease/job" in page
+        line = client.get("/api/rigs/rig02/timeline?days=7").json()
+        assert [s["mode"] for s in line["spans"]] == ["idle-mining", "leasing"]
+        assert client.get("/api/rigs/nobody").status_code == 404
+        assert "<svg" in client.get("/rigs/rig02?days=30").text
+
+
+def test_actions_plan_first_refuse_a_leased_rig_and_need_the_csrf_token(world):
+    make, redetected = world
+    with make() as client:
+        token = csrf_of(client)
+        bare = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"})
+        assert bare.status_code == 403 and "CSRF" in bare.json()["error"]
+        for kind in ("plan", "run"):
+            leased = client.post("/api/rigs/rig02/actions", json={"action": "convert", "kind": kind},
+                                 headers={"X-CSRF-Token": token})
+            assert leased.status_code == 409 and "runs a lease (lease/job)" in leased.json()["error"]
+        plan = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "plan"},
+                           headers={"X-CSRF-Token": token})
+        assert plan.status_code == 202 and redetected == []  # a plan changes nothing
+        assert wait_job(client, plan.json()["id"])["lines"] == ["plan: reads the rig over SSH (the detect probe); "
+                                                               "nothing on the rig changes"]
+        run = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"},
+                          headers={"X-CSRF-Token": token})
+        assert wait_job(client, run.json()["id"])["state"] == "done" and redetected == ["rig01"]
+
+
+def test_a_token_guards_everything_and_no_secret_reaches_a_response(world, tmp_path):
+    make, _ = world
+    token = "tok-" + "x" * 30
+    with make(token) as client:
+        assert client.get("/api/rigs").status_code == 401
+        assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+        login = client.get("/login")
+        csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
+        assert client.post("/login", data={"token": "wrong", "csrf": csrf}).status_code == 401
+        assert client.post("/login", data={"token": token, "csrf": "forged"}).status_code == 403
+        signed = client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
+        assert signed.status_code == 303 and token not in signed.headers["set-cookie"]
+        bodies = [client.get(path).text for path in ("/", "/api", "/api/rigs", "/api/rigs/rig01",
+                                                     "/api/rigs/rig01/timeline?days=30", "/rigs/rig01",
+                                                     "/api/economics")]
+        assert all(body for body in bodies)
+        for body in bodies:
+            assert "Sup3rSecret" not in body and token not in body
+    with make(token) as client:
+        assert client.get("/api/rigs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+# -- m2p dashboard's refusals (before it serves anything) ---------------------------------
+
+@pytest.mark.parametrize("extra, said", [
+    (["--bind", "0.0.0.0"], "--bind '0.0.0.0' serves beyond this machine: give --token-file too"),
+    (["--bind", "192.168.1.5", "--token-file", "{tmp}/short"], "{tmp}/short:1: the token is shorter than 16"),
+    (["--economics", "{tmp}/econ.yml"], "{tmp}/econ.yml:2: lease_price_per_gpu_hour.rtx3090 is -1"),
+    (["--interval", "3s"], "--interval '3s': a duration from 10s to 1d (or 0)"),
+])
+def test_the_dashboard_refuses_unsafe_or_bad_settings(tmp_path, capsys, extra, said):
+    from miner2provider.cli import main
+
+    (tmp_path / "rigs.yml").write_text(INVENTORY)
+    (tmp_path / "short").write_text("abc\n")
+    (tmp_path / "econ.yml").write_text("lease_price_per_gpu_hour:\n  rtx3090: -1\n")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    assert main(["dashboard", "-i", str(tmp_path / "rigs.yml"), "--db", str(tmp_path / "h.db"), *args]) == 2
+    err = capsys.readouterr().err
+    assert said.replace("{tmp}", str(tmp_path)) in err and len(err.strip().splitlines()) == 1, err
+
+
+# -- the Kubernetes API: one list of nodes, fresher than the last sweep --------------------
+
+def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
+    import json
+
+    from m2p_sandbox.kube_api import KubeApiStandin  # the STAND-IN API server, on loopback
+    from miner2provider.agent.cluster import ApiError, KubeClient
+    from miner2provider.dashboard import cluster
+
+    api = KubeApiStandin()
+    try:
+        api.admin_tokens.add(admin := "admin-" + "y" * 20)
+        api.add_node("rig01", "agent-token", labels={"m2p.io/mode": "draining"})
+        api.nodes["rig01"]["metadata"]["annotations"] = {"m2p.io/status": json.dumps(
+            {"mode": "draining", "since": "2026-11-24T06:00:00+00:00", "last_error": "API: slow",
+             "leases": [{"pod": "lease/late", "since": "2026-11-24T06:00:00+00:00"}]})}
+        api.add_node("not-m2p", "other-token")  # no m2p.io/mode label: not one of ours
+        (tmp_path / "admin").write_text(admin)
+        make, _ = world
+        with History(tmp_path / "h.sqlite3") as h:
+            assert cluster.collect(h, KubeClient(api.url, str(tmp_path / "admin")), now=time.time() + 60) == 1
+            assert set(h.nodes()) == {"rig01"}
+        with make() as client:
+            row = client.get("/api/rigs/rig01").json()
+        assert (row["mode"], row["mode_from"], row["leases"], row["agent_error"]) == (
+            "draining", "api", ["lease/late"], "API: slow")
+        (tmp_path / "admin").write_text("wrong")
+        with History(tmp_path / "h.sqlite3") as h, pytest.raises(ApiError, match="HTTP 401"):
+            cluster.collect(h, KubeClient(api.url, str(tmp_path / "admin")))
+    finally:
+        api.close()
+
+
+def test_node_states_skip_foreign_nodes_and_unreadable_annotations():
+    from miner2provider.dashboard.cluster import node_states
+
+    items = [{"metadata": {"name": "a", "labels": {"m2p.io/mode": "leasing"},
+                           "annotations": {"m2p.io/status": "{not json"}}},
+             {"metadata": {"name": "b", "labels": {}}}, {"metadata": {"labels": {"m2p.io/mode": "mining"}}}]
+    assert node_states(items) == {"a": ("leasing", {})}

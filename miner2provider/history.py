@@ -47,6 +47,12 @@ MIGRATIONS = (
     """
     CREATE TABLE nodes (node TEXT PRIMARY KEY, at REAL NOT NULL, mode TEXT NOT NULL, status TEXT NOT NULL);
     """,
+    # 4: each ledger line's end (the next line's time; NULL: still in force), kept at ingestion, so that
+    # the fleet page sums 1,000 rigs' month in one plain scan.
+    """
+    ALTER TABLE ledger ADD COLUMN until REAL;
+    UPDATE ledger SET until = (SELECT min(n.at) FROM ledger n WHERE n.rig = ledger.rig AND n.at > ledger.at);
+    """,
 )
 SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
 
@@ -123,8 +129,21 @@ class History:
         with self._transaction():
             self._seen(rig, seen_at)
             before = self.db.total_changes
-            self.db.executemany("INSERT OR IGNORE INTO ledger VALUES (?, ?, ?, ?, ?, ?)", rows)
-            return self.db.total_changes - before
+            self.db.executemany("INSERT OR IGNORE INTO ledger (rig, at, mode, blind, gpus, leases) "
+                                "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            added = self.db.total_changes - before
+            if added:
+                self._link(rig, min(row[1] for row in rows))
+            return added
+
+    def _link(self, rig: str, earliest: float) -> None:
+        """Set ``until`` of the rig's lines from the one before ``earliest`` on: each ends at the next."""
+        start = self.db.execute("SELECT max(at) FROM ledger WHERE rig = ? AND at < ?", (rig, earliest)).fetchone()[0]
+        keys = list(self.db.execute(f"SELECT at, mode, blind, leases FROM ledger WHERE rig = ? AND at >= ? {ORDER}",
+                                    (rig, earliest if start is None else start)))
+        ends = [following[0] for following in keys[1:]] + [None]
+        self.db.executemany("UPDATE ledger SET until = ? WHERE rig = ? AND at = ? AND mode = ? AND blind = ? "
+                            "AND leases = ?", [(end, rig, *key) for end, key in zip(ends, keys, strict=True)])
 
     def add_snapshot(self, rig: str, at: float, report: dict[str, Any]) -> bool:
         """Store one detect report of a rig (``reports.report_json``) as its latest; it is also kept in
@@ -168,26 +187,25 @@ class History:
         """Every rig's latest report and when it was read."""
         return {rig: (at, json.loads(report)) for rig, at, report in self.db.execute("SELECT * FROM latest")}
 
-    def ledgers(self, since: float, until: float) -> dict[str, list[Entry]]:
-        """``ledger`` for every rig at once (one query: the fleet page's 1,000 rigs)."""
-        out: dict[str, list[Entry]] = {}
-        rows = self.db.execute(
-            "SELECT rig, at, mode, blind, gpus, leases FROM ledger WHERE at >= ? AND at < ? UNION ALL "
-            "SELECT l.rig, l.at, l.mode, l.blind, l.gpus, l.leases FROM ledger l JOIN (SELECT rig, max(at) AS at "
-            "FROM ledger WHERE at < ? GROUP BY rig) b ON l.rig = b.rig AND l.at = b.at ORDER BY 1, 2",
-            (since, until, since))
-        for rig, *entry in rows:
-            out.setdefault(rig, []).append(_entry(tuple(entry)))
-        return out
-
     def ledger(self, rig: str, since: float, until: float) -> list[Entry]:
         """The lines within [since, until), led by the last one before ``since`` (the mode the window
         opens in)."""
-        rows = list(self.db.execute("SELECT at, mode, blind, gpus, leases FROM ledger WHERE rig = ? AND at >= ? "
-                                    "AND at < ? ORDER BY at", (rig, since, until)))
-        before = self.db.execute("SELECT at, mode, blind, gpus, leases FROM ledger WHERE rig = ? AND at < ? "
-                                 "ORDER BY at DESC LIMIT 1", (rig, since)).fetchone()
+        rows = list(self.db.execute(f"SELECT {LINE} FROM ledger WHERE rig = ? AND at >= ? AND at < ? {ORDER}",
+                                    (rig, since, until)))
+        before = self.db.execute(f"SELECT {LINE} FROM ledger WHERE rig = ? AND at < ? ORDER BY at DESC, mode DESC, "
+                                 "blind DESC, leases DESC LIMIT 1", (rig, since)).fetchone()
         return [_entry(row) for row in ([before] if before else []) + rows]
+
+    def windows(self, since: float, until: float) -> dict[str, Window]:
+        """Every rig's ``Window`` over [since, until)."""
+        closed: dict[str, list[tuple[str, bool, int, float]]] = {}
+        last: dict[str, Entry] = {}
+        for rig, mode, leased, gpus, value, leases in self.db.execute(WINDOW_SQL, {"since": since, "until": until}):
+            if leases is None:
+                closed.setdefault(rig, []).append((mode, bool(leased), gpus, value))
+            else:
+                last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)))
+        return {rig: Window(tuple(closed.get(rig, ())), last.get(rig)) for rig in {*closed, *last}}
 
     def seconds_per_day(self, rig: str, days: int, now: float,
                         tz: tzinfo = UTC) -> list[tuple[date, dict[str, float]]]:
@@ -204,6 +222,25 @@ class History:
             hi = min(datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz).timestamp(), now)
             out.append((day, seconds_by_mode(all_spans, lo, hi)))
         return out
+
+
+WINDOW_SQL = """
+SELECT rig, mode, leases != '[]', gpus, sum(min(until, :until) - max(at, :since)), NULL FROM ledger
+    WHERE until > :since AND at < :until GROUP BY rig, mode, leases != '[]', gpus
+UNION ALL
+SELECT rig, mode, leases != '[]', gpus, at, leases FROM ledger WHERE until IS NULL AND at < :until
+"""
+LINE = "at, mode, blind, gpus, leases"
+ORDER = "ORDER BY at, mode, blind, leases"  # the primary key's order: lines at one instant in a fixed order
+
+
+@dataclass(frozen=True)
+class Window:
+    """A rig's ledger summed over a window in SQL (the fleet page's 1,000 rigs x 30 days): seconds per
+    (mode, a lease on the node, GPU count) of the spans that ended, and the line still in force."""
+
+    closed: tuple[tuple[str, bool, int, float], ...]
+    last: Entry | None
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:

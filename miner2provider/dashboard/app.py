@@ -9,8 +9,10 @@ Nothing from the inventory's secrets is ever put in a response: the history hold
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -30,7 +32,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from miner2provider.economics import Economics
-from miner2provider.history import History
+from miner2provider.history import History, Window
 from miner2provider.inventory import Host
 
 from . import views
@@ -89,9 +91,10 @@ def create_app(settings: Settings) -> Starlette:
     def rig_inputs(days: int, now: float) -> list[views.RigInput]:
         with History(settings.db) as history:
             latest = history.latest_snapshots()
-            ledgers = history.ledgers(now - days * views.DAY, now)
+            windows = history.windows(now - days * views.DAY, now)
             nodes = history.nodes()
-        return [_input(h, latest[h.name][1] if h.name in latest else None, ledgers.get(h.name, []), nodes)
+        return [dataclasses.replace(_input(h, latest[h.name][1] if h.name in latest else None, [], nodes),
+                                    window=windows.get(h.name, Window((), None)))
                 for h in settings.hosts]
 
     def one(name: str, days: int, now: float) -> views.RigInput | None:
@@ -100,7 +103,8 @@ def create_app(settings: Settings) -> Starlette:
             return None
         with History(settings.db) as history:
             start = now - (days + 1) * views.DAY  # timelines start at a UTC midnight, up to a day earlier
-            return _input(host, history.latest_snapshot(name), history.ledger(name, start, now), history.nodes())
+            # every line from start on: a line after now (a rig's clock ahead) still ends the one before
+            return _input(host, history.latest_snapshot(name), history.ledger(name, start, math.inf), history.nodes())
 
     def fleet_view(request: Request) -> dict[str, Any]:
         days = _days(request)

@@ -20,6 +20,7 @@ from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.attributes.database import load as card_database
 from miner2provider.attributes.database import slug_from_name
 from miner2provider.economics import Economics
+from miner2provider.history import Window
 
 MINING_MODES = ("mining", "idle-mining")
 MODES = ("mining", "idle-mining", "leasing", "draining")
@@ -37,6 +38,46 @@ class RigInput:
     snapshot: dict[str, Any] | None  # the latest detect report (reports.report_json plus "status_row")
     ledger: tuple[Entry, ...]  # led by the line in force when the window opens
     node: tuple[float, str, dict[str, Any]] | None = None  # what the Kubernetes API last said: (at, mode, status)
+    window: Window | None = None  # the fleet page's: the ledger summed in SQL instead of ``ledger``
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What a rig did over a window: seconds per mode, and GPU-seconds with a lease and mining."""
+
+    seconds: dict[str, float]
+    gpu_seconds_leased: float = 0.0
+    gpu_seconds_mined: float = 0.0
+
+
+def _totals(pieces: Iterable[tuple[str, bool, int, float]], gpu_count: int) -> Totals:
+    """From (mode, a lease on the node, GPUs the line named, seconds) pieces."""
+    seconds: dict[str, float] = {}
+    leased = mined = 0.0
+    for mode, with_lease, gpus, length in pieces:
+        if length <= 0:
+            continue
+        seconds[mode] = seconds.get(mode, 0.0) + length
+        if with_lease:
+            leased += length * (gpus or gpu_count)
+        elif mode in MINING_MODES:
+            mined += length * (gpus or gpu_count)
+    return Totals(seconds, leased, mined)
+
+
+def span_totals(window_spans: Iterable[Span], gpu_count: int) -> Totals:
+    return _totals(((s.mode, bool(s.leases), s.gpus, s.seconds) for s in window_spans), gpu_count)
+
+
+def window_totals(window: Window, seen_at: float | None, since: float, until: float, gpu_count: int) -> Totals:
+    """The same as span_totals over rig_spans, from the SQL sums: the line in force counts up to the
+    rig's last read."""
+    pieces = list(window.closed)
+    last = window.last
+    if last is not None:
+        end = min(until, seen_at if seen_at is not None else since)
+        pieces.append((last.mode, bool(last.leases), last.gpus, end - max(last.at, since)))
+    return _totals(pieces, gpu_count)
 
 
 def node_name(name: str, snapshot: dict[str, Any] | None) -> str:
@@ -58,31 +99,26 @@ def gpu_models(snapshot: dict[str, Any] | None) -> list[tuple[str, str]]:
 
 
 def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
-    """The rig's ledger as spans clipped to [since, until), the last ending when the rig was last read."""
-    end = min(until, rig.seen_at if rig.seen_at is not None else since)
+    """The rig's ledger as spans clipped to [since, until); the last, still in force, ends when the rig
+    was last read (a span between two lines the rig reported counts whole, whatever the clocks say)."""
+    seen = rig.seen_at if rig.seen_at is not None else since
+    listed = spans(rig.ledger, until)
     out = []
-    for span in spans(rig.ledger, end):
-        start, stop = max(span.start, since), min(span.end, end)
+    for n, span in enumerate(listed):
+        start = max(span.start, since)
+        stop = min(span.end, until) if n < len(listed) - 1 else min(until, seen)
         if stop > start:
             out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases))
     return out
 
 
-def earnings(rig_span_list: Iterable[Span], models: list[str], economics: Economics) -> dict[str, Any]:
+def earnings(totals: Totals, models: list[str], economics: Economics) -> dict[str, Any]:
     """GPU-hours leased (a lease on the node) and mined, and what they earned by the economics file."""
-    leased = mined = 0.0
-    for span in rig_span_list:
-        gpus = span.gpus or len(models)
-        if span.leases:
-            leased += span.seconds / 3600 * gpus
-        elif span.mode in MINING_MODES:
-            mined += span.seconds / 3600 * gpus
-    lease_prices = [economics.lease_price(m) for m in models]
-    mining_prices = [economics.mining_revenue(m) for m in models]
-    lease_price = _mean(lease_prices)
-    mining_per_hour = None if _mean(mining_prices) is None else _mean(mining_prices) / 24  # type: ignore[operator]
+    leased, mined = totals.gpu_seconds_leased / 3600, totals.gpu_seconds_mined / 3600
+    lease_price = _mean([economics.lease_price(m) for m in models])
+    mining_per_day = _mean([economics.mining_revenue(m) for m in models])
     lease_value = None if lease_price is None else leased * lease_price
-    mining_value = None if mining_per_hour is None else mined * mining_per_hour
+    mining_value = None if mining_per_day is None else mined * mining_per_day / 24
     return {"currency": economics.currency, "gpu_hours_leased": round(leased, 2), "gpu_hours_mined": round(mined, 2),
             "lease": _money(lease_value), "mining": _money(mining_value),
             "total": None if lease_value is None or mining_value is None else _money(lease_value + mining_value)}
@@ -106,12 +142,14 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
     models = gpu_models(snap)
     counted = Counter(name for _, name in models)
     since = now - days * DAY
-    window = rig_spans(rig, since, now)
+    if rig.window is not None:
+        totals, last = window_totals(rig.window, rig.seen_at, since, now, len(models)), rig.window.last
+    else:
+        totals, last = span_totals(rig_spans(rig, since, now), len(models)), (rig.ledger[-1] if rig.ledger else None)
     source = "ssh"
     if rig.node is not None and (rig.seen_at is None or rig.node[0] > rig.seen_at):
         # the API is fresher than the last sweep: the agent's own status, as it published it
         agent, source = {**agent, **rig.node[2], "mode": rig.node[1]}, "api"
-    last = rig.ledger[-1] if rig.ledger else None
     mode = agent.get("mode") or (last.mode if last else "") or ("no agent" if facts else "unknown")
     return {
         "rig": rig.name, "groups": [g for g in rig.groups if g not in IMPLICIT_GROUPS],
@@ -128,8 +166,8 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "next_change": agent.get("next_change") or "",
         "leases": [lease["pod"] for lease in agent.get("leases") or []],
         "agent_error": agent.get("last_error", ""),
-        "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds_by_mode(window, since, now).items())},
-        "earnings": earnings(window, [m for m, _ in models], economics),
+        "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
+        "earnings": earnings(totals, [m for m, _ in models], economics),
     }
 
 
@@ -165,7 +203,7 @@ def timeline(rig: RigInput, economics: Economics, now: float, days: int) -> dict
             "spans": [{"mode": s.mode, "start": _iso(s.start), "end": _iso(s.end), "blind": s.blind,
                        "leases": list(s.leases), "from_start_s": round(s.start - start), "seconds": round(s.seconds)}
                       for s in window],
-            "per_day": per_day, "earnings": earnings(window, models, economics)}
+            "per_day": per_day, "earnings": earnings(span_totals(window, len(models)), models, economics)}
 
 
 def _iso(at: float | None) -> str:

@@ -5,6 +5,7 @@ refusal, no secret in any response)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import pytest
@@ -66,11 +67,11 @@ def test_earnings_count_lease_hours_and_mining_hours_by_the_rigs_models():
     ledger = [Entry(t0, "idle-mining", gpus=2), Entry(t0 + 2 * HOUR, "leasing", gpus=2),
               Entry(t0 + 3 * HOUR, "leasing", gpus=2, leases=("lease/a",)), Entry(t0 + 7 * HOUR, "mining", gpus=2)]
     spans = views.rig_spans(rig(ledger, t0 + 9 * HOUR), t0, t0 + DAY)
-    e = views.earnings(spans, ["rtx3090", "rtx3090"], ECON)
+    e = views.earnings(views.span_totals(spans, 2), ["rtx3090", "rtx3090"], ECON)
     # 4 h leased x 2 GPUs x 0.25; 4 h mining x 2 GPUs x 1.20 / 24; the hour offered but idle earns nothing
     assert e == {"currency": "USD", "gpu_hours_leased": 8.0, "gpu_hours_mined": 8.0, "lease": 2.0, "mining": 0.4,
                  "total": 2.4}
-    assert views.earnings(spans, ["cmp90hx", "cmp90hx"], ECON)["total"] is None  # no mining figure: unknown
+    assert views.earnings(views.span_totals(spans, 2), ["cmp90hx", "cmp90hx"], ECON)["total"] is None  # no mining figure: unknown
 
 
 def test_a_rig_not_seen_since_earns_nothing_after_its_last_sweep():
@@ -83,18 +84,26 @@ CHANGES = st.lists(st.tuples(st.floats(0, 10 * DAY, allow_nan=False),
                              st.sampled_from(views.MODES), st.booleans()), max_size=40)
 
 
+T0 = 1_800_000_000.0
+WORLDS = st.tuples(CHANGES, st.floats(0, 12 * DAY, allow_nan=False), st.floats(0, 12 * DAY, allow_nan=False))
+
+
+def world_of(drawn, gpus):
+    """(ledger, the last read, since, until) from drawn changes, read time and window end."""
+    changes, seen, window_end = drawn
+    ledger = [Entry(T0 + at, mode, gpus=gpus, leases=("l/p",) if leased else ()) for at, mode, leased in sorted(changes)]
+    return ledger, T0 + seen, T0 + window_end / 3, T0 + window_end
+
+
 @settings(max_examples=80, deadline=None)
-@given(CHANGES, st.floats(0, 12 * DAY, allow_nan=False), st.floats(0, 12 * DAY, allow_nan=False),
-       st.integers(1, 8))
-def test_hours_never_exceed_wall_time(changes, seen, window_end, gpus):
-    t0 = 1_800_000_000.0
-    ledger = [Entry(t0 + at, mode, gpus=gpus, leases=("l/p",) if leased else ()) for at, mode, leased in sorted(changes)]
-    since, until = t0 + window_end / 3, t0 + window_end
-    spans = views.rig_spans(rig(ledger, t0 + seen), since, until)
+@given(WORLDS, st.integers(1, 8))
+def test_hours_never_exceed_wall_time(drawn, gpus):
+    ledger, seen, since, until = world_of(drawn, gpus)
+    spans = views.rig_spans(rig(ledger, seen), since, until)
     wall = max(0.0, until - since)
     assert sum(s.seconds for s in spans) <= wall + 1e-6
     assert all(since <= s.start <= s.end <= until for s in spans)
-    e = views.earnings(spans, ["rtx3090"] * gpus, ECON)
+    e = views.earnings(views.span_totals(spans, gpus), ["rtx3090"] * gpus, ECON)
     assert 0 <= e["gpu_hours_leased"] + e["gpu_hours_mined"] <= wall / HOUR * gpus + 0.02
     assert e["total"] is not None and e["total"] >= 0
 
@@ -286,3 +295,20 @@ def test_node_states_skip_foreign_nodes_and_unreadable_annotations():
                            "annotations": {"m2p.io/status": "{not json"}}},
              {"metadata": {"name": "b", "labels": {}}}, {"metadata": {"labels": {"m2p.io/mode": "mining"}}}]
     assert node_states(items) == {"a": ("leasing", {})}
+
+
+@settings(max_examples=60, deadline=None)
+@given(WORLDS, st.integers(0, 4))
+def test_the_fleet_pages_sql_sums_equal_the_spans(drawn, gpus):
+    ledger, seen, since, until = world_of(drawn, gpus)
+    with History(":memory:") as h:
+        h.add_ledger("rig01", ledger, seen_at=T0)
+        window = h.windows(since, until).get("rig01", views.Window((), None))
+        kept = h.ledger("rig01", since, math.inf)  # as the rig page reads it (duplicates stored once)
+    by_spans = views.span_totals(views.rig_spans(rig(kept, seen), since, until), 3)
+    by_sql = views.window_totals(window, seen, since, until, 3)
+    assert by_sql.seconds.keys() == by_spans.seconds.keys()
+    for mode, value in by_spans.seconds.items():
+        assert by_sql.seconds[mode] == pytest.approx(value, abs=1e-3)
+    assert by_sql.gpu_seconds_leased == pytest.approx(by_spans.gpu_seconds_leased, abs=1e-3)
+    assert by_sql.gpu_seconds_mined == pytest.approx(by_spans.gpu_seconds_mined, abs=1e-3)

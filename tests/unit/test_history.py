@@ -90,17 +90,6 @@ def test_the_latest_report_is_kept_and_history_once_a_day(tmp_path):
     assert kept == [(T0,), (T0 + DAY,)]
 
 
-def test_all_ledgers_at_once_match_one_by_one():
-    with History(":memory:") as h:
-        for rig, offset in (("a", 0), ("b", 1800), ("c", 5 * DAY)):
-            h.add_ledger(rig, [Entry(T0 + offset + n * 3600, mode) for n, mode in
-                               enumerate(["mining", "leasing", "idle-mining", "leasing"])], seen_at=T0)
-        since, until = T0 + 2 * 3600 + 900, T0 + 4 * 3600
-        together = h.ledgers(since, until)
-        assert together == {rig: h.ledger(rig, since, until) for rig in ("a", "b")}  # c: nothing before until
-        assert [e.mode for e in together["a"]] == ["idle-mining", "leasing"]
-
-
 def test_a_first_version_database_moves_forward_with_its_latest_reports(tmp_path):
     path = tmp_path / "h.sqlite3"
     db = sqlite3.connect(path)

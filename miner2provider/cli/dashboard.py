@@ -108,7 +108,9 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
 
     secrets = tuple(s for h in hosts for s in h.secrets().values())
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
-    app = create_app(Settings(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token))
+    app = create_app(Settings(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
+                                hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
+                                if is_loopback(bind) else None))
     shown = f"[{bind}]" if ":" in bind else bind
     render.echo(f"m2p dashboard: http://{shown}:{port}/ ({len(hosts)} rigs, history {db}); Ctrl-C stops it")
     uvicorn.run(app, host=bind, port=port, log_level="warning")

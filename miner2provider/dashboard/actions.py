@@ -1,10 +1,12 @@
-"""Actions the page starts on a rig: the CLI's own pipeline, plan first, then the run once confirmed.
+"""Actions the page starts on a rig or a selection: the CLI's own pipeline, plan first, then the run once
+confirmed.
 
-Each action runs as ``python -m miner2provider COMMAND -i INVENTORY --limit RIG ...`` (convert, revert,
-schedule apply: exactly what a user types) or in-process (re-detect: one sweep of that rig).  Its output
-is kept line by line, secrets of the inventory replaced, for the page to poll.  At most one action per
-rig at a time; a changing action (and its plan) is refused on a rig whose last report shows a lease (the CLI's lease
-guard refuses it again on the rig itself, from the rig's own word).
+Each action runs as ``python -m miner2provider COMMAND -i INVENTORY --limit RIGS ...`` (convert, revert,
+schedule apply: exactly what a user types; a selection is one run, in the CLI's own batches) or
+in-process (re-detect: one sweep of each rig).  Its output is kept line by line, secrets of the
+inventory replaced, for the page to poll.  At most one action per rig at a time; a changing action
+(and its plan) is refused while a selected rig's last report shows a lease (the CLI's lease guard
+refuses it again on the rig itself, from the rig's own word).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Refused(M2PError):
 @dataclass
 class Job:
     id: str
-    rig: str
+    rigs: tuple[str, ...]
     action: str
     kind: str  # plan | run
     state: str = "running"  # running | done | failed
@@ -53,7 +55,7 @@ class Job:
     ended: float | None = None
 
     def view(self, since: int = 0) -> dict[str, Any]:
-        return {"id": self.id, "rig": self.rig, "action": self.action, "kind": self.kind, "state": self.state,
+        return {"id": self.id, "rigs": list(self.rigs), "action": self.action, "kind": self.kind, "state": self.state,
                 "exit_code": self.exit_code, "lines": self.lines[since:], "line_count": len(self.lines)}
 
 
@@ -68,8 +70,8 @@ class Fleet:
     redetect: Callable[[str], str]  # re-read one rig into the history; returns a line to show
 
 
-def cli_options(fleet: Fleet, rig: str) -> list[str]:
-    out = ["-i", fleet.inventory_file, "--limit", rig, "--known-hosts", str(fleet.ssh.known_hosts),
+def cli_options(fleet: Fleet, rigs: tuple[str, ...]) -> list[str]:
+    out = ["-i", fleet.inventory_file, "--limit", ",".join(rigs), "--known-hosts", str(fleet.ssh.known_hosts),
            "--connect-timeout", str(fleet.ssh.connect_timeout), "--command-timeout", str(fleet.ssh.command_timeout)]
     if fleet.ssh.accept_new:
         out.append("--accept-new")
@@ -85,19 +87,26 @@ class Actions:
         self._busy: dict[str, str] = {}  # rig -> the id of its running job
         self._lock = threading.Lock()
 
-    def start(self, rig: str, action: str, kind: str, leases: list[str]) -> Job:
+    def start(self, leases: dict[str, list[str]], action: str, kind: str) -> Job:
+        """One job for the rigs (``leases``: each rig's running leases as last reported); the CLI runs
+        them together (``--limit a,b``: its batches, its lease guard)."""
         if action not in ACTIONS:
             raise Refused(f"unknown action {action!r}; known: {', '.join(ACTIONS)}")
-        if action in CHANGING and leases:  # no plan either: nothing it shows could run
-            raise Refused(f"{rig} runs a lease ({', '.join(leases)}): no {action} until it ends")
+        if not leases:
+            raise Refused("no rig selected")
+        leased = [f"{rig} ({', '.join(held)})" for rig, held in leases.items() if held]
+        if action in CHANGING and leased:  # no plan either: nothing it shows could run
+            runs = "runs a lease" if len(leased) == 1 else "run leases"
+            raise Refused(f"{', '.join(leased)} {runs}: no {action} until it ends; leave it out of the selection")
+        rigs = tuple(leases)
         with self._lock:
-            if rig in self._busy:
-                running = self.jobs[self._busy[rig]]
-                raise Refused(f"{rig} is busy: {running.action} ({running.kind}) is running")
-            job = Job(uuid.uuid4().hex[:12], rig, action, kind)
+            busy = [f"{rig} ({self.jobs[self._busy[rig]].action})" for rig in rigs if rig in self._busy]
+            if busy:
+                raise Refused(f"busy with another action: {', '.join(busy)}")
+            job = Job(uuid.uuid4().hex[:12], rigs, action, kind)
             self.jobs[job.id] = job
-            self._busy[rig] = job.id
-        threading.Thread(target=self._run, args=(job,), name=f"m2p-{action}-{rig}", daemon=True).start()
+            self._busy.update(dict.fromkeys(rigs, job.id))
+        threading.Thread(target=self._run, args=(job,), name=f"m2p-{action}", daemon=True).start()
         return job
 
     def _run(self, job: Job) -> None:
@@ -107,7 +116,8 @@ class Actions:
                 self._say(job, f"plan: {what}")
                 code = self._subprocess(job, plan_argv) if plan_argv else 0
             elif job.action == "detect":
-                self._say(job, self.fleet.redetect(job.rig))
+                for rig in job.rigs:
+                    self._say(job, self.fleet.redetect(rig))
                 code = 0
             else:
                 code = self._subprocess(job, run_argv)
@@ -119,11 +129,12 @@ class Actions:
         job.state = "done" if code == 0 or (job.kind == "plan" and code == 1) else "failed"
         job.ended = time.time()
         with self._lock:
-            self._busy.pop(job.rig, None)
+            for rig in job.rigs:
+                self._busy.pop(rig, None)
 
     def _subprocess(self, job: Job, argv: list[str]) -> int:
-        command = [sys.executable, "-m", "miner2provider", *argv, *cli_options(self.fleet, job.rig)]
-        self._say(job, "$ m2p " + " ".join([*argv, "-i", self.fleet.inventory_file, "--limit", job.rig]))
+        command = [sys.executable, "-m", "miner2provider", *argv, *cli_options(self.fleet, job.rigs)]
+        self._say(job, "$ m2p " + " ".join([*argv, "-i", self.fleet.inventory_file, "--limit", ",".join(job.rigs)]))
         with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, errors="replace", env=_plain_env()) as proc:
             assert proc.stdout is not None

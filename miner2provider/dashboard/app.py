@@ -49,6 +49,7 @@ API_DOC = {
     "GET /api/rigs/{rig}/timeline?days=7|30": "the rig's modes as spans, hours per UTC day, earnings",
     "POST /api/rigs/{rig}/actions {action, kind}": f"action: {', '.join(ACTIONS)}; kind: plan (first) or run; "
                                                    "X-CSRF-Token header; answers the job",
+    "POST /api/actions {rigs, action, kind}": "the same for a selection of rigs: one job (--limit a,b,...)",
     "GET /api/jobs/{id}?since=N": "an action's state, exit code and output lines from line N",
     "GET /api/economics": "the prices earnings are estimated with",
 }
@@ -64,6 +65,10 @@ class Settings:
     sweep_api: Callable[[list[Host]], object]  # reads the farm's Kubernetes API into it (or nothing)
     interval_s: float  # 0: no sweeps in the background
     token: str | None
+    # The names the page may be asked for under (the Host header): on loopback only loopback names, so
+    # a web page elsewhere cannot reach it by pointing its own DNS name at 127.0.0.1 (DNS rebinding).
+    # None: any (a --bind beyond loopback, which needs the token anyway).
+    hosts_allowed: frozenset[str] | None = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -136,25 +141,35 @@ def create_app(settings: Settings) -> Starlette:
             return _not_found(request.path_params["rig"])
         return JSONResponse(views.timeline(rig, settings.economics, now, days))
 
-    async def api_action(request: Request) -> Response:
-        name = request.path_params["rig"]
-        now = time.time()
-        rig = one(name, 1, now)
-        if rig is None:
-            return _not_found(name)
+    async def start_action(names: list[str], body: Any) -> Response:
         try:
-            body = await request.json()
             action, kind = str(body.get("action", "")), str(body.get("kind", "plan"))
-        except (ValueError, AttributeError):
+        except AttributeError:
             return JSONResponse({"error": "send JSON: {\"action\": ..., \"kind\": \"plan\" | \"run\"}"}, 400)
         if kind not in {"plan", "run"}:
             return JSONResponse({"error": f"kind {kind!r}: plan or run"}, 400)
-        leases = views.fleet_row(rig, settings.economics, now, 1)["leases"]
+        now = time.time()
+        leases = {}
+        for name in dict.fromkeys(names):
+            rig = one(name, 1, now)
+            if rig is None:
+                return _not_found(name)
+            leases[name] = views.fleet_row(rig, settings.economics, now, 1)["leases"]
         try:
-            job = settings.actions.start(name, action, kind, leases)
+            job = settings.actions.start(leases, action, kind)
         except Refused as exc:
             return JSONResponse({"error": exc.message}, 409)
         return JSONResponse(job.view(), 202)
+
+    async def api_action(request: Request) -> Response:
+        return await start_action([request.path_params["rig"]], await _json(request))
+
+    async def api_actions(request: Request) -> Response:
+        body = await _json(request)
+        rigs = body.get("rigs") if isinstance(body, dict) else None
+        if not isinstance(rigs, list) or not all(isinstance(r, str) for r in rigs):
+            return JSONResponse({"error": "send JSON: {\"rigs\": [names], \"action\": ..., \"kind\": ...}"}, 400)
+        return await start_action(rigs, body)
 
     async def api_job(request: Request) -> Response:
         job = settings.actions.jobs.get(request.path_params["job"])
@@ -175,7 +190,8 @@ def create_app(settings: Settings) -> Starlette:
     async def page_fleet(request: Request) -> Response:
         query = dict(request.query_params)
         links = {key: urlencode({**query, "sort": key}) for key in SORT_KEYS}
-        return _page(request, "fleet.html.j2", {"fleet": fleet_view(request), "query": query, "sort_links": links})
+        return _page(request, "fleet.html.j2", {"fleet": fleet_view(request), "query": query, "sort_links": links,
+                                                "actions": ACTIONS})
 
     async def page_rig(request: Request) -> Response:
         now, days = time.time(), _days(request)
@@ -202,6 +218,8 @@ def create_app(settings: Settings) -> Starlette:
         return response
 
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if settings.hosts_allowed is not None and _host_name(request) not in settings.hosts_allowed:
+            return JSONResponse({"error": "this dashboard answers to 127.0.0.1 and localhost only"}, 421)
         if settings.token and request.url.path not in OPEN and not _signed_in(request, settings.token, session):
             if request.url.path.startswith("/api/"):
                 return JSONResponse({"error": "sign in: the m2p-session cookie or Authorization: Bearer TOKEN"}, 401)
@@ -220,9 +238,17 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api", api_index), Route("/api/rigs", api_rigs), Route("/api/rigs/{rig}", api_rig),
         Route("/api/rigs/{rig}/timeline", api_timeline),
         Route("/api/rigs/{rig}/actions", api_action, methods=["POST"]),
+        Route("/api/actions", api_actions, methods=["POST"]),
         Route("/api/jobs/{job}", api_job), Route("/api/economics", api_economics),
     ], middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)], lifespan=lifespan)
     return app
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        return None
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -246,6 +272,13 @@ def _days(request: Request) -> int:
 
 def _not_found(name: str) -> Response:
     return JSONResponse({"error": f"no rig {name!r} in the inventory"}, 404)
+
+
+def _host_name(request: Request) -> str:
+    host = request.headers.get("host", "")
+    if host.startswith("["):  # [::1]:8477
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 def _session_value(token: str) -> str:

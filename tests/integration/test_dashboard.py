@@ -122,10 +122,22 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
 
             # A changing action on the leased rig is refused, with the lease named; nothing ran.
             page.click('button[data-action="convert"]')
-            expect(page.locator("#job-state")).to_contain_text(f"refused: {hive.name} runs a lease (lease/lease-1)")
+            expect(page.locator("#job-state")).to_contain_text(f"refused: {hive.name} (lease/lease-1) runs a lease")
             expect(page.locator("#confirm")).to_be_hidden()
             page.screenshot(path=str(shots / "4-refused.png"), full_page=True)
-            # (shows: "refused: db-hive runs a lease (lease/lease-1): no convert until it ends" in red)
+            # (shows: "refused: db-hive (lease/lease-1) runs a lease: no convert until it ends; ..." in red)
+
+            # A selection on the fleet page: re-read two rigs in one job.
+            page.goto(base + "/")
+            page.check(f'input.pick[value="{ms.name}"]')
+            page.check(f'input.pick[value="{plain.name}"]')
+            page.click('button[data-action="detect"]')
+            expect(page.locator("#confirm")).to_have_text(f"confirm: detect {ms.name}, {plain.name}", timeout=15_000)
+            page.click("#confirm")
+            expect(page.locator("#job-state")).to_contain_text("detect (run): done", timeout=60_000)
+            expect(page.locator("#output")).to_contain_text(f"{ms.name}: read\n{plain.name}: read")
+            page.screenshot(path=str(shots / "5-selection.png"), full_page=True)
+            # (shows: two rows ticked, "detect (run): done, exit 0", one output line per rig)
 
             # Filter by group and mode, as a user does in the form.
             page.goto(base + "/")
@@ -135,7 +147,7 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
             page.select_option('select[name="mode"]', "leasing")
             page.click('form button[type="submit"]')
             expect(page.locator("#rigs tbody tr")).to_have_count(1)
-            page.screenshot(path=str(shots / "5-filtered.png"), full_page=True)
+            page.screenshot(path=str(shots / "6-filtered.png"), full_page=True)
             _no_secret_anywhere(page, base, [ssh_pw, token, admin], [hive.name, ms.name, plain.name])
             browser.close()
 

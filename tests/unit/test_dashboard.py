@@ -180,6 +180,10 @@ def wait_job(client, job_id):
 def test_the_api_shows_the_fleet_and_the_page_the_same(world):
     make, _ = world
     with make() as client:
+        # DNS rebinding: another name pointed at 127.0.0.1 gets nothing
+        assert client.get("/api/rigs", headers={"Host": "rebind.example:8477"}).status_code == 421
+        assert client.get("/api/rigs", headers={"Host": "localhost:8477"}).status_code == 200
+        assert client.get("/api/rigs", headers={"Host": "[::1]:8477"}).status_code == 200
         fleet = client.get("/api/rigs").json()
         assert [(r["rig"], r["mode"], r["leases"]) for r in fleet["rigs"]] == [
             ("rig01", "idle-mining", []), ("rig02", "leasing", ["lease/job"])]
@@ -202,7 +206,7 @@ def test_actions_plan_first_refuse_a_leased_rig_and_need_the_csrf_token(world):
         for kind in ("plan", "run"):
             leased = client.post("/api/rigs/rig02/actions", json={"action": "convert", "kind": kind},
                                  headers={"X-CSRF-Token": token})
-            assert leased.status_code == 409 and "runs a lease (lease/job)" in leased.json()["error"]
+            assert leased.status_code == 409 and "rig02 (lease/job) runs a lease" in leased.json()["error"]
         plan = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "plan"},
                            headers={"X-CSRF-Token": token})
         assert plan.status_code == 202 and redetected == []  # a plan changes nothing
@@ -211,6 +215,15 @@ def test_actions_plan_first_refuse_a_leased_rig_and_need_the_csrf_token(world):
         run = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"},
                           headers={"X-CSRF-Token": token})
         assert wait_job(client, run.json()["id"])["state"] == "done" and redetected == ["rig01"]
+        # A selection: one job for all; a leased rig in it stops a changing action, not a re-read.
+        both = {"rigs": ["rig01", "rig02"], "action": "revert", "kind": "plan"}
+        refused = client.post("/api/actions", json=both, headers={"X-CSRF-Token": token})
+        assert refused.status_code == 409 and "leave it out of the selection" in refused.json()["error"]
+        reread = client.post("/api/actions", json={**both, "action": "detect", "kind": "run"},
+                             headers={"X-CSRF-Token": token})
+        assert wait_job(client, reread.json()["id"])["rigs"] == ["rig01", "rig02"]
+        assert redetected == ["rig01", "rig01", "rig02"]
+        assert client.post("/api/actions", json={"rigs": "rig01"}, headers={"X-CSRF-Token": token}).status_code == 400
 
 
 def test_a_token_guards_everything_and_no_secret_reaches_a_response(world, tmp_path):

@@ -3,6 +3,7 @@ attributes, status."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import click
 
 from miner2provider import textfiles
 from miner2provider import values as checks
+from miner2provider.attributes.gpus_json import gpus_json
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.convert import fleet_role_vars
@@ -116,12 +118,15 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
 @click.option("--from", "report", type=click.Path(dir_okay=False),
               help="Use a saved `m2p detect --json` report instead of probing.")
 @click.option("--region", help="Provider attribute location-region (default: the rigs' m2p_location_region).")
+@click.option("--gpus-json", "gpus_json_path", type=click.Path(dir_okay=False),
+              help="Also write the farm's card list in Akash's gpus.json shape to this file (for the inventory "
+                   "operator's --provider-configs-url; README: the farm's own card list).")
 @limit_option
 @vault_option
 @ssh_options
 @json_option
-def attributes_command(inventory_file: str | None, report: str | None, region: str | None, limit: str | None,
-                       vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
+def attributes_command(inventory_file: str | None, report: str | None, region: str | None, gpus_json_path: str | None,
+                       limit: str | None, vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
     """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
     if bool(inventory_file) == bool(report):
         raise UsageError("attributes needs exactly one of -i/--inventory FILE or --from REPORT.json")
@@ -143,6 +148,15 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
                         _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus)
                 for r in reports if r.ok and r.facts]
     render.attributes(fleet_attributes(rigs, region), failed, as_json)
+    if gpus_json_path:
+        card_list, lacking = gpus_json(rigs)
+        try:
+            Path(gpus_json_path).write_text(json.dumps(card_list, indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {textfiles.shown(gpus_json_path)}: {exc.strerror}") from None
+        count = sum(len(v["devices"]) for v in card_list.values())
+        render.echo(f"wrote {gpus_json_path}: {count} cards, {len(lacking)} of them not in Akash's list "
+                    f"({', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''})", err=True)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))
 

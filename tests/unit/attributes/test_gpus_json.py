@@ -1,0 +1,72 @@
+"""The farm's own card list in Akash's gpus.json shape: the entries Akash ships come out the same, the
+fleet's cards Akash lacks are added, nothing else changes shape."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from miner2provider.attributes.gpus_json import gpus_json
+from miner2provider.attributes.provider import RigGpus
+from miner2provider.facts.amd import AmdGpu
+from miner2provider.facts.gpu import Gpu, Gpus
+
+HERE = Path(__file__).parent
+# Akash's shapes (provider-configs@2d04f4f devices/pcie/gpus.json; operator/inventory/registry.go)
+SLUG, SIZE, INTERFACES = re.compile(r"^[a-z0-9-]+$"), re.compile(r"^[0-9]+Gi$"), {"PCIe", "SXM", "SXM2", "SXM3",
+                                                                                "SXM4", "SXM5"}
+
+
+def akash_entries() -> dict[str, tuple[str, str, str]]:
+    rows = [line.split() for line in (HERE / "akash_nvidia_2d04f4f.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    return {device: (name, interface, size) for device, name, interface, size in rows}
+
+
+def gpu(device: str, name: str, mib: int) -> Gpu:
+    return Gpu(0, name, "GPU-x", "00000000:01:00.0", "10de", device, "0x00000000", mib, "550.54")
+
+
+def test_akashs_entries_come_out_the_same_and_the_fleets_missing_cards_are_added(tmp_path):
+    fleet = [RigGpus("rig01", Gpus("ok", (gpu("2206", "NVIDIA GeForce RTX 3080", 10240),
+                                          gpu("2204", "NVIDIA GeForce RTX 3090", 24576))), "12.4"),
+             RigGpus("rig02", Gpus("ok", (gpu("abcd", "NVIDIA Mystery Card", 8192),)), "12.4",
+                     amd=(AmdGpu("0000:03:00.0", "73bf", "c1", "1002:0e3a", 16 << 30),
+                          AmdGpu("0000:04:00.0", "67df", "e7", "1da2:e366", 0)))]  # no amdgpu driver: no size
+    card_list, lacking = gpus_json(fleet)
+    nvidia = card_list["10de"]["devices"]
+    assert card_list["10de"]["name"] == "nvidia" and card_list["1002"]["name"] == "amd"
+    for device, (name, interface, size) in akash_entries().items():
+        ours = nvidia[device]
+        assert (ours["name"], ours["memory_size"]) == (name, size), device
+        # the operator's labels fold SXM2..SXM5 to sxm, as m2p's database does
+        assert ours["interface"] == interface or (interface.startswith("SXM") and ours["interface"] == "SXM")
+    assert nvidia["2206"] == {"name": "rtx3080", "interface": "PCIe", "memory_size": "10Gi"}
+    assert nvidia["abcd"] == {"name": "mysterycard", "interface": "PCIe", "memory_size": "8Gi"}
+    # (73bf is RX 6800, 6800 XT and 6900 XT by revision; Akash matches the device ID only: one name per ID)
+    assert card_list["1002"]["devices"] == {"73bf": {"name": "rx6800xt", "interface": "PCIe", "memory_size": "16Gi"}}
+    assert "10de:2206 rtx3080" in lacking and "10de:abcd mysterycard" in lacking and "1002:73bf rx6800xt" in lacking
+    assert not any(entry.startswith("10de:2204 ") for entry in lacking)
+    for vendor in card_list.values():  # every entry in Akash's shape, exactly its keys
+        for device, body in vendor["devices"].items():
+            assert re.fullmatch(r"[0-9a-f]{4}", device) and set(body) == {"name", "interface", "memory_size"}
+            assert SLUG.match(body["name"]) and SIZE.match(body["memory_size"]) and body["interface"] in INTERFACES
+
+
+def test_the_command_writes_the_list(tmp_path, capsys):
+    from miner2provider.cli import main
+
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps([{"name": "rig01", "address": "10.0.0.1", "status": "ready", "facts": {
+        "gpus": {"state": "ok", "gpus": [{"index": 0, "name": "NVIDIA CMP 90HX", "uuid": "GPU-1",
+                                          "pci_bus_id": "00000000:01:00.0", "vendor_id": "10de",
+                                          "device_id": "2249", "subsystem_id": "0x00000000",
+                                          "memory_mib": 10240, "driver_version": "550.54"}]},
+        "cuda": "12.4", "amd_gpus": []}}]))
+    out = tmp_path / "gpus.json"
+    code = main(["attributes", "--from", str(report), "--gpus-json", str(out)])
+    assert code == 0, capsys.readouterr()
+    written = json.loads(out.read_text())
+    assert written["10de"]["devices"]["2249"]["name"] == "cmp90hx"
+    assert f"wrote {out}:" in capsys.readouterr().err

@@ -8,6 +8,10 @@ measured figures into the same shape).
     mining_revenue_per_gpu_day:    # what mining earns per GPU-day after pool fees, before power
       default: 0.40
       rtx3090: 0.95
+    gpu_power_watts:               # what a card draws mining (for m2p pricing: power is a cost)
+      default: 200
+    power_price_per_kwh: 0.12
+    margin: 0.15                   # how much more than mining's net a lease must pay (0.15: 15 %)
 
 Models are the names m2p's Akash labels use (``rtx3090``, ``cmp90hx``); ``default`` serves a model
 the file does not list.  A model with neither its own figure nor a default has no estimate: it is
@@ -25,9 +29,11 @@ import yaml
 from miner2provider import textfiles
 from miner2provider.errors import EconomicsError
 
-PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day")
-KEYS = {"currency", *PRICES}
+PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day", "gpu_power_watts")
+SCALARS = ("power_price_per_kwh", "margin")
+KEYS = {"currency", *PRICES, *SCALARS}
 MAX_PRICE = 1_000_000.0  # per GPU-hour or GPU-day: anything above is a typo, not a market
+MAX_MARGIN = 10.0  # 1000 %
 
 
 @dataclass(frozen=True)
@@ -36,12 +42,18 @@ class Economics:
     currency: str = "USD"
     lease_per_gpu_hour: dict[str, float] = field(default_factory=dict)
     mining_per_gpu_day: dict[str, float] = field(default_factory=dict)
+    power_watts: dict[str, float] = field(default_factory=dict)
+    power_price_per_kwh: float | None = None
+    margin: float = 0.0
 
     def lease_price(self, model: str) -> float | None:
         return self.lease_per_gpu_hour.get(model, self.lease_per_gpu_hour.get("default"))
 
     def mining_revenue(self, model: str) -> float | None:
         return self.mining_per_gpu_day.get(model, self.mining_per_gpu_day.get("default"))
+
+    def power(self, model: str) -> float | None:
+        return self.power_watts.get(model, self.power_watts.get("default"))
 
 
 NONE = Economics()
@@ -73,7 +85,16 @@ def parse(text: str, path: str = "<economics>") -> Economics:
             raise EconomicsError(f"{key} is a mapping of model: price (and default: price)", where=_at(path, node))
         prices[key] = {model: _price(path, key, model, value_node, value)
                        for model, (value_node, value) in _mapping(path, node, key, None).items()}
-    return Economics(path, str(currency), prices[PRICES[0]], prices[PRICES[1]])
+    scalars: dict[str, float | None] = {}
+    for key in SCALARS:
+        if key in fields:
+            scalar_node, value = fields[key]
+            scalars[key] = _price(path, key, "", scalar_node, value, most=MAX_MARGIN if key == "margin" else MAX_PRICE)
+        else:
+            scalars[key] = None
+    margin = scalars["margin"] or 0.0
+    return Economics(path, str(currency), prices[PRICES[0]], prices[PRICES[1]], prices[PRICES[2]],
+                     scalars["power_price_per_kwh"], margin)
 
 
 def _at(path: str, node: yaml.Node) -> str:
@@ -94,9 +115,10 @@ def _mapping(path: str, node: yaml.MappingNode, what: str,
     return out
 
 
-def _price(path: str, key: str, model: str, node: yaml.Node, value: object) -> float:
+def _price(path: str, key: str, model: str, node: yaml.Node, value: object, most: float = MAX_PRICE) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_PRICE:
-        raise EconomicsError(f"{key}.{model} is {textfiles.shown(value)}: a number from 0 to {MAX_PRICE:g}",
+            or not 0 <= value <= most:
+        name = f"{key}.{model}" if model else key
+        raise EconomicsError(f"{name} is {textfiles.shown(value)}: a number from 0 to {most:g}",
                              where=_at(path, node))
     return float(value)

@@ -16,7 +16,9 @@ import yaml
 from miner2provider.attributes.provider import FleetAttributes
 from miner2provider.convert import RigOutcome
 from miner2provider.detect import RigReport
+from miner2provider.economics import Economics
 from miner2provider.facts.probe import RigFacts
+from miner2provider.pricing import Floor, akash_mappings
 from miner2provider.schedule.model import Schedule
 from miner2provider.textfiles import printable
 
@@ -193,6 +195,40 @@ def schedule_summary(sched: Schedule) -> str:
     grace = "forever" if sched.lease_grace_s is None else f"{sched.lease_grace_s / 60:g} min"
     return (f"policy {sched.policy}, timezone {sched.timezone}, {len(sched.windows)} windows, "
             f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min")
+
+
+# -- pricing -------------------------------------------------------------------------------
+
+
+def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
+    if shape == "akash":
+        echo(akash_mappings(floors))
+        return
+    rows = [{"model": f.model, "memory": f.memory, "gpus": f.gpus, "mining_per_day": f.mining_per_day,
+             "power_watts": f.power_watts, "net_per_hour": _rounded(f.net_per_hour, 4),
+             "floor_per_hour": _rounded(f.floor_per_hour, 4), "floor_per_month": _rounded(f.floor_per_month, 2),
+             "source": f.source} for f in floors]
+    if shape == "json":
+        echo_json({"currency": economics.currency, "margin": economics.margin,
+                   "power_price_per_kwh": economics.power_price_per_kwh, "models": rows,
+                   "price_target_gpu_mappings": akash_mappings(floors)})
+        return
+    echo(f"lease price floors per GPU ({economics.currency}; margin {economics.margin:.0%}, power "
+         f"{economics.power_price_per_kwh if economics.power_price_per_kwh is not None else '?'} per kWh; "
+         f"figures from {economics.source})")
+    echo(f"{'model':<14} {'VRAM':<6} {'GPUs':>5} {'mining/day':>11} {'watts':>6} {'net/h':>8} {'floor/h':>8} "
+         f"{'floor/month':>12}")
+    for r in rows:
+        def cell(value: object, width: int) -> str:
+            return f"{'unknown' if value is None else value:>{width}}"
+        echo(f"{r['model']:<14} {r['memory']:<6} {r['gpus']:>5} {cell(r['mining_per_day'], 11)} "
+             f"{cell(r['power_watts'], 6)} {cell(r['net_per_hour'], 8)} {cell(r['floor_per_hour'], 8)} "
+             f"{cell(r['floor_per_month'], 12)}")
+    echo(f"price_target_gpu_mappings: {akash_mappings(floors) or '(no model has a mining figure)'}")
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 # -- history -------------------------------------------------------------------------------

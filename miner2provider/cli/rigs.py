@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from miner2provider import textfiles
+from miner2provider import economics, pricing, textfiles
 from miner2provider import values as checks
 from miner2provider.attributes.gpus_json import gpus_json
+from miner2provider.attributes.labels import amd_combos, cards_of
 from miner2provider.attributes.provider import RigGpus, fleet_attributes
 from miner2provider.attributes.report import load_report
 from miner2provider.convert import fleet_role_vars
@@ -128,25 +129,10 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
 def attributes_command(inventory_file: str | None, report: str | None, region: str | None, gpus_json_path: str | None,
                        limit: str | None, vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
     """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
-    if bool(inventory_file) == bool(report):
-        raise UsageError("attributes needs exactly one of -i/--inventory FILE or --from REPORT.json")
     if region is not None and not checks.is_region(region):
         raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
                          "(such as us-west)")
-    if report:
-        rigs, failed = load_report(report)
-    else:
-        assert inventory_file is not None
-        hosts = load_inventory(inventory_file, vault_password_file).select(limit)
-        by_name = {h.name: h for h in hosts}
-        reports = detect(hosts, ssh)
-        failed = [r.name for r in reports if not r.ok]
-        for r in reports:
-            if not r.ok:
-                render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
-        rigs = [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
-                        _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus)
-                for r in reports if r.ok and r.facts]
+    rigs, failed = _fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
     render.attributes(fleet_attributes(rigs, region), failed, as_json)
     if gpus_json_path:
         card_list, lacking = gpus_json(rigs)
@@ -157,6 +143,50 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
         count = sum(len(v["devices"]) for v in card_list.values())
         render.echo(f"wrote {gpus_json_path}: {count} cards, {len(lacking)} of them not in Akash's list "
                     f"({', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''})", err=True)
+    if failed:
+        raise RigFailures(len(failed), len(failed) + len(rigs))
+
+
+def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, limit: str | None,
+                vault_password_file: str | None, ssh: SshOptions) -> tuple[list[RigGpus], list[str]]:
+    """The fleet's GPUs from the rigs now (-i) or a saved detect report (--from); and the rigs that failed."""
+    if bool(inventory_file) == bool(report):
+        raise UsageError(f"{command} needs exactly one of -i/--inventory FILE or --from REPORT.json")
+    if report:
+        return load_report(report)
+    assert inventory_file is not None
+    hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+    by_name = {h.name: h for h in hosts}
+    reports = detect(hosts, ssh)
+    for r in reports:
+        if not r.ok:
+            render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+    return [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
+                    _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus)
+            for r in reports if r.ok and r.facts], [r.name for r in reports if not r.ok]
+
+
+@cli.command("pricing")
+@inventory_option(required=False, help="Probe these rigs now.  [env M2P_INVENTORY]")
+@click.option("--from", "report", type=click.Path(dir_okay=False),
+              help="Use a saved `m2p detect --json` report instead of probing.")
+@click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
+              help="Mining revenue, power and margin per model (README: economics file).")
+@click.option("--format", "shape", type=click.Choice(["table", "akash", "json"]), default="table", show_default=True,
+              help="akash: the provider chart's price_target_gpu_mappings value.")
+@limit_option
+@vault_option
+@ssh_options
+def pricing_command(inventory_file: str | None, report: str | None, economics_path: str, shape: str,
+                    limit: str | None, vault_password_file: str | None, ssh: SshOptions) -> None:
+    """Per card model and VRAM of the fleet: the lowest lease price per GPU that beats mining (its revenue
+    and power, by the economics file's margin).  Changes nothing."""
+    econ = economics.load(economics_path)
+    rigs, failed = _fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
+    cards = [(c.slug, c.memory) for rig in rigs for c in cards_of(rig.gpus)]
+    cards += [(slug, memory) for rig in rigs for slug, memory, _ in amd_combos(rig.amd)]
+    listed = pricing.floors(cards, econ)
+    render.pricing(listed, econ, shape)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))
 

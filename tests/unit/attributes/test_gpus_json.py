@@ -54,16 +54,10 @@ def test_akashs_entries_come_out_the_same_and_the_fleets_missing_cards_are_added
             assert SLUG.match(body["name"]) and SIZE.match(body["memory_size"]) and body["interface"] in INTERFACES
 
 
-def test_the_command_writes_the_list(tmp_path, capsys):
+def test_the_command_writes_the_list(tmp_path, capsys, saved_report):
     from miner2provider.cli import main
 
-    report = tmp_path / "report.json"
-    report.write_text(json.dumps([{"name": "rig01", "address": "10.0.0.1", "status": "ready", "facts": {
-        "gpus": {"state": "ok", "gpus": [{"index": 0, "name": "NVIDIA CMP 90HX", "uuid": "GPU-1",
-                                          "pci_bus_id": "00000000:01:00.0", "vendor_id": "10de",
-                                          "device_id": "2249", "subsystem_id": "0x00000000",
-                                          "memory_mib": 10240, "driver_version": "550.54"}]},
-        "cuda": "12.4", "amd_gpus": []}}]))
+    report = saved_report(("NVIDIA CMP 90HX", "2249", 10240))
     out = tmp_path / "gpus.json"
     code = main(["attributes", "--from", str(report), "--gpus-json", str(out)])
     assert code == 0, capsys.readouterr()

@@ -1,0 +1,60 @@
+"""m2p pricing: the lease price floor per GPU from the economics file (property: leasing at the floor
+pays its power and beats mining's net by the margin; an unknown figure is never guessed)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from miner2provider import economics, pricing
+
+ECON = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, rtx3090: 0.95}\n"
+                       "gpu_power_watts: {default: 200, rtx3090: 300}\npower_price_per_kwh: 0.12\nmargin: 0.15\n")
+
+
+def test_the_floor_pays_the_power_and_beats_mining_by_the_margin():
+    (floor,) = pricing.floors([("rtx3090", "24Gi")] * 2, ECON)
+    power = 300 / 1000 * 0.12
+    assert floor.gpus == 2 and floor.net_per_hour == pytest.approx(0.95 / 24 - power)
+    assert floor.floor_per_hour == pytest.approx(power + 1.15 * (0.95 / 24 - power))
+    assert floor.floor_per_month == pytest.approx(floor.floor_per_hour * 730)
+    assert pricing.akash_mappings([floor]) == f"rtx3090.24Gi={floor.floor_per_hour * 730:.2f}"
+
+
+def test_a_model_without_a_revenue_figure_has_no_floor_and_no_mapping():
+    bare = economics.parse("gpu_power_watts: {default: 200}\npower_price_per_kwh: 0.1\n")
+    (floor,) = pricing.floors([("cmp90hx", "10Gi")], bare)
+    assert floor.floor_per_hour is None and pricing.akash_mappings([floor]) == ""
+
+
+def test_mining_at_a_loss_still_asks_the_power_back():
+    (floor,) = pricing.floors([("rtx3060", "12Gi")], ECON)  # 0.40 a day, 200 W at 0.12: a loss
+    assert floor.net_per_hour < 0 and floor.floor_per_hour == pytest.approx(0.2 * 0.12)
+
+
+@given(st.floats(0, 50), st.floats(0, 800), st.floats(0, 2), st.floats(0, 10), st.floats(0, 10))
+def test_leasing_at_the_floor_never_earns_less_than_mining(revenue, watts, kwh, margin, more_margin):
+    def floor_of(m):
+        econ = economics.Economics("x", "USD", {}, {"default": revenue}, {"default": watts}, kwh, m)
+        return pricing.floors([("rtx3090", "24Gi")], econ)[0]
+
+    f = floor_of(margin)
+    power = watts / 1000 * kwh
+    earned = f.floor_per_hour - power  # a lease at the floor, after paying its own power
+    assert earned >= (1 + margin) * max(f.net_per_hour, 0) - 1e-9 and earned >= f.net_per_hour - 1e-9
+    assert floor_of(margin + more_margin).floor_per_hour >= f.floor_per_hour - 1e-12
+
+
+def test_the_command_prints_the_charts_mapping_and_refuses_a_bad_file(tmp_path, capsys, saved_report):
+    from miner2provider.cli import main
+
+    report = saved_report(("NVIDIA GeForce RTX 3090", "2204", 24576))
+    econ = tmp_path / "econ.yml"
+    econ.write_text("mining_revenue_per_gpu_day: {rtx3090: 0.95}\ngpu_power_watts: {rtx3090: 300}\n"
+                    "power_price_per_kwh: 0.12\nmargin: 0.15\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ), "--format", "akash"]) == 0
+    assert capsys.readouterr().out.strip() == "rtx3090.24Gi=29.29"
+    econ.write_text("margin: 0.15\nmargin: 0.2\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == 2
+    assert f"{econ}:2: margin is given twice" in capsys.readouterr().err

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from miner2provider import collection
 from miner2provider.errors import DemoFailed, UsageError
 
 from .app import Context, cli, main, pass_ctx
+
+DEMO_TOKEN_ENV = "M2P_DEMO_AGENT_TOKEN"
 
 
 @cli.command("demo")
@@ -20,7 +26,8 @@ from .app import Context, cli, main, pass_ctx
               help="After status, serve `m2p dashboard` over the demo rig on 127.0.0.1:8477 until Ctrl-C, then revert.")
 @pass_ctx
 def demo_command(ctx: Context, serve: bool) -> None:
-    """Try m2p without rigs: detect, plan, convert, status, history and revert on a SANDBOX rig.
+    """Try m2p without rigs: detect, plan, convert, status, the time-share with a lease, history and revert
+    on a SANDBOX rig.
 
     Boots a HiveOS-layout sandbox rig here (systemd-nspawn; needs root and the packages
     scripts/install adds) and converts it with m2p's TEST bundle, whose k3s and NVIDIA
@@ -28,50 +35,108 @@ def demo_command(ctx: Context, serve: bool) -> None:
     harness (m2p-sandbox), which a plain install of m2p leaves out.
     """
     try:
+        from m2p_sandbox import network, tenant
         from m2p_sandbox import rig as sandbox
         from m2p_sandbox.bundle import build_test_bundle
+        from m2p_sandbox.kube_api import KubeApiStandin
     except ModuleNotFoundError:
         raise UsageError("m2p demo needs the sandbox harness (m2p-sandbox), which a plain install leaves out: "
                          "from a clone of m2p's repository run scripts/install as root, then .venv/bin/m2p demo"
                          ) from None
 
-    ctx.info(click.style("m2p demo: a SANDBOX rig (HiveOS layout, 2 stand-in RTX 3090s) and STAND-IN k3s and "
-                         "NVIDIA toolkit packages; no real rig, GPU or vendor download is involved.", bold=True))
+    ctx.info(click.style("m2p demo: a SANDBOX rig (HiveOS layout, 2 stand-in RTX 3090s), STAND-IN k3s and NVIDIA "
+                         "toolkit packages, a STAND-IN Kubernetes API and a STAND-IN tenant's lease; no real rig, "
+                         "GPU, marketplace or vendor download is involved.", bold=True))
     work = Path(tempfile.mkdtemp(prefix="m2p-demo-"))
     rigs: list[Any] = []
+    api = None
+    token = secrets.token_urlsafe(24)
+    os.environ[DEMO_TOKEN_ENV] = token  # the agent's API token, as a user names one in m2p_agent_token_env
     try:
         build_test_bundle(work / "bundle")
         ctx.info("booting the sandbox rig demo-hive ...")
         rigs = sandbox.boot([sandbox.RigSpec("demo-hive", "hiveos", ("rtx3090", "rtx3090"))], owner_pid=os.getpid())
         rig = rigs[0]
+        api = KubeApiStandin(host=str(network.gateway()))
+        api.add_node("demo-hive", token, gpus=2)
         inv = work / "rigs.yml"
         inv.write_text(f"all:\n  hosts:\n    demo-hive:\n      ansible_host: {rig.address}\n"
                        f"      ansible_user: {rig.user}\n      ansible_ssh_private_key_file: {rig.key_file}\n"
-                       "      m2p_min_free_disk_gb: 5\n")
+                       f"      m2p_min_free_disk_gb: 5\n      m2p_agent_token_env: {DEMO_TOKEN_ENV}\n")
+        (work / "demo-schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
+        (work / "economics.yml").write_text("currency: USD\nlease_price_per_gpu_hour: {rtx3090: 0.25}\n"
+                                            "mining_revenue_per_gpu_day: {rtx3090: 0.95}\n")
         ssh = ["--accept-new", "--known-hosts", str(work / "known_hosts")]
         bundle = ["--bundle", str(work / "bundle")]
-        # (what it shows, the command, the exit it must end with)
-        steps = [("detect: what is this rig?", ["detect", "-i", str(inv), *ssh], 0),
-                 ("plan: what would convert change? (exit 1: changes pending)",
-                  ["plan", "-i", str(inv), *bundle, *ssh], 1),
-                 ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
-                 ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
-                 ("status", ["status", "-i", str(inv), *ssh], 0),
-                 ("history: the rig's report and ledger kept on this machine",
-                  ["history", "-i", str(inv), *ssh, "--db", str(work / "history.sqlite3")], 0),
-                 *([("dashboard: open http://127.0.0.1:8477/ in a browser; Ctrl-C goes on",
-                     ["dashboard", "-i", str(inv), *ssh, "--db", str(work / "history.sqlite3")], 0)] if serve else []),
-                 ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"], 0)]
-        for title, args, expected in steps:
-            ctx.info(click.style(f"\n$ m2p {' '.join(args[:1])}   # {title}", fg="cyan", bold=True))
-            code = main(args)
+        history = ["--db", str(work / "history.sqlite3")]
+        schedule = [str(work / "demo-schedule.yml"), "--api-server", api.url]
+        lease: dict[str, int] = {}
+
+        def lease_starts() -> int:
+            hook = collection.role_defaults("nvidia_container_toolkit")["nvidia_container_toolkit_gate_hook"]
+            code, out, lease["pid"] = tenant.container_at_the_gate(rig, "lease-1-main", hook)
+            ctx.info(out.strip() or "(the gate handed the GPUs over)")
+            if code == 0:
+                assert api is not None
+                api.add_pod("lease-1", "demo-hive", 2)
+                code = 0 if _wait(lambda: "lease/lease-1" in _agent_status(api)) else 1
+            return code
+
+        def lease_ends() -> int:
+            assert api is not None
+            api.delete_pod("lease-1")
+            tenant.container_ends(rig, lease.get("pid", 0))
+            return 0 if _wait(lambda: api.nodes["demo-hive"]["metadata"]["labels"].get("m2p.io/mode")
+                              == "idle-mining") else 1
+
+        # (what it shows, the command or a stand-in's act, the exit it must end with)
+        steps: list[tuple[str, list[str] | Callable[[], int], int]] = [
+            ("detect: what is this rig?", ["detect", "-i", str(inv), *ssh], 0),
+            ("plan: what would convert change? (exit 1: changes pending)", ["plan", "-i", str(inv), *bundle, *ssh], 1),
+            ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
+            ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
+            ("status", ["status", "-i", str(inv), *ssh], 0),
+            ("schedule apply: the time-share agent (lease-first: mines until a lease comes)",
+             ["schedule", "apply", "-i", str(inv), *schedule, *ssh, "--yes"],
+             0),
+            ("a STAND-IN tenant's lease reaches the gate: the miner stops, the GPUs go to the lease", lease_starts, 0),
+            ("status: the agent leasing", ["status", "-i", str(inv), *ssh], 0),
+            ("history: the rig's ledger kept on this machine", ["history", "-i", str(inv), *ssh, *history], 0),
+            *([("dashboard: open http://127.0.0.1:8477/ in a browser; Ctrl-C goes on",
+                ["dashboard", "-i", str(inv), *ssh, *history, "--economics", str(work / "economics.yml")], 0)]
+              if serve else []),
+            ("the lease ends: the miner mines again", lease_ends, 0),
+            ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"], 0)]
+        for title, step, expected in steps:
+            shown = ("m2p " + " ".join(step[:2] if len(step) > 1 and not step[1].startswith("-") else step[:1])
+                     if isinstance(step, list) else "stand-in")
+            ctx.info("")
+            ctx.info(click.style(f"$ {shown}   # {title}", fg="cyan", bold=True))
+            code = main(step) if isinstance(step, list) else step()
             ctx.info(f"(exit {code})")
             if code != expected:  # the demo stops at the first step that went wrong, and says which
-                raise DemoFailed(f"the demo's step `m2p {args[0]}` ({title}) exited {code}, not {expected}; "
+                raise DemoFailed(f"the demo's step `{shown}` ({title}) exited {code}, not {expected}; "
                                  "see its output above")
-        ctx.info(click.style("\nYour own fleet in a browser: m2p dashboard -i rigs.yml (http://127.0.0.1:8477/); "
-                             "m2p demo --dashboard serves this demo's rig before it reverts.", bold=True))
+        ctx.info("")
+        ctx.info(click.style("Your own fleet in a browser: m2p dashboard -i rigs.yml (http://127.0.0.1:8477/); "
+                             "m2p demo --dashboard serves this demo's rig, its lease included, before it reverts.",
+                             bold=True))
     finally:
+        if api is not None:
+            api.close()
         for r in rigs:
             sandbox.stop(r)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _agent_status(api: Any) -> str:
+    return str(api.nodes["demo-hive"]["metadata"].get("annotations", {}).get("m2p.io/status", ""))
+
+
+def _wait(check: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    return False

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from m2p_sandbox import flavours, network
+from m2p_sandbox import flavours, network, tenant
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
@@ -47,16 +47,8 @@ GATE_HOOK = yaml.safe_load((Path(__file__).parents[2] / "ansible_collections/m2p
 
 
 def through_the_gate(r, container: str) -> tuple[int, str, int]:
-    """A lease's container reaches the gate: a process stands for it (runc has created it, its
-    program not yet run), and the hook runs with its state.  Returns (exit, output, its pid)."""
-    with ssh(r) as client:
-        pid = run(client, "sudo setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
-        state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
-                            "annotations": {"io.kubernetes.cri.sandbox-namespace": "tenant",
-                                            "io.kubernetes.cri.sandbox-name": container}})
-        args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in GATE_HOOK["args"][1:])
-        code, out = run(client, f"echo '{state}' | sudo env -i {GATE_HOOK['path']} {args} 2>&1")
-        return code, out, int(pid)
+    """A lease's container reaches the gate (the harness's STAND-IN tenant).  Returns (exit, output, its pid)."""
+    return tenant.container_at_the_gate(r, container, GATE_HOOK)
 
 
 def gpu_log(r) -> list[str]:

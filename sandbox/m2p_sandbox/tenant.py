@@ -1,0 +1,51 @@
+"""A STAND-IN tenant for `m2p demo` and the tests: a lease's container reaching m2p's gate on a sandbox
+rig, run exactly as runc runs the CDI spec's hook (an empty environment, the container's OCI state on
+stdin), with a process standing for the container (runc has created it, its program not yet run).
+Its pod is the caller's to add to the stand-in Kubernetes API (kube_api.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import paramiko
+
+from .rig import Rig
+
+
+def _ssh(rig: Rig) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a sandbox rig's key is made at boot
+    client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file, timeout=10,
+                   allow_agent=False, look_for_keys=False)
+    return client
+
+
+def _run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
+    _, stdout, stderr = client.exec_command(command, timeout=120)
+    out = stdout.read().decode() + stderr.read().decode()
+    return stdout.channel.recv_exit_status(), out
+
+
+def container_at_the_gate(rig: Rig, container: str, hook: dict[str, Any]) -> tuple[int, str, int]:
+    """(the hook's exit code, its output, the PID standing for the container).  ``hook``: the role's
+    ``nvidia_container_toolkit_gate_hook`` (path, args)."""
+    client = _ssh(rig)
+    try:
+        pid = _run(client, "sudo setsid sleep 3600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
+        state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
+                            "annotations": {"io.kubernetes.cri.sandbox-namespace": "tenant",
+                                            "io.kubernetes.cri.sandbox-name": container}})
+        args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in hook["args"][1:])
+        code, out = _run(client, f"echo '{state}' | sudo env -i {hook['path']} {args} 2>&1")
+        return code, out, int(pid)
+    finally:
+        client.close()
+
+
+def container_ends(rig: Rig, pid: int) -> None:
+    client = _ssh(rig)
+    try:
+        _run(client, f"sudo kill {int(pid)}")
+    finally:
+        client.close()

@@ -55,6 +55,22 @@ class Economics:
     def power(self, model: str) -> float | None:
         return self.power_watts.get(model, self.power_watts.get("default"))
 
+    def power_cost_per_hour(self, model: str) -> float:
+        """What one card costs in power per hour (0 when the file gives no watts or no price)."""
+        watts = self.power(model)
+        if watts is None or self.power_price_per_kwh is None:
+            return 0.0
+        return watts / 1000 * self.power_price_per_kwh
+
+    def floor_per_hour(self, model: str) -> float | None:
+        """The lowest lease price per GPU-hour that beats mining by the margin (pricing.py says why the
+        lease covers the power too); None without a mining revenue figure for the model."""
+        revenue = self.mining_revenue(model)
+        if revenue is None:
+            return None
+        power = self.power_cost_per_hour(model)
+        return power + (1 + self.margin) * max(revenue / 24 - power, 0.0)
+
 
 NONE = Economics()
 
@@ -116,7 +132,7 @@ def _mapping(path: str, node: yaml.MappingNode, what: str,
 
 
 def _price(path: str, key: str, model: str, node: yaml.Node, value: object, most: float = MAX_PRICE) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= most:
         name = f"{key}.{model}" if model else key
         raise EconomicsError(f"{name} is {textfiles.shown(value)}: a number from 0 to {most:g}",

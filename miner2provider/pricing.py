@@ -53,13 +53,8 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics) -> list[Floor
     out = []
     for (model, memory), count in sorted(Counter(cards).items()):
         revenue, watts = economics.mining_revenue(model), economics.power(model)
-        power_cost = 0.0 if watts is None or economics.power_price_per_kwh is None \
-            else watts / 1000 * economics.power_price_per_kwh
-        if revenue is None:
-            out.append(Floor(model, memory, count, None, watts, None, None))
-            continue
-        net = revenue / 24 - power_cost
-        floor = power_cost + (1 + economics.margin) * max(net, 0.0)
+        floor = economics.floor_per_hour(model)
+        net = None if revenue is None else revenue / 24 - economics.power_cost_per_hour(model)
         out.append(Floor(model, memory, count, revenue, watts, net, floor))
     return out
 

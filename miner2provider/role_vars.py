@@ -43,6 +43,7 @@ class RunInputs:
 
     schedule_files: Mapping[str, str] = field(default_factory=dict)  # rig -> absolute schedule path
     api_server: str | None = None  # m2p schedule apply --api-server
+    economics_files: Mapping[str, str] = field(default_factory=dict)  # rig -> absolute economics path
 
 
 def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = None) -> dict[str, dict[str, Any]]:
@@ -122,6 +123,7 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
     own_dir = data_dir(rig, default)
     return {
         "timeshare_agent_schedule_src": run.schedule_files.get(rig.name, str(rig.settings.get("m2p_schedule", ""))),
+        "timeshare_agent_economics_src": run.economics_files.get(rig.name, ""),
         "timeshare_agent_server_host": server.name if server else "",
         "timeshare_agent_server_manifests_dir": f"{data_dir(server, default)}/server/manifests" if server else "",
         "timeshare_agent_api_server": api,

@@ -56,6 +56,9 @@ OWN: tuple[Setting, ...] = (
             "Reach the rig through this SSH jump host: an inventory host's name, or [USER@]HOST[:PORT] "
             "(then the rig's own key logs in there too)."),
     Setting("m2p_schedule", "path", "Time-share schedule file for this rig (relative to the inventory)."),
+    Setting("m2p_economics", "path",
+            "Economics file (lease prices, mining revenue, power) for schedule policy profit (relative to the "
+            "inventory); m2p schedule apply --economics gives one for every rig."),
     Setting("m2p_time_slicing_replicas", "int",
             "Advertise each GPU this many times (device plugin time-slicing); "
             "needs m2p_marketplace: false or m2p_time_slicing_on_marketplace: true.", 1),

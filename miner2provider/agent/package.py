@@ -25,7 +25,7 @@ EPOCH = (1980, 1, 1, 0, 0, 0)
 
 def _sources() -> dict[str, bytes]:
     files = {"__main__.py": MAIN}
-    for rel in ("__init__.py", "errors.py", "textfiles.py"):
+    for rel in ("__init__.py", "errors.py", "textfiles.py", "economics.py"):
         files[f"miner2provider/{rel}"] = (PACKAGE / rel).read_bytes()
     for sub in ("agent", "schedule"):
         for path in sorted((PACKAGE / sub).glob("*.py")):

@@ -28,10 +28,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from miner2provider import __version__
+from miner2provider import __version__, economics
 from miner2provider.agent import cluster, decide, gate, ledger, rig
 from miner2provider.agent.decide import Observation, State
-from miner2provider.schedule import model, policy
+from miner2provider.errors import EconomicsError
+from miner2provider.schedule import model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
 # label): Akash counted them allocated and never bid.  The label is removed where found.
@@ -55,6 +56,7 @@ class Config:
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
     cdi_spec: str = "/etc/cdi/nvidia.yaml"  # carries the gate's hook (roles/nvidia_container_toolkit)
+    economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 
@@ -87,6 +89,9 @@ class Agent:
     _pushed: str = ""  # the status annotation as last patched onto the node
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
     _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
+    offer: profit.Offer = field(default_factory=profit.Offer)  # policy profit's offer (saved with the state)
+    _economics: tuple[float, economics.Economics | None, str] = (float("nan"), None, "")  # (mtime, file, error)
+    _quote: profit.Quote | None = None
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -98,6 +103,8 @@ class Agent:
             if state.get("gave_up") is not None:
                 state["gave_up"] = tuple(state["gave_up"])
             self.state = State(**state)
+            if saved.get("offer"):
+                self.offer = profit.Offer(**saved["offer"])
             self.applied_labels = dict(saved.get("applied_labels", {}))
 
     # -- observe ---------------------------------------------------------------------
@@ -115,8 +122,45 @@ class Agent:
             self._gpus = (now, busy)
         return busy
 
+    def economics(self) -> economics.Economics | None:
+        """The economics file, parsed again only when its mtime changes; a broken file is reported (in
+        the quote) and decides nothing."""
+        path = self.config.economics
+        if not path:
+            self._economics = (float("nan"), None, "no economics file (m2p schedule apply --economics FILE)")
+            return None
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError as exc:
+            self._economics = (float("nan"), None, f"economics file {path}: {exc.strerror}")
+            return None
+        if mtime != self._economics[0]:
+            try:
+                self._economics = (mtime, economics.load(path), "")
+            except EconomicsError as exc:
+                self._economics = (mtime, None, str(exc))
+        return self._economics[1]
+
+    def price_offer(self, now: float) -> bool:
+        """Policy profit: is the rig offered at the economics file's prices now (profit.py)?"""
+        if self.schedule.policy != "profit":
+            return False
+        figures = self.economics()
+        if figures is None:
+            self._quote = profit.Quote(None, None, self._economics[2])
+        else:
+            # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
+            cards = profit.cards_from_labels(_read_json(Path(self.config.labels_file)) or self._node_labels)
+            self._quote = profit.quote(cards, figures)
+        offer = profit.decide_offer(self.offer, self._quote, now, self.schedule.hysteresis,
+                                    self.schedule.min_switch_interval_s)
+        if offer != self.offer:
+            self.offer = offer
+            self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
+            self._save()
+        return self.offer.offered
+
     def observe(self, now: float) -> tuple[Observation, dict[str, Any] | None]:
-        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc))
         node: dict[str, Any] | None = None
         pods: list[dict[str, Any]] = []
         try:
@@ -127,6 +171,7 @@ class Agent:
                                   key=lambda lease: lease["pod"])
         except cluster.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
+        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         running = self.config.miner.running()
         waiting = bool(self.gates.waiting())
         obs = Observation(
@@ -263,7 +308,8 @@ class Agent:
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
-        _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels})
+        _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels,
+                                              "offer": asdict(self.offer)})
 
     def next_change(self, now: float) -> datetime | None:
         """The schedule's next change, recomputed only once it has passed: the scan costs tens of
@@ -271,7 +317,7 @@ class Agent:
         at = datetime.fromtimestamp(now, timezone.utc)
         due, value = self._next
         if at >= due:
-            value = policy.next_change(self.schedule, at)
+            value = policy.next_change(self.schedule, at, lease_pays=self.offer.offered)
             self._next = (value if value is not None else at + timedelta(hours=1), value)
         return value
 
@@ -280,7 +326,8 @@ class Agent:
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
-                "leases": self._leases, "drain": (self.dir / "drain").exists(), "offered": self.state.offered}
+                "leases": self._leases, "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
+                **({"profit": {"lease_pays": self.offer.offered, **self._quote.as_status()}} if self._quote else {})}
 
     def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)

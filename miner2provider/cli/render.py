@@ -193,8 +193,9 @@ def agent_line(agent: dict[str, str]) -> str:
 
 def schedule_summary(sched: Schedule) -> str:
     grace = "forever" if sched.lease_grace_s is None else f"{sched.lease_grace_s / 60:g} min"
+    band = f", hysteresis {sched.hysteresis * 100:g} %" if sched.policy == "profit" else ""
     return (f"policy {sched.policy}, timezone {sched.timezone}, {len(sched.windows)} windows, "
-            f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min")
+            f"lease grace {grace}, min switch interval {sched.min_switch_interval_s / 60:g} min{band}")
 
 
 # -- pricing -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from miner2provider.errors import UsageError
 from miner2provider.role_vars import RunInputs
 from miner2provider.schedule import model as schedule_model
 from miner2provider.schedule import policy as schedule_policy
-from miner2provider.timeshare import schedule_files
+from miner2provider.timeshare import economics_files, schedule_files
 
 from . import fleet as fleet_run
 from . import render
@@ -51,7 +51,11 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
     if not 1971 <= begin.year <= 9000:  # the timeline must end before datetime's year 9999
         raise UsageError(f"--from {textfiles.shown(start)}: give a date between 1971 and 9000")
     render.echo(f"{file}: {render.schedule_summary(sched)}")
-    for a, b, desired in schedule_policy.timeline(sched, begin.replace(second=0, microsecond=0), days):
+    profit = sched.policy == "profit"
+    if profit:
+        render.echo("policy profit: the lease spans below are offered only while a lease pays more than mining "
+                    "(the economics file); mine windows always mine")
+    for a, b, desired in schedule_policy.timeline(sched, begin.replace(second=0, microsecond=0), days, profit):
         la, lb = a.astimezone(sched.zone), b.astimezone(sched.zone)
         hours = (b - a).total_seconds() / 3600
         colour = "green" if desired.offered else "yellow"
@@ -64,18 +68,22 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
 @click.option("--api-server", envvar="M2P_AGENT_API_SERVER",
               help="The Kubernetes API the agents talk to (https://HOST:6443); default: each rig's k3s server "
                    "(m2p_agent_api_server, m2p_k3s_server_url).  [env M2P_AGENT_API_SERVER]")
+@click.option("--economics", "economics_file", type=click.Path(dir_okay=False),
+              help="Prices, mining revenue and power for policy profit (README: economics file); a rig's "
+                   "m2p_economics overrides it.  The agents re-read it when it changes: apply again to update.")
 @click.option("--check", is_flag=True, help="Show what would change on each rig, change nothing.  Exit 1: pending.")
 @yes_option
 @fleet_options(bundle=False, drain=True)
 @pass_ctx
-def schedule_apply(ctx: Context, file: str | None, api_server: str | None, check: bool, yes: bool,
-                   fleet: FleetSettings) -> None:
+def schedule_apply(ctx: Context, file: str | None, api_server: str | None, economics_file: str | None, check: bool,
+                   yes: bool, fleet: FleetSettings) -> None:
     """Install the time-share agent with FILE (or each rig's m2p_schedule) on every rig."""
     if api_server is not None and not checks.is_api_server(api_server):
         raise UsageError(f"--api-server {textfiles.shown(api_server)}: give https://HOST:PORT")
     inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
-    run_inputs = RunInputs(schedule_files(hosts, file, inv.path), api_server or None)
+    schedules = schedule_files(hosts, file, inv.path)
+    run_inputs = RunInputs(schedules, api_server or None, economics_files(hosts, economics_file, inv.path, schedules))
     outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), run_inputs=run_inputs,
                              inv=inv)
     render.outcomes(outcomes, fleet.as_json, show_tasks=check or ctx.verbosity > 0)

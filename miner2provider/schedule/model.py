@@ -2,7 +2,7 @@
 
 ```yaml
 timezone: Europe/Berlin        # IANA name; windows are wall-clock times there
-policy: fixed                  # fixed | lease-first | mine-first
+policy: fixed                  # fixed | lease-first | mine-first | profit
 default: mine                  # fixed only: the mode outside every window (mine | lease)
 windows:
   - days: mon-fri              # mon,wed / [sat, sun] / mon-fri / daily / weekdays / weekends
@@ -11,7 +11,11 @@ windows:
     mode: lease                # fixed: mine | lease; lease-first: mine; mine-first: lease
 lease_grace: forever           # a mining window waits this long for running leases (30m, 2h, forever)
 min_switch_interval: 10m       # the miner is never started sooner than this after a switch
+hysteresis: 0.05               # profit only: offer at floor x 1.05, stop offering below floor x 0.95
 ```
+
+Policy ``profit`` offers the rig's GPUs while a lease pays more than mining by the economics file's
+margin (profit.py), and mines otherwise; its windows may only say ``mine`` (a mining window wins).
 
 Pure parsing and validation; the file is read by ``load`` only.
 """
@@ -36,13 +40,13 @@ if sys.version_info >= (3, 9):
 else:  # python3 3.8 (HiveOS 0.6-227 on Ubuntu 20.04): the rig's TZif files, read by m2p
     from miner2provider.schedule.tzif import ZoneInfo, ZoneInfoNotFoundError
 
-POLICIES = ("fixed", "lease-first", "mine-first")
+POLICIES = ("fixed", "lease-first", "mine-first", "profit")
 MODES = ("mine", "lease")
 # The mode a window may name under each policy: the others' windows only make exceptions.
-WINDOW_MODES = {"fixed": MODES, "lease-first": ("mine",), "mine-first": ("lease",)}
+WINDOW_MODES = {"fixed": MODES, "lease-first": ("mine",), "mine-first": ("lease",), "profit": ("mine",)}
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 DAY_SETS = {"daily": DAYS, "weekdays": DAYS[:5], "weekends": DAYS[5:]}
-KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_interval"}
+KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_interval", "hysteresis"}
 WINDOW_KEYS = {"days", "from", "to", "mode"}
 WEEK = 7 * 24 * 60
 _TIME = re.compile(r"^([01]?\d|2[0-4]):([0-5]\d)$")
@@ -51,6 +55,8 @@ _DURATION = re.compile(r"^([0-9]{1,9})\s*(s|m|h|d)$")
 # year is "forever", which the schedule can say.
 MAX_SWITCH_INTERVAL_S = 86400.0
 MAX_LEASE_GRACE_S = 365 * 86400.0
+MAX_HYSTERESIS = 0.5  # a band wider than +-50 % of the floor never switches on a real price move
+DEFAULT_HYSTERESIS = 0.05
 MAX_GAP_MIN = 120  # the longest clock jump forward any zone has made (Antarctica/Troll: 2 h)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -87,6 +93,7 @@ class Schedule:
     windows: tuple[Window, ...]
     lease_grace_s: float | None  # None: wait forever
     min_switch_interval_s: float
+    hysteresis: float = DEFAULT_HYSTERESIS  # profit only
 
     @property
     def name(self) -> str:
@@ -151,7 +158,21 @@ def parse(text: str, path: str = "<schedule>") -> Schedule:
     interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False,
                          most=MAX_SWITCH_INTERVAL_S)
     assert interval is not None
-    return Schedule(path, tz, policy, default, windows, grace, interval)
+    return Schedule(path, tz, policy, default, windows, grace, interval, _hysteresis(path, fields, policy))
+
+
+def _hysteresis(path: str, fields: dict[str, tuple[yaml.Node, Any]], policy: str) -> float:
+    if "hysteresis" not in fields:
+        return DEFAULT_HYSTERESIS
+    node, value = fields["hysteresis"]
+    where = f"{path}:{node.start_mark.line + 1}"
+    if policy != "profit":
+        raise ScheduleError(f"hysteresis applies to policy profit only (this schedule's policy is {policy})",
+                            where=where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_HYSTERESIS:
+        raise ScheduleError(f"hysteresis is {textfiles.shown(value)}: a fraction from 0 to {MAX_HYSTERESIS:g} "
+                            "(0.05: offer at 5 % above the floor, stop 5 % below it)", where=where)
+    return float(value)
 
 
 def _pairs(path: str, node: yaml.MappingNode, allowed: set[str], what: str) -> dict[str, tuple[yaml.Node, Any]]:

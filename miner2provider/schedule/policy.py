@@ -10,6 +10,8 @@ The schedule gives two things at every instant (``Desired``):
 | fixed       | the window's mode, strictly       | ``default``, strictly               |
 | lease-first | ``mine``: not offered, mining     | offered, idle mining                |
 | mine-first  | ``lease``: offered, idle mining   | not offered, mining                 |
+| profit      | ``mine``: not offered, mining     | offered (idle mining) while a lease |
+|             |                                   | pays more than mining (profit.py)   |
 
 "Strictly" means a fixed lease window keeps the GPUs free even with no lease (fast start for
 renters), and a fixed mine window is not offered.
@@ -77,38 +79,46 @@ def window_at(schedule: Schedule, at: datetime) -> Window | None:
     return schedule.windows[index] if index >= 0 else None
 
 
-def desired_at(schedule: Schedule, at: datetime) -> Desired:
+def desired_at(schedule: Schedule, at: datetime, lease_pays: bool = False) -> Desired:
+    """``lease_pays``: policy profit's offer now (profit.decide_offer); the other policies ignore it."""
     window = window_at(schedule, at)
     if schedule.policy == "fixed":
         mode = window.mode if window else schedule.default
         return Desired(mode == "lease", mode == "mine", window)
     if schedule.policy == "lease-first":
         return Desired(window is None, True, window)
+    if schedule.policy == "profit":
+        return Desired(window is None and lease_pays, True, window)
     return Desired(window is not None, True, window)  # mine-first
 
 
-def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta(days=8)) -> datetime | None:
-    """The first minute after ``at`` at which ``desired_at`` differs; None within ``horizon``."""
+def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta(days=8),
+                lease_pays: bool = False) -> datetime | None:
+    """The first minute after ``at`` at which ``desired_at`` differs; None within ``horizon``.  Policy
+    profit: the next change the windows make while the offer stays ``lease_pays`` (prices are not known
+    ahead)."""
     at = _utc(at)  # arithmetic on zone-aware datetimes is wall-clock arithmetic in Python: use UTC
-    now = desired_at(schedule, at)
+    now = desired_at(schedule, at, lease_pays)
     t = at.replace(second=0, microsecond=0) + MINUTE
     end = at + horizon
     while t <= end:
-        if not desired_at(schedule, t).same(now):
+        if not desired_at(schedule, t, lease_pays).same(now):
             return t
         t += MINUTE
     return None
 
 
-def timeline(schedule: Schedule, start: datetime, days: int) -> list[tuple[datetime, datetime, Desired]]:
-    """Consecutive spans [from, to) of one Desired each (UTC), from ``start`` for ``days`` days."""
+def timeline(schedule: Schedule, start: datetime, days: int,
+             lease_pays: bool = False) -> list[tuple[datetime, datetime, Desired]]:
+    """Consecutive spans [from, to) of one Desired each (UTC), from ``start`` for ``days`` days (policy
+    profit: with the offer ``lease_pays`` throughout)."""
     start = _utc(start)
     end = start + timedelta(days=days)
     spans = []
     t = start
     while t < end:
-        d = desired_at(schedule, t)
-        nxt = next_change(schedule, t, horizon=end - t)
+        d = desired_at(schedule, t, lease_pays)
+        nxt = next_change(schedule, t, horizon=end - t, lease_pays=lease_pays)
         stop = min(nxt, end) if nxt else end
         spans.append((t, stop, d))
         t = stop

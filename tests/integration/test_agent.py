@@ -87,6 +87,14 @@ def apply(r, tmp_path, api, schedule: str, *extra: str) -> tuple[int, list[dict]
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 
 
+def with_the_agents_account(exc: AssertionError, r, api: KubeApiStandin | None = None) -> AssertionError:
+    """A failed assertion with what the agent logged and last said, and the node as the API holds it."""
+    with ssh(r) as client:
+        journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]
+    node = f"\nnode: {api.nodes[r.name]}" if api is not None else ""
+    return AssertionError(f"{exc}{node}\nagent:\n{journal}")
+
+
 def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tmp_path, monkeypatch):
     # HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8, no zoneinfo: the agent reads the zone's TZif file itself.
     (r,) = boot_rigs(sandbox.RigSpec("ag-hive", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
@@ -217,9 +225,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             with ssh(r) as client:
                 run(client, f"sudo mv /hive/bin/miner.real /hive/bin/miner; [ {pid} = 0 ] || sudo kill {pid}")
     except AssertionError as exc:
-        with ssh(r) as client:
-            journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]
-        raise AssertionError(f"{exc}\nnode: {api.nodes[r.name]}\nagent:\n{journal}") from None
+        raise with_the_agents_account(exc, r, api) from None
     finally:
         api.close()
 
@@ -413,8 +419,75 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         with ssh(r) as client:
             assert run(client, "test -e /var/lib/m2p || test -e /etc/m2p")[0] == 1
     except AssertionError as exc:
+        raise with_the_agents_account(exc, r) from None
+    finally:
+        api.close()
+
+
+def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a_lease(boot_rigs, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 17: policy profit on a HiveOS rig.  The economics file changes mid-run (`schedule apply
+    --economics` again: the role copies it, the running agent reads it on its next tick); the rig is
+    offered only while a lease pays more than mining, and a lease running when mining pays more again
+    is not cut: the rig drains.  The node's Akash model labels are those convert's gpu_attributes role
+    writes (the rig is not converted here: the API is the stand-in)."""
+    (r,) = boot_rigs(sandbox.RigSpec("ag-profit", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
+    api = KubeApiStandin(host=str(network.gateway()))
+    token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
+    api.add_node(r.name, token, {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2"}, gpus=2)
+    profit = "timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nhysteresis: 0.05\n"
+    figures = tmp_path / "economics.yml"
+
+    def prices(lease: float) -> str:
+        # rtx3090: mining 2.40 a day = 0.10/h, power 250 W x 0.20 per kWh = 0.05/h: floor 0.05 + 1.0 x 0.05
+        figures.write_text(f"lease_price_per_gpu_hour: {{rtx3090: {lease}}}\nmining_revenue_per_gpu_day: "
+                           "{rtx3090: 2.40}\ngpu_power_watts: {default: 250}\npower_price_per_kwh: 0.20\n")
+        return str(figures)
+
+    def mode() -> str:
+        return str(api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode"))
+
+    def said() -> dict:
+        return json.loads(api.nodes[r.name]["metadata"]["annotations"].get("m2p.io/status", "{}"))
+
+    def cordoned() -> bool:
+        return bool(api.nodes[r.name]["spec"].get("unschedulable"))
+
+    try:
+        assert wait_for("hive.service to start the miner", lambda: miner_running(r))
+        code, refused = apply(r, tmp_path, api, profit)  # no economics file: refused before any rig changes
+        assert code == 7 and "policy profit, which needs an economics file" in refused["error"], refused
+        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.08))
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        wait_for("the agent's quote", lambda: said().get("profit", {}).get("floor_per_hour") == 0.2)
+        assert said()["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2}
+        assert mode() == "mining" and cordoned() and miner_running(r)
+
+        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.12))  # 0.24 >= 0.20 x 1.05
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        wait_for("offered at the new price", lambda: mode() == "idle-mining" and not cordoned())
+        assert said()["profit"]["lease_pays"] is True and miner_running(r)
+        assert api.akash_view(r.name)["gpus_available"] == 2
+
+        code, out, pid = through_the_gate(r, "lease-1-main")
+        assert code == 0, out
+        api.add_pod("lease-1", r.name, 2)
+        # The agent names the lease in its status (read from the API a tick after the gate's grant).
+        wait_for("the lease in the agent's status", lambda: mode() == "leasing" and said()["leases"])
+        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.05))  # mining pays more again
+        assert code == 11 and outcomes[0]["message"].startswith("ag-profit: 1 lease running"), outcomes
+        # The lease guard refuses any apply on a leased rig: the owner writes the rig's copy instead.
         with ssh(r) as client:
-            journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]
-        raise AssertionError(f"{exc}\nagent:\n{journal}") from None
+            run(client, f"printf '%s' '{figures.read_text()}' | sudo tee /etc/m2p/economics.yml > /dev/null")
+        wait_for("draining: no new lease, the running one goes on", lambda: mode() == "draining" and cordoned())
+        assert not miner_running(r) and said()["profit"]["lease_pays"] is False
+
+        api.delete_pod("lease-1")
+        tenant.container_ends(r, pid)
+        wait_for("mining again once the lease ended", lambda: mode() == "mining")
+        assert wait_for("the miner started again", lambda: miner_running(r))
+    except AssertionError as exc:
+        raise with_the_agents_account(exc, r, api) from None
     finally:
         api.close()

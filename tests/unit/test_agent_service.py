@@ -5,6 +5,7 @@ NVML that reports the miner's PID while the miner runs (no GPU here)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from datetime import UTC
@@ -45,7 +46,7 @@ class LoggedClocks(rig.Clocks):
             f.write("reset\n")
 
 
-def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0) -> Agent:
+def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "") -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
@@ -56,7 +57,7 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0) -> A
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
-                    clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"))
+                    clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics)
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock)
 
@@ -321,7 +322,7 @@ def test_next_change_is_scanned_again_only_once_it_has_passed(api, tmp_path, mon
     agent = make_agent(api, tmp_path, "timezone: UTC\npolicy: fixed\ndefault: mine\nmin_switch_interval: 0s\n"
                        "windows:\n  - {days: daily, from: '09:00', to: '17:00', mode: lease}\n", clock=lambda: now[0])
     scans, scan = [], policy.next_change
-    monkeypatch.setattr(service.policy, "next_change", lambda *a: scans.append(a) or scan(*a))
+    monkeypatch.setattr(service.policy, "next_change", lambda *a, **k: scans.append(a) or scan(*a, **k))
     first = agent.next_change(now[0])
     assert first == scan(agent.schedule, datetime.fromtimestamp(now[0], UTC))
     now[0] += 1800
@@ -444,3 +445,67 @@ def test_the_ledger_gets_one_line_per_change_never_per_tick_across_restarts(api,
     modes = [(e.mode, e.blind, e.leases) for e in ledger.read(tmp_path / "state")[0]]
     assert modes == [("idle-mining", False, ()), ("leasing", False, ("lease/job",)),
                      ("leasing", True, ("lease/job",)), ("leasing", False, ("lease/job",))], modes
+
+
+PROFIT = "timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nhysteresis: 0.1\n"
+RTX3090_LABELS = {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2", "nvidia.com/gpu.count": "2"}
+
+
+def economics_file(path, lease: float) -> None:
+    """rtx3090: mining 2.40 a day = 0.10/h, power 250 W x 0.20 = 0.05/h; floor 0.05 + 1.0 x 0.05 = 0.10/h."""
+    path.write_text(f"lease_price_per_gpu_hour: {{rtx3090: {lease}}}\nmining_revenue_per_gpu_day: {{rtx3090: 2.40}}\n"
+                    "gpu_power_watts: {default: 250}\npower_price_per_kwh: 0.20\n")
+
+
+def test_profit_offers_while_a_lease_pays_and_follows_the_economics_file_as_it_changes(api, tmp_path):
+    now = [1_800_000_000.0]
+    figures = tmp_path / "economics.yml"
+    economics_file(figures, 0.08)  # below the floor: mine
+    agent = make_agent(api, tmp_path, PROFIT, clock=lambda: now[0], economics=str(figures))
+    (tmp_path / "labels.json").write_text(json.dumps(RTX3090_LABELS))
+    (tmp_path / "miner.running").touch()
+    agent.tick()
+    assert agent.state.mode == "mining" and cordoned(api)
+    status = json.loads(api.nodes[NODE]["metadata"]["annotations"]["m2p.io/status"])
+    assert status["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2}
+
+    def rewrite(lease: float) -> None:
+        economics_file(figures, lease)
+        now[0] += 60
+        os.utime(figures, (now[0], now[0]))  # a new mtime even within the file system's granularity
+
+    rewrite(0.105)  # above the floor, inside the 10 % band: still mining
+    agent.tick()
+    assert agent.state.mode == "mining"
+    rewrite(0.12)  # 0.24 >= 0.20 x 1.1: offered, idle mining until a lease comes
+    agent.tick()
+    assert agent.state.mode == "idle-mining" and not cordoned(api) and (tmp_path / "miner.running").exists()
+    api.add_pod("lease-1", NODE, 2)
+    agent.tick()
+    assert agent.state.mode == "leasing" and not (tmp_path / "miner.running").exists()
+    rewrite(0.05)  # mining pays more again: no new lease, the running one is not cut
+    agent.tick()
+    assert agent.state.mode == "draining" and cordoned(api) and not (tmp_path / "miner.running").exists()
+    api.delete_pod("lease-1")
+    agent.tick()
+    assert agent.state.mode == "mining" and (tmp_path / "miner.running").exists()
+    restarted = make_agent(api, tmp_path, PROFIT, clock=lambda: now[0], economics=str(figures))
+    assert restarted.offer == agent.offer  # the offer survives a restart with the state
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "economics.yml: No such file or directory"),
+    ("lease_price_per_gpu_hour: {rtx3090: 0.3}\n", "mining_revenue_per_gpu_day for rtx3090"),
+    ("lease_price_per_gpu_hour: {rtx3090: -1}\n", "economics.yml:1: lease_price_per_gpu_hour.rtx3090 is -1"),
+])
+def test_a_missing_or_broken_economics_file_is_reported_and_changes_nothing(api, tmp_path, content, said):
+    figures = tmp_path / "economics.yml"
+    if content is not None:
+        figures.write_text(content)
+    agent = make_agent(api, tmp_path, PROFIT, economics=str(figures))
+    (tmp_path / "labels.json").write_text(json.dumps(RTX3090_LABELS))
+    (tmp_path / "miner.running").touch()
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert agent.state.mode == "mining" and status["profit"]["lease_pays"] is False
+    assert said in status["profit"]["missing"] and status["profit"]["floor_per_hour"] is None

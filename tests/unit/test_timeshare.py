@@ -6,8 +6,8 @@ import pytest
 
 from miner2provider import inventory
 from miner2provider.agent import cluster
-from miner2provider.errors import ScheduleError
-from miner2provider.timeshare import schedule_files
+from miner2provider.errors import EconomicsError, ScheduleError
+from miner2provider.timeshare import economics_files, schedule_files
 
 GOOD = "timezone: UTC\npolicy: lease-first\n"
 
@@ -43,6 +43,35 @@ def test_a_rig_without_any_schedule_is_refused(tmp_path):
         schedule_files(list(inv.hosts), None, inv.path)
     with pytest.raises(ScheduleError, match="schedule not found"):
         schedule_files(list(inv.hosts), str(tmp_path / "missing.yml"), inv.path)
+
+
+PROFIT = "timezone: UTC\npolicy: profit\n"
+
+
+def test_policy_profit_needs_an_economics_file_and_a_rigs_own_wins(tmp_path):
+    inv = farm(tmp_path, "      m2p_economics: sched/rig02-economics.yml\n")
+    (tmp_path / "profit.yml").write_text(PROFIT)
+    schedules = schedule_files(list(inv.hosts), str(tmp_path / "profit.yml"), inv.path)
+    with pytest.raises(ScheduleError, match="rig01's schedule has policy profit, which needs an economics file") as err:
+        economics_files(list(inv.hosts), None, inv.path, schedules)
+    assert err.value.where == f"{inv.path}:3"
+    (tmp_path / "sched" / "rig02-economics.yml").write_text("lease_price_per_gpu_hour: {default: 0.2}\n")
+    (tmp_path / "all-economics.yml").write_text("margin: 0.1\n")
+    assert economics_files(list(inv.hosts), str(tmp_path / "all-economics.yml"), inv.path, schedules) == {
+        "rig01": str(tmp_path / "all-economics.yml"), "rig02": str(tmp_path / "sched" / "rig02-economics.yml")}
+    # Other policies need none: a rig without one is left out.
+    (tmp_path / "profit.yml").write_text(GOOD)
+    assert economics_files(list(inv.hosts), None, inv.path, schedules) == {
+        "rig02": str(tmp_path / "sched" / "rig02-economics.yml")}
+
+
+def test_a_bad_rig_economics_file_names_its_line_and_the_rig(tmp_path):
+    inv = farm(tmp_path, "      m2p_economics: sched/bad.yml\n")
+    (tmp_path / "sched" / "bad.yml").write_text("margin: 0.1\nmargin: 0.2\n")
+    schedules = {"rig01": str(tmp_path / "sched" / "night.yml"), "rig02": str(tmp_path / "sched" / "night.yml")}
+    with pytest.raises(EconomicsError, match=r"margin is given twice \(m2p_economics of rig02, .*rigs.yml:5\)") as err:
+        economics_files(list(inv.hosts), None, inv.path, schedules)
+    assert err.value.where == f"{tmp_path / 'sched' / 'bad.yml'}:2"
 
 
 def test_a_gpu_pod_is_a_lease_except_the_old_placeholder_in_m2ps_namespace():

@@ -1,0 +1,133 @@
+"""Policy profit (schedule/profit.py): the offer from the economics file's prices, with hysteresis and the
+switch interval.  Property tests (hypothesis) for the offer alone and for the offer driving the agent's
+decisions (decide.py) in the simulated world of test_agent_decide."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_agent_decide import Violation, World  # the simulated rig and cluster (this folder)
+
+from miner2provider import economics
+from miner2provider.agent.decide import START_MINER, State, decide
+from miner2provider.errors import ScheduleError
+from miner2provider.schedule import model, policy, profit
+
+ECONOMICS = economics.parse("""\
+lease_price_per_gpu_hour: {rtx3090: 0.30, default: 0.10}
+mining_revenue_per_gpu_day: {rtx3090: 2.40, cmp90hx: 3.60}
+gpu_power_watts: {default: 250}
+power_price_per_kwh: 0.20
+margin: 0.10
+""")
+
+
+def test_the_rig_quote_sums_its_cards_and_names_what_is_missing():
+    # rtx3090: power 0.05/h, net 0.10 - 0.05 = 0.05/h, floor 0.05 + 1.1 x 0.05 = 0.105/h
+    q = profit.quote({"rtx3090": 2}, ECONOMICS)
+    assert q.lease_per_hour == pytest.approx(0.60) and q.floor_per_hour == pytest.approx(0.21) and not q.missing
+    mixed = profit.quote({"rtx3090": 1, "cmp90hx": 1}, ECONOMICS)  # cmp90hx: the default lease price
+    assert mixed.lease_per_hour == pytest.approx(0.40)
+    assert mixed.floor_per_hour == pytest.approx(0.105 + 0.05 + 1.1 * (0.15 - 0.05))
+    unknown = profit.quote({"rtx3090": 1, "a4000": 1}, ECONOMICS)
+    assert unknown.lease_per_hour is None and unknown.floor_per_hour is None
+    assert unknown.missing == "mining_revenue_per_gpu_day for a4000"
+    assert "no Akash model labels" in profit.quote({}, ECONOMICS).missing
+
+
+def test_cards_come_from_the_rigs_akash_model_labels_only():
+    labels = {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2",
+              "akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090.ram.24Gi": "2",
+              "akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090.interface.pcie": "2",
+              "akash.network/capabilities.gpu.vendor.nvidia.model.cmp90hx": "1",
+              "nvidia.com/gpu.count": "3", "akash.network/capabilities.gpu.vendor.nvidia.model.x": "two"}
+    assert profit.cards_from_labels(labels) == {"rtx3090": 2, "cmp90hx": 1}
+
+
+def test_a_missing_figure_decides_nothing():
+    offer = profit.Offer(True, 5.0)
+    assert profit.decide_offer(offer, profit.Quote(None, None, "x"), 1e6, 0.05, 0) == offer
+    assert profit.decide_offer(profit.Offer(), profit.Quote(None, None, "x"), 1e6, 0.05, 0) == profit.Offer()
+
+
+prices = st.lists(st.tuples(st.floats(0, 2), st.floats(0, 2), st.integers(1, 900)), min_size=1, max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan=prices, hysteresis=st.sampled_from([0.0, 0.05, 0.2]), interval=st.integers(0, 3600))
+def test_the_offer_follows_the_band_and_never_flaps_faster_than_the_interval(plan, hysteresis, interval):
+    offer, now, changes = profit.Offer(), 0.0, []
+    for lease, floor, dt in plan:
+        before = offer
+        offer = profit.decide_offer(offer, profit.Quote(lease, floor), now, hysteresis, interval)
+        if offer != before:
+            changes.append(now)
+            # It changes only across the band: offered at floor x (1+h), withdrawn below floor x (1-h).
+            assert lease >= floor * (1 + hysteresis) if offer.offered else lease < floor * (1 - hysteresis)
+        elif now - before.changed >= interval:
+            # Free to switch and did not: the price is on the side (or inside the band) that keeps it.
+            assert lease >= floor * (1 - hysteresis) if offer.offered else lease < floor * (1 + hysteresis)
+        now += dt
+    assert all(b - a >= interval for a, b in pairwise(changes))
+
+
+WEEK_SCHEDULE = model.parse("timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nwindows:\n"
+                            "  - {days: daily, from: '18:00', to: '22:00', mode: mine}\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(["arrive", "depart", "withdraw", "restart",
+                                                                 "none"]), st.integers(1, 900)),
+                     min_size=1, max_size=150),
+       interval=st.integers(0, 1200))
+def test_prices_moving_never_cut_a_lease_nor_mine_beside_one(plan, interval):
+    """The offer drives the agent's decisions through policy.desired_at; the world raises when the miner
+    starts while a lease's container runs or waits, or mines beside one."""
+    world, state, offer = World(), State(), profit.Offer()
+    for lease, event, dt in plan:
+        getattr(world, event, lambda: None)()
+        offer = profit.decide_offer(offer, profit.Quote(lease, 0.5), world.now, 0.05, interval)
+        at = datetime.fromtimestamp(1_800_000_000 + world.now, UTC)
+        desired = policy.desired_at(WEEK_SCHEDULE, at, offer.offered)
+        state, actions = decide(state, world.observe(desired, True), None, interval)
+        world.apply(actions)
+        if START_MINER in actions:
+            assert not world.leases, "the miner started while a lease pod is bound"
+        if world.miner and world.running:
+            raise Violation(f"t={world.now}: mining while a lease holds a GPU")
+        world.now += dt
+
+
+def test_a_mining_window_wins_over_a_paying_lease():
+    monday_19 = datetime(2026, 11, 23, 19, 0, tzinfo=UTC)
+    assert not policy.desired_at(WEEK_SCHEDULE, monday_19, lease_pays=True).offered
+    assert policy.desired_at(WEEK_SCHEDULE, monday_19.replace(hour=12), lease_pays=True).offered
+    assert not policy.desired_at(WEEK_SCHEDULE, monday_19.replace(hour=12), lease_pays=False).offered
+    # Other policies ignore the price.
+    lease_first = model.parse("timezone: UTC\npolicy: lease-first\n")
+    assert policy.desired_at(lease_first, monday_19, lease_pays=False).offered
+    assert policy.next_change(WEEK_SCHEDULE, monday_19.replace(hour=12), lease_pays=True) == monday_19.replace(hour=18)
+    assert policy.next_change(WEEK_SCHEDULE, monday_19.replace(hour=12), lease_pays=False) is None
+
+
+@pytest.mark.parametrize(("text", "line", "said"), [
+    ("timezone: UTC\npolicy: profit\nwindows:\n  - {days: daily, from: '1:00', to: '2:00', mode: lease}\n", 4,
+     "mine"),
+    ("timezone: UTC\npolicy: lease-first\nhysteresis: 0.1\n", 3, "policy profit only"),
+    ("timezone: UTC\npolicy: profit\nhysteresis: 0.9\n", 3, "a fraction from 0 to 0.5"),
+    ("timezone: UTC\npolicy: profit\nhysteresis: .nan\n", 3, "a fraction from 0 to 0.5"),
+    ("timezone: UTC\npolicy: profit\nhysteresis: yes\n", 3, "a fraction from 0 to 0.5"),
+])
+def test_profit_schedule_mistakes_name_their_line(text, line, said):
+    with pytest.raises(ScheduleError) as caught:
+        model.parse(text, "s.yml")
+    assert caught.value.where == f"s.yml:{line}" and said in str(caught.value)
+
+
+def test_a_profit_schedule_reads_its_hysteresis():
+    assert model.parse("timezone: UTC\npolicy: profit\nhysteresis: 0.1\n").hysteresis == 0.1
+    assert model.parse("timezone: UTC\npolicy: profit\n").hysteresis == model.DEFAULT_HYSTERESIS

@@ -12,6 +12,8 @@ measured figures into the same shape).
       default: 200
     power_price_per_kwh: 0.12
     margin: 0.15                   # how much more than mining's net a lease must pay (0.15: 15 %)
+    mining_revenue_per_mhs_day:    # what 1 MH/s earns a day per algorithm (coin and pool, after fees):
+      kawpow: 0.024                # with the agent's measured hashrates, this replaces the per-GPU figure
 
 Models are the names m2p's Akash labels use (``rtx3090``, ``cmp90hx``); ``default`` serves a model
 the file does not list.  A model with neither its own figure nor a default has no estimate: it is
@@ -29,7 +31,7 @@ import yaml
 from miner2provider import textfiles
 from miner2provider.errors import EconomicsError
 
-PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day", "gpu_power_watts")
+PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day", "gpu_power_watts", "mining_revenue_per_mhs_day")
 SCALARS = ("power_price_per_kwh", "margin")
 KEYS = {"currency", *PRICES, *SCALARS}
 MAX_PRICE = 1_000_000.0  # per GPU-hour or GPU-day: anything above is a typo, not a market
@@ -45,6 +47,7 @@ class Economics:
     power_watts: dict[str, float] = field(default_factory=dict)
     power_price_per_kwh: float | None = None
     margin: float = 0.0
+    mining_per_mhs_day: dict[str, float] = field(default_factory=dict)  # by algorithm
 
     def lease_price(self, model: str) -> float | None:
         return self.lease_per_gpu_hour.get(model, self.lease_per_gpu_hour.get("default"))
@@ -68,8 +71,11 @@ class Economics:
         revenue = self.mining_revenue(model)
         if revenue is None:
             return None
-        power = self.power_cost_per_hour(model)
-        return power + (1 + self.margin) * max(revenue / 24 - power, 0.0)
+        return self.floor(revenue, self.power_cost_per_hour(model))
+
+    def floor(self, revenue_per_day: float, power_per_hour: float) -> float:
+        """The floor for one card earning ``revenue_per_day`` mining and costing ``power_per_hour``."""
+        return power_per_hour + (1 + self.margin) * max(revenue_per_day / 24 - power_per_hour, 0.0)
 
 
 NONE = Economics()
@@ -110,7 +116,7 @@ def parse(text: str, path: str = "<economics>") -> Economics:
             scalars[key] = None
     margin = scalars["margin"] or 0.0
     return Economics(path, str(currency), prices[PRICES[0]], prices[PRICES[1]], prices[PRICES[2]],
-                     scalars["power_price_per_kwh"], margin)
+                     scalars["power_price_per_kwh"], margin, mining_per_mhs_day=prices[PRICES[3]])
 
 
 def _at(path: str, node: yaml.Node) -> str:

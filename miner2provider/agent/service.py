@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__, economics
-from miner2provider.agent import cluster, decide, gate, ledger, rig
+from miner2provider.agent import cluster, decide, gate, ledger, measure, rig
 from miner2provider.agent.decide import Observation, State
 from miner2provider.errors import EconomicsError
 from miner2provider.schedule import model, policy, profit
@@ -41,6 +41,7 @@ GPU_RECHECK_S = 10.0
 GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WATCHDOG_RECHECK_S = 10.0
+MEASURED_SHOWN_S = 600.0  # the measured average goes into status and state at most this often (USB sticks)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Config:
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
     cdi_spec: str = "/etc/cdi/nvidia.yaml"  # carries the gate's hook (roles/nvidia_container_toolkit)
+    hashrate_file: str = ""  # the mining OS's own miner stats (measure.py); empty: none known
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
@@ -92,6 +94,9 @@ class Agent:
     offer: profit.Offer = field(default_factory=profit.Offer)  # policy profit's offer (saved with the state)
     _economics: tuple[float, economics.Economics | None, str] = (float("nan"), None, "")  # (mtime, file, error)
     _quote: profit.Quote | None = None
+    measured: measure.Average | None = None  # the miner's hashrate and power, averaged
+    shown: measure.Average | None = None  # ``measured`` as last put into status and state.json
+    _stats_mtime: float = float("nan")
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -105,6 +110,10 @@ class Agent:
             self.state = State(**state)
             if saved.get("offer"):
                 self.offer = profit.Offer(**saved["offer"])
+            if saved.get("measured"):
+                m = saved["measured"]
+                self.measured = self.shown = measure.Average(m["algo"], tuple(m["mhs"]), tuple(m["watts"]), m["at"],
+                                                             m["samples"])
             self.applied_labels = dict(saved.get("applied_labels", {}))
 
     # -- observe ---------------------------------------------------------------------
@@ -141,6 +150,30 @@ class Agent:
                 self._economics = (mtime, None, str(exc))
         return self._economics[1]
 
+    def measure(self, now: float, miner_running: bool) -> None:
+        """One more sample of the miner's own stats when the mining OS wrote them anew (only while the
+        miner runs: a stopped miner's last stats are not its rate)."""
+        path = self.config.hashrate_file
+        if not path or not miner_running:
+            return
+        try:
+            mtime = os.stat(path).st_mtime
+            if mtime == self._stats_mtime:
+                return
+            self._stats_mtime = mtime
+            sample = measure.hiveos_stats(Path(path).read_text(errors="replace"))
+        except OSError:
+            return
+        if sample is not None:
+            self.measured = measure.update(self.measured, sample, now)
+            if self.shown is None or now - self.shown.at >= MEASURED_SHOWN_S or self.shown.algo != sample.algo:
+                self.shown = self.measured
+                self._save()
+
+    def _hashrates(self, now: float) -> profit.Hashrates | None:
+        m = self.measured
+        return (m.algo, m.mhs, m.watts) if m is not None and now - m.at <= measure.MAX_AGE_S else None
+
     def price_offer(self, now: float) -> bool:
         """Policy profit: is the rig offered at the economics file's prices now (profit.py)?"""
         if self.schedule.policy != "profit":
@@ -151,7 +184,7 @@ class Agent:
         else:
             # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
             cards = profit.cards_from_labels(_read_json(Path(self.config.labels_file)) or self._node_labels)
-            self._quote = profit.quote(cards, figures)
+            self._quote = profit.quote(cards, figures, self._hashrates(now))
         offer = profit.decide_offer(self.offer, self._quote, now, self.schedule.hysteresis,
                                     self.schedule.min_switch_interval_s)
         if offer != self.offer:
@@ -171,8 +204,9 @@ class Agent:
                                   key=lambda lease: lease["pod"])
         except cluster.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
-        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         running = self.config.miner.running()
+        self.measure(now, running)
+        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         waiting = bool(self.gates.waiting())
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
@@ -309,7 +343,8 @@ class Agent:
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
         _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels,
-                                              "offer": asdict(self.offer)})
+                                              "offer": asdict(self.offer),
+                                              "measured": asdict(self.shown) if self.shown else None})
 
     def next_change(self, now: float) -> datetime | None:
         """The schedule's next change, recomputed only once it has passed: the scan costs tens of
@@ -327,7 +362,8 @@ class Agent:
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
                 "leases": self._leases, "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
-                **({"profit": {"lease_pays": self.offer.offered, **self._quote.as_status()}} if self._quote else {})}
+                **({"profit": {"lease_pays": self.offer.offered, **self._quote.as_status()}} if self._quote else {}),
+                **({"measured": {**self.shown.as_status(), "at": _iso(self.shown.at)}} if self.shown else {})}
 
     def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from miner2provider.attributes.database import Card
 from miner2provider.attributes.labels import amd_combos, amd_labels, cards_of, node_labels
 from miner2provider.facts.amd import AmdGpu
+from miner2provider.facts.cluster import Measured
 from miner2provider.facts.gpu import Gpus
 
 
@@ -26,6 +27,7 @@ class RigGpus:
     region: str | None = None
     labels_extra: dict[str, str] = field(default_factory=dict)
     amd: tuple[AmdGpu, ...] = ()  # read from sysfs; listed, never converted yet
+    measured: Measured | None = None  # the agent's average of the miner's own stats (HiveOS rigs)
 
 
 @dataclass(frozen=True)

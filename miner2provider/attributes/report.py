@@ -16,6 +16,7 @@ from miner2provider import textfiles
 from miner2provider.attributes.provider import RigGpus
 from miner2provider.errors import UsageError
 from miner2provider.facts.amd import AmdGpu
+from miner2provider.facts.cluster import measured_from
 from miner2provider.facts.gpu import Gpu, Gpus
 
 
@@ -143,7 +144,9 @@ def _rig(entry: Any) -> RigGpus | None:
     if not isinstance(amd_rows, list) or len(amd_rows) > 64:
         raise _Bad(f"{entry['name']}: amd_gpus must be a list of at most 64 GPUs")
     amd = tuple(AmdGpu(**_checked(entry["name"], f"AMD GPU {n}", row, AMD_SCHEMA)) for n, row in enumerate(amd_rows))
-    return RigGpus(entry["name"], gpus, cuda, amd=amd)
+    agent = facts.get("agent_status")
+    measured = measured_from(agent.get("measured")) if isinstance(agent, dict) else None
+    return RigGpus(entry["name"], gpus, cuda, amd=amd, measured=measured)
 
 
 def _gpu(rig: str, n: int, row: Any) -> Gpu:

@@ -174,7 +174,7 @@ def status_table(rows: list[dict[str, Any]]) -> None:
             echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
 
 
-def agent_line(agent: dict[str, str]) -> str:
+def agent_line(agent: dict[str, Any]) -> str:
     """``leasing since 2026-11-22T21:14, next change 2026-11-23T06:00+01:00 (schedule night-lease)``."""
     if not agent["mode"]:
         return f"service {agent['service']}, no status yet"
@@ -183,6 +183,13 @@ def agent_line(agent: dict[str, str]) -> str:
     line += f" (schedule {agent['schedule']})"
     if agent["service"] != "active":
         line += f"; service {agent['service']}"
+    if agent.get("lease_pays") is not None:
+        floor = agent.get("floor_per_hour")
+        line += (f"; profit: {'offered' if agent['lease_pays'] else 'mining pays more'}"
+                 + (f", floor {floor:g}/h" if floor is not None else "") + f" ({agent.get('quote_source') or '?'})")
+    measured = agent.get("measured")
+    if measured:
+        line += f"; miner {measured['algo']} {' + '.join(f'{v:g}' for v in measured['mhs'])} MH/s"
     if agent["last_error"]:
         line += click.style(f"; last error: {agent['last_error']}", fg="red")
     return line

@@ -162,7 +162,8 @@ def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, li
         if not r.ok:
             render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
     return [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
-                    _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus)
+                    _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus,
+                    r.facts.agent_status.measured)
             for r in reports if r.ok and r.facts], [r.name for r in reports if not r.ok]
 
 
@@ -185,7 +186,8 @@ def pricing_command(inventory_file: str | None, report: str | None, economics_pa
     rigs, failed = _fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
     cards = [(c.slug, c.memory) for rig in rigs for c in cards_of(rig.gpus)]
     cards += [(slug, memory) for rig in rigs for slug, memory, _ in amd_combos(rig.amd)]
-    listed = pricing.floors(cards, econ)
+    listed = pricing.floors(cards, econ, [m for rig in rigs for m in pricing.measured_cards(cards_of(rig.gpus),
+                                                                                            rig.measured)])
     render.pricing(listed, econ, shape)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))

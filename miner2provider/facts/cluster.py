@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from miner2provider.agent.ledger import Entry
 from miner2provider.agent.ledger import parse as parse_ledger
 from miner2provider.facts.base import Fact, Output
+
+MAX_GPUS = 64  # a rig's GPUs in status.json: more is not a rig, and the list is cut
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
 AGENT_STATUS = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
@@ -65,6 +68,15 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """The miner's hashrate and power per GPU as the agent averaged them (agent/measure.py)."""
+
+    algo: str
+    mhs: tuple[float, ...]
+    watts: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     present: bool  # the agent has written a status
     mode: str = ""  # mining | idle-mining | leasing | draining | unknown (status unreadable)
@@ -74,6 +86,10 @@ class AgentStatus:
     last_error: str = ""
     leases: tuple[Lease, ...] = ()  # tenant pods on the rig's node, as the agent last read them
     drain: bool = False  # m2p asked the agent to cordon the node (--drain)
+    measured: Measured | None = None  # HiveOS rigs: the running miner's own stats, averaged
+    lease_pays: bool | None = None  # policy profit: the agent's offer (None: another policy)
+    floor_per_hour: float | None = None  # policy profit: the rig's lease floor, all its GPUs
+    quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
 
 
 class AgentStatusFact(Fact[AgentStatus]):
@@ -97,9 +113,14 @@ class AgentStatusFact(Fact[AgentStatus]):
         listed = raw.get("leases")
         leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
                        for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
+        found = raw.get("profit")
+        profit: dict[str, Any] = found if isinstance(found, dict) else {}
+        lease_pays = profit.get("lease_pays")
         return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
                            _field(raw, "next_change"), _field(raw, "schedule"),
-                           _field(raw, "last_error", 300), leases, raw.get("drain") is True)
+                           _field(raw, "last_error", 300), leases, raw.get("drain") is True,
+                           measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
+                           _number(profit.get("floor_per_hour")), _field(profit, "source"))
 
 
 def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:
@@ -118,3 +139,22 @@ class AgentLedgerFact(Fact[tuple[Entry, ...]]):
     @staticmethod
     def parse(out: Output) -> tuple[Entry, ...]:
         return tuple(parse_ledger(out.text)[0][-LEDGER_TAIL:])
+
+
+def _number(value: object) -> float | None:
+    """A finite, non-negative number from status.json; anything else reads as absent."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def measured_from(raw: object) -> Measured | None:
+    """``measured`` of status.json (or of a saved report's agent_status), checked; None when absent or odd."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("mhs"), list):
+        return None
+    mhs = [_number(v) for v in raw["mhs"]][:MAX_GPUS]
+    watts = [_number(v) for v in raw.get("watts") or []][:MAX_GPUS] if isinstance(raw.get("watts"), list) else []
+    if not mhs or None in mhs or None in watts:
+        return None
+    return Measured(_field(raw, "algo", 32) or "unknown", tuple(v for v in mhs if v is not None),
+                    tuple(v for v in watts if v is not None))

@@ -440,9 +440,12 @@ def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a
     figures = tmp_path / "economics.yml"
 
     def prices(lease: float) -> str:
-        # rtx3090: mining 2.40 a day = 0.10/h, power 250 W x 0.20 per kWh = 0.05/h: floor 0.05 + 1.0 x 0.05
+        # Measured (HiveOS's last_stat.json, written by the sandbox's stand-in miner): 58 MH/s kawpow at
+        # 240 W per card; 58 x 0.05 = 2.90 a day = 0.1208/h, power 0.048/h: floor 0.1208 per GPU, 0.2417
+        # for the rig (the per-GPU figure alone would give 0.20).
         figures.write_text(f"lease_price_per_gpu_hour: {{rtx3090: {lease}}}\nmining_revenue_per_gpu_day: "
-                           "{rtx3090: 2.40}\ngpu_power_watts: {default: 250}\npower_price_per_kwh: 0.20\n")
+                           "{rtx3090: 2.40}\ngpu_power_watts: {default: 250}\npower_price_per_kwh: 0.20\n"
+                           "mining_revenue_per_mhs_day: {kawpow: 0.05}\n")
         return str(figures)
 
     def mode() -> str:
@@ -460,11 +463,20 @@ def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a
         assert code == 7 and "policy profit, which needs an economics file" in refused["error"], refused
         code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.08))
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
-        wait_for("the agent's quote", lambda: said().get("profit", {}).get("floor_per_hour") == 0.2)
-        assert said()["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2}
+        wait_for("the agent's quote from the measured hashrate",
+                 lambda: said().get("profit", {}).get("source") == "measured kawpow hashrate of 2 GPUs")
+        assert said()["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2417,
+                                    "source": "measured kawpow hashrate of 2 GPUs"}
+        assert {k: said()["measured"][k] for k in ("algo", "mhs", "watts")} == {
+            "algo": "kawpow", "mhs": [58.0, 58.0], "watts": [240.0, 240.0]}
+        assert "1q2w3e4r" not in json.dumps(api.nodes[r.name]) + agent_status(r)  # the rig's password stays
         assert mode() == "mining" and cordoned() and miner_running(r)
 
-        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.12))  # 0.24 >= 0.20 x 1.05
+        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.12))  # 0.24 < 0.2417 x 1.05
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        time.sleep(3)  # a tick or more: still mining
+        assert mode() == "mining" and said()["profit"]["lease_pays"] is False
+        code, outcomes = apply(r, tmp_path, api, profit, "--economics", prices(0.15))  # 0.30 >= 0.2417 x 1.05
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
         wait_for("offered at the new price", lambda: mode() == "idle-mining" and not cordoned())
         assert said()["profit"]["lease_pays"] is True and miner_running(r)

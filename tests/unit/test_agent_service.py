@@ -46,7 +46,8 @@ class LoggedClocks(rig.Clocks):
             f.write("reset\n")
 
 
-def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "") -> Agent:
+def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "",
+               hashrate_file: str = "") -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
@@ -57,7 +58,8 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
-                    clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics)
+                    clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
+                    hashrate_file=hashrate_file)
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock)
 
@@ -467,7 +469,8 @@ def test_profit_offers_while_a_lease_pays_and_follows_the_economics_file_as_it_c
     agent.tick()
     assert agent.state.mode == "mining" and cordoned(api)
     status = json.loads(api.nodes[NODE]["metadata"]["annotations"]["m2p.io/status"])
-    assert status["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2}
+    assert status["profit"] == {"lease_pays": False, "lease_per_hour": 0.16, "floor_per_hour": 0.2,
+                                "source": "economics file"}
 
     def rewrite(lease: float) -> None:
         economics_file(figures, lease)
@@ -509,3 +512,54 @@ def test_a_missing_or_broken_economics_file_is_reported_and_changes_nothing(api,
     status = json.loads((tmp_path / "state/status.json").read_text())
     assert agent.state.mode == "mining" and status["profit"]["lease_pays"] is False
     assert said in status["profit"]["missing"] and status["profit"]["floor_per_hour"] is None
+
+
+def test_the_miners_own_stats_are_averaged_shown_every_ten_minutes_and_price_the_rig(api, tmp_path):
+    now = [1_800_000_000.0]
+    figures, stats = tmp_path / "economics.yml", tmp_path / "last_stat.json"
+    economics_file(figures, 0.12)
+    with figures.open("a") as f:
+        f.write("mining_revenue_per_mhs_day: {kawpow: 0.05}\n")
+
+    def hiveos_writes(mhs: float) -> None:  # as HiveOS's agent loop does (measure.py)
+        stats.write_text(json.dumps({"params": {"passwd": "secret-pw", "power": [240, 240], "miner_stats": {
+            "hs": [mhs * 1e6, mhs * 1e6], "hs_units": "hs", "algo": "kawpow"}}}))
+        os.utime(stats, (now[0], now[0]))
+
+    agent = make_agent(api, tmp_path, PROFIT, clock=lambda: now[0], economics=str(figures),
+                       hashrate_file=str(stats))
+    (tmp_path / "labels.json").write_text(json.dumps(RTX3090_LABELS))
+    (tmp_path / "miner.running").touch()
+    hiveos_writes(58.0)
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert status["measured"]["mhs"] == [58.0, 58.0] and status["measured"]["watts"] == [240.0, 240.0]
+    # 58 MH/s x 0.05 = 2.90 a day = 0.1208/h per GPU (power 0.048/h is below it): 0.24 < 0.2417 x 1.1
+    assert status["profit"]["source"] == "measured kawpow hashrate of 2 GPUs"
+    assert status["profit"]["floor_per_hour"] == 0.2417 and agent.state.mode == "mining"
+    for _ in range(5):  # the miner slows down: the average follows, the status keeps its figure a while
+        now[0] += 60
+        hiveos_writes(30.0)
+        agent.tick()
+    assert agent.measured.mhs[0] < 50 and json.loads((tmp_path / "state/status.json").read_text())["measured"] == \
+        status["measured"]
+    assert agent.state.mode == "idle-mining"  # the slower miner earns less than the lease pays
+    now[0] += 600
+    hiveos_writes(30.0)
+    agent.tick()
+    shown = json.loads((tmp_path / "state/status.json").read_text())["measured"]["mhs"]
+    assert shown[0] < 50 and "secret-pw" not in (tmp_path / "state/status.json").read_text()
+    saved = json.loads((tmp_path / "state/state.json").read_text())["measured"]
+    assert saved["mhs"][0] == pytest.approx(shown[0], abs=0.001)  # kept for a restart (a leased rig mines no samples)
+
+
+def test_the_agent_zipapp_starts_on_the_oldest_python_it_supports(tmp_path):
+    """Every module the agent imports is evaluated on python3 3.8 (HiveOS 0.6-227): an annotation or alias
+    that only newer Pythons evaluate fails here, not on a rig (vermin does not see them all)."""
+    from m2p_sandbox import pythons
+    from miner2provider.agent import package
+
+    python = pythons.build_of("3.8") / "bin" / "python3.8"
+    agent = package.write(str(tmp_path))
+    proc = subprocess.run([str(python), str(agent), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--config" in proc.stdout, proc.stderr

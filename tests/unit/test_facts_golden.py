@@ -19,6 +19,8 @@ CASES = sorted((Path(__file__).parent / "facts").glob("*/*.json"))
 def plain(value):
     if dataclasses.is_dataclass(value):
         return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [plain(v) for v in value]
     return value

@@ -58,3 +58,46 @@ def test_the_command_prints_the_charts_mapping_and_refuses_a_bad_file(tmp_path, 
     econ.write_text("margin: 0.15\nmargin: 0.2\n")
     assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == 2
     assert f"{econ}:2: margin is given twice" in capsys.readouterr().err
+
+
+def test_measured_hashrates_price_their_model_and_say_so(tmp_path, capsys, saved_report):
+    """A saved report whose rig's agent measured its miner (facts.agent_status.measured, as status.json
+    carries it): with mining_revenue_per_mhs_day for the algorithm, the floor comes from the cards' own
+    hashrates and watts; a rig of mixed models is not paired; an unpriced algorithm falls back."""
+    import json
+
+    from miner2provider.cli import main
+
+    report = saved_report(("NVIDIA GeForce RTX 3090", "2204", 24576), ("NVIDIA GeForce RTX 3090", "2204", 24576))
+    data = json.loads(report.read_text())
+    data[0]["facts"]["agent_status"] = {"present": True, "measured": {"algo": "kawpow", "mhs": [58.0, 56.0],
+                                                                       "watts": [240.0, 250.0]}}
+    report.write_text(json.dumps(data))
+    econ = tmp_path / "econ.yml"
+    econ.write_text("mining_revenue_per_gpu_day: {rtx3090: 0.95}\ngpu_power_watts: {rtx3090: 300}\n"
+                    "power_price_per_kwh: 0.12\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["models"]
+    # 58 and 56 MH/s x 0.05 = 2.90 and 2.80 a day; 240 and 250 W at 0.12: floor = revenue/24 (net > 0)
+    assert row["source"] == "measured (2 GPUs)" and row["mining_per_day"] == pytest.approx(2.85)
+    assert row["power_watts"] == 245.0 and row["floor_per_hour"] == pytest.approx(2.85 / 24, abs=1e-4)
+    econ.write_text(econ.read_text().replace("kawpow", "etchash"))
+    assert main(["pricing", "--from", str(report), "--economics", str(econ), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["models"]
+    assert row["source"] == "economics file" and row["mining_per_day"] == 0.95
+
+
+def test_measured_figures_pair_with_cards_only_on_one_model_rigs():
+    from miner2provider.attributes.database import card_for
+    from miner2provider.facts.cluster import Measured
+    from miner2provider.facts.gpu import Gpu
+
+    def card(name, device, mib):
+        return card_for(Gpu(0, name, "GPU-0", "00000000:01:00.0", "10de", device, "0x0", mib, "550.54"))
+
+    rtx, cmp = card("NVIDIA GeForce RTX 3090", "2204", 24576), card("NVIDIA CMP 90HX", "2249", 10240)
+    both = Measured("kawpow", (58.0, 30.0), (240.0, 250.0))
+    assert pricing.measured_cards([rtx, cmp], both) == []
+    assert pricing.measured_cards([rtx], both) == []  # two hashrates for one card
+    (one,) = pricing.measured_cards([rtx], Measured("kawpow", (58.0,), ()))
+    assert one == pricing.MeasuredCard("rtx3090", "24Gi", "kawpow", 58.0, None)

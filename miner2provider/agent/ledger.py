@@ -4,7 +4,9 @@ The agent appends a JSON line each time its mode changes (``mining``, ``idle-min
 ``draining``) or it goes blind or sees again (the Kubernetes API unreachable), never per tick:
 rigs run from USB sticks, so writes stay bounded (one short line and one fsync per change).  A
 line says when the mode began; its end is the next line's start.  Leases are named by their pod
-(``namespace/name``) and nothing else of the tenant's.
+(``namespace/name``) and nothing else of the tenant's.  Where the agent measures the miner (HiveOS:
+measure.py), each line also carries the rolling average at that moment (``algo``, ``mhs`` per GPU): a
+record of what mining was worth when the rig switched.
 
 The file lives in the agent's state directory and survives reboots.  Past ``MAX_BYTES`` it is
 rotated once (``ledger.1.jsonl``; the older one is dropped), so it never grows without bound.
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 LEDGER = "ledger.jsonl"
 ROTATED = "ledger.1.jsonl"
+MAX_GPUS = 64  # measured hashrates in one line: more is not a rig
 MAX_BYTES = 256 * 1024  # about 2,000 changes per file; a rig that switches hourly fills one in a month
 
 
@@ -33,13 +36,17 @@ class Entry:
     blind: bool = False  # the agent could not read the Kubernetes API
     gpus: int = 0
     leases: tuple[str, ...] = ()  # namespace/name of the lease pods on the node
+    algo: str = ""  # the miner's measured average when the line was written (measure.py), if any
+    mhs: tuple[float, ...] = ()
 
     def line(self) -> str:
-        data = {"at": round(self.at, 3), "mode": self.mode, "gpus": self.gpus}
+        data: dict[str, object] = {"at": round(self.at, 3), "mode": self.mode, "gpus": self.gpus}
         if self.blind:
             data["blind"] = True
         if self.leases:
             data["leases"] = list(self.leases)
+        if self.mhs:
+            data["algo"], data["mhs"] = self.algo, [round(v, 3) for v in self.mhs]
         return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
 
     def same_state(self, other: Entry | None) -> bool:
@@ -101,7 +108,7 @@ def parse(text: str) -> tuple[list[Entry], int]:
             bad += 1
             continue
         if entries and entry.at < entries[-1].at:
-            entry = Entry(entries[-1].at, entry.mode, entry.blind, entry.gpus, entry.leases)
+            entry = replace(entry, at=entries[-1].at)
         entries.append(entry)
     return entries, bad
 
@@ -119,7 +126,12 @@ def _entry(raw: str) -> Entry | None:
             or isinstance(gpus, bool) or not isinstance(gpus, int) or not isinstance(leases, list)
             or not all(isinstance(x, str) for x in leases)):
         return None
-    return Entry(float(at), mode[:32], data.get("blind") is True, gpus, tuple(x[:300] for x in leases))
+    mhs, algo = data.get("mhs", []), data.get("algo", "")
+    if (not isinstance(mhs, list) or len(mhs) > MAX_GPUS or not isinstance(algo, str)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in mhs)):
+        mhs, algo = [], ""  # a measurement the line cannot vouch for: the line itself still counts
+    return Entry(float(at), mode[:32], data.get("blind") is True, gpus, tuple(x[:300] for x in leases),
+                 algo[:32] if mhs else "", tuple(float(v) for v in mhs))
 
 
 def read(directory: Path) -> tuple[list[Entry], int]:

@@ -280,7 +280,9 @@ class Agent:
             entries, _ = ledger.read(self.dir)
             self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
         leases = tuple(lease["pod"] for lease in self._leases) if not blind else self._ledger_last.leases
-        entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases)
+        m = self.measured
+        entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
+                             *((m.algo, m.mhs) if m is not None else ("", ())))
         if entry.same_state(self._ledger_last):
             return
         try:

@@ -6,10 +6,14 @@ sweep that last read it, never until "now": a rig that went dark is not credited
 Earnings are estimates: GPU-hours with a lease on the node x the lease price per GPU-hour, and
 GPU-hours mining (mining, idle-mining) x the mining revenue per GPU-day / 24, from the economics file.
 A lease is counted for all the rig's GPUs (the ledger names the lease, not its GPU count): an upper bound.
+Where the rig's agent measured its miner (HiveOS: agent/measure.py) and the economics file prices the
+algorithm (``mining_revenue_per_mhs_day``), mining is valued at the measured rate instead, and the row
+says so; the agent's profit quote (policy profit: lease floor, offered or not) is shown beside it.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +24,8 @@ from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.attributes.database import load as card_database
 from miner2provider.attributes.database import slug_from_name
 from miner2provider.economics import Economics
+from miner2provider.facts.base import Output
+from miner2provider.facts.cluster import AgentStatusFact
 from miner2provider.history import Window
 
 MINING_MODES = ("mining", "idle-mining")
@@ -112,15 +118,19 @@ def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
     return out
 
 
-def earnings(totals: Totals, models: list[str], economics: Economics) -> dict[str, Any]:
-    """GPU-hours leased (a lease on the node) and mined, and what they earned by the economics file."""
+def earnings(totals: Totals, models: list[str], economics: Economics,
+             measured_per_gpu_day: float | None = None) -> dict[str, Any]:
+    """GPU-hours leased (a lease on the node) and mined, and what they earned by the economics file (mining
+    at ``measured_per_gpu_day`` where the agent measured it)."""
     leased, mined = totals.gpu_seconds_leased / 3600, totals.gpu_seconds_mined / 3600
     lease_price = _mean([economics.lease_price(m) for m in models])
-    mining_per_day = _mean([economics.mining_revenue(m) for m in models])
+    mining_per_day = (measured_per_gpu_day if measured_per_gpu_day is not None
+                      else _mean([economics.mining_revenue(m) for m in models]))
     lease_value = None if lease_price is None else leased * lease_price
     mining_value = None if mining_per_day is None else mined * mining_per_day / 24
     return {"currency": economics.currency, "gpu_hours_leased": round(leased, 2), "gpu_hours_mined": round(mined, 2),
             "lease": _money(lease_value), "mining": _money(mining_value),
+            "mining_valued_by": "economics file" if measured_per_gpu_day is None else "measured hashrate",
             "total": None if lease_value is None or mining_value is None else _money(lease_value + mining_value)}
 
 
@@ -134,11 +144,38 @@ def _money(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
+def economy(agent: dict[str, Any], from_api: bool, economics: Economics) -> dict[str, Any]:
+    """The agent's measured miner and profit quote.  The sweep's status row carries them checked
+    (facts/cluster.py); the API's annotation is the agent's raw status, checked here by the same parser."""
+    if from_api:
+        parsed = AgentStatusFact.parse(Output(json.dumps(agent), 0))
+        fields: dict[str, Any] = {"lease_pays": parsed.lease_pays, "floor_per_hour": parsed.floor_per_hour,
+                                  "quote_source": parsed.quote_source,
+                                  "measured": None if parsed.measured is None else {
+                                      "algo": parsed.measured.algo, "mhs": list(parsed.measured.mhs),
+                                      "watts": list(parsed.measured.watts)}}
+    else:
+        fields = {k: agent.get(k) for k in ("lease_pays", "floor_per_hour", "quote_source", "measured")}
+    measured = fields["measured"]
+    per_mhs = economics.mining_per_mhs_day.get(measured["algo"]) if measured else None
+    per_gpu_day = (sum(measured["mhs"]) / len(measured["mhs"]) * per_mhs
+                   if measured and measured["mhs"] and per_mhs is not None else None)
+    return {**fields, "measured_per_gpu_day": _money(per_gpu_day)}
+
+
+def agent_of(rig: RigInput) -> tuple[dict[str, Any], str]:
+    """The agent's status and where it came from: the last sweep ("ssh") or, when fresher, the API ("api")."""
+    agent = ((rig.snapshot or {}).get("status_row") or {}).get("agent") or {}
+    if rig.node is not None and (rig.seen_at is None or rig.node[0] > rig.seen_at):
+        # the API is fresher than the last sweep: the agent's own status, as it published it
+        return {**agent, **rig.node[2], "mode": rig.node[1]}, "api"
+    return agent, "ssh"
+
+
 def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dict[str, Any]:
     snap = rig.snapshot or {}
     facts = snap.get("facts") or {}
     status = snap.get("status_row") or {}
-    agent = status.get("agent") or {}
     models = gpu_models(snap)
     counted = Counter(name for _, name in models)
     since = now - days * DAY
@@ -146,11 +183,9 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         totals, last = window_totals(rig.window, rig.seen_at, since, now, len(models)), rig.window.last
     else:
         totals, last = span_totals(rig_spans(rig, since, now), len(models)), (rig.ledger[-1] if rig.ledger else None)
-    source = "ssh"
-    if rig.node is not None and (rig.seen_at is None or rig.node[0] > rig.seen_at):
-        # the API is fresher than the last sweep: the agent's own status, as it published it
-        agent, source = {**agent, **rig.node[2], "mode": rig.node[1]}, "api"
+    agent, source = agent_of(rig)
     mode = agent.get("mode") or (last.mode if last else "") or ("no agent" if facts else "unknown")
+    valued = economy(agent, source == "api", economics)
     return {
         "rig": rig.name, "groups": [g for g in rig.groups if g not in IMPLICIT_GROUPS],
         "seen_at": _iso(rig.seen_at), "reachable": bool(snap) and snap.get("failure") is None,
@@ -167,7 +202,8 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "leases": [lease["pod"] for lease in agent.get("leases") or []],
         "agent_error": agent.get("last_error", ""),
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
-        "earnings": earnings(totals, [m for m, _ in models], economics),
+        "earnings": earnings(totals, [m for m, _ in models], economics, valued["measured_per_gpu_day"]),
+        "economy": valued,
     }
 
 
@@ -199,11 +235,14 @@ def timeline(rig: RigInput, economics: Economics, now: float, days: int) -> dict
         per_day.append({"date": (first + timedelta(days=n)).isoformat(),
                         "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds.items())}})
     models = [m for m, _ in gpu_models(rig.snapshot)]
+    agent, source = agent_of(rig)
+    valued = economy(agent, source == "api", economics)
     return {"rig": rig.name, "days": days, "from": _iso(start), "to": _iso(now),
             "spans": [{"mode": s.mode, "start": _iso(s.start), "end": _iso(s.end), "blind": s.blind,
                        "leases": list(s.leases), "from_start_s": round(s.start - start), "seconds": round(s.seconds)}
                       for s in window],
-            "per_day": per_day, "earnings": earnings(span_totals(window, len(models)), models, economics)}
+            "per_day": per_day, "economy": valued,
+            "earnings": earnings(span_totals(window, len(models)), models, economics, valued["measured_per_gpu_day"])}
 
 
 def _iso(at: float | None) -> str:

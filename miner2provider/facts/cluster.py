@@ -8,11 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from miner2provider.agent.ledger import Entry
+from miner2provider.agent.ledger import MAX_GPUS, Entry
 from miner2provider.agent.ledger import parse as parse_ledger
 from miner2provider.facts.base import Fact, Output
-
-MAX_GPUS = 64  # a rig's GPUs in status.json: more is not a rig, and the list is cut
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
 AGENT_STATUS = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644

@@ -57,7 +57,8 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
                                                         "farm_b": {"hosts": {plain.name: hosts[plain.name]}}}}}))
     (tmp_path / "schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
     (tmp_path / "econ.yml").write_text("currency: USD\nlease_price_per_gpu_hour:\n  rtx3090: 0.25\n"
-                                       "mining_revenue_per_gpu_day:\n  default: 0.80\n")
+                                       "mining_revenue_per_gpu_day:\n  default: 0.80\n"
+                                       "mining_revenue_per_mhs_day:\n  kawpow: 0.05\n")
     env = {**os.environ, "DB_AGENT_TOKEN": token}
     common = ["-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts")]
     applied = subprocess.run([*M2P, "schedule", "apply", *common, str(tmp_path / "schedule.yml"), "--limit", hive.name,
@@ -117,6 +118,10 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
             assert any(t.startswith("idle-mining ") for t in titles), titles
             assert any(t.startswith("leasing ") and "(lease/lease-1)" in t for t in titles), titles
             expect(page.locator("#per-day tbody tr")).to_have_count(7)
+            # The agent averaged HiveOS's miner stats (the stand-in miner's 58 MH/s kawpow at 240 W a card):
+            # mining is valued at the measured rate, 58 x 0.05 = 2.90 per GPU-day.
+            expect(page.locator("#economy")).to_contain_text(
+                "Miner measured: kawpow, 58.0 + 58.0 MH/s at 240.0 + 240.0 W, worth 2.9 USD per GPU-day")
             page.screenshot(path=str(shots / "3-timeline.png"), full_page=True)
             # (shows: seven day rows, today's with a yellow idle-mining piece, then teal leasing)
 
@@ -154,6 +159,7 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
         # The API says the same: hours come from the ledger, and the lease earned by the economics file.
         line = api_get(base, f"/api/rigs/{hive.name}/timeline?days=1")
         assert [s["mode"] for s in line["spans"]][-1] == "leasing" and line["spans"][-1]["leases"] == ["lease/lease-1"]
+        assert line["economy"]["measured_per_gpu_day"] == 2.9 and line["earnings"]["mining_valued_by"] == "measured hashrate"
         fleet = api_get(base, "/api/rigs")
         assert {r["rig"]: r["mode"] for r in fleet["rigs"]} == {hive.name: "leasing", ms.name: "no agent",
                                                                 plain.name: "no agent"}

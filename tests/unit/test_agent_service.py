@@ -544,6 +544,10 @@ def test_the_miners_own_stats_are_averaged_shown_every_ten_minutes_and_price_the
     assert agent.measured.mhs[0] < 50 and json.loads((tmp_path / "state/status.json").read_text())["measured"] == \
         status["measured"]
     assert agent.state.mode == "idle-mining"  # the slower miner earns less than the lease pays
+    from miner2provider.agent import ledger
+    lines, _ = ledger.read(tmp_path / "state")
+    assert [(e.mode, e.algo) for e in lines] == [("mining", "kawpow"), ("idle-mining", "kawpow")]
+    assert lines[0].mhs == (58.0, 58.0) and lines[1].mhs[0] < 58  # the average when the rig switched
     now[0] += 600
     hiveos_writes(30.0)
     agent.tick()

@@ -70,7 +70,9 @@ def test_earnings_count_lease_hours_and_mining_hours_by_the_rigs_models():
     e = views.earnings(views.span_totals(spans, 2), ["rtx3090", "rtx3090"], ECON)
     # 4 h leased x 2 GPUs x 0.25; 4 h mining x 2 GPUs x 1.20 / 24; the hour offered but idle earns nothing
     assert e == {"currency": "USD", "gpu_hours_leased": 8.0, "gpu_hours_mined": 8.0, "lease": 2.0, "mining": 0.4,
-                 "total": 2.4}
+                 "mining_valued_by": "economics file", "total": 2.4}
+    measured = views.earnings(views.span_totals(spans, 2), ["rtx3090", "rtx3090"], ECON, measured_per_gpu_day=2.4)
+    assert measured["mining"] == 0.8 and measured["mining_valued_by"] == "measured hashrate"
     assert views.earnings(views.span_totals(spans, 2), ["cmp90hx", "cmp90hx"], ECON)["total"] is None  # no mining figure: unknown
 
 
@@ -325,3 +327,18 @@ def test_the_fleet_pages_sql_sums_equal_the_spans(drawn, gpus):
         assert by_sql.seconds[mode] == pytest.approx(value, abs=1e-3)
     assert by_sql.gpu_seconds_leased == pytest.approx(by_spans.gpu_seconds_leased, abs=1e-3)
     assert by_sql.gpu_seconds_mined == pytest.approx(by_spans.gpu_seconds_mined, abs=1e-3)
+
+
+def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api():
+    """The sweep's status row carries the agent's fields checked; the API's annotation is the agent's raw
+    status.json, checked by the same parser (a garbled figure is dropped, never shown)."""
+    econ = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 1.20}\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
+    swept = {"lease_pays": True, "floor_per_hour": 0.187, "quote_source": "measured kawpow hashrate of 2 GPUs",
+             "measured": {"algo": "kawpow", "mhs": [58.0, 56.0], "watts": [240.0, 240.0]}}
+    assert views.economy(swept, False, econ) == {**swept, "measured_per_gpu_day": 2.85}
+    raw = {"mode": "idle-mining", "profit": {"lease_pays": True, "floor_per_hour": 0.187, "source": "x"},
+           "measured": {"algo": "kawpow", "mhs": [58.0, "lots"], "watts": []}}
+    assert views.economy(raw, True, econ) == {"lease_pays": True, "floor_per_hour": 0.187, "quote_source": "x",
+                                              "measured": None, "measured_per_gpu_day": None}
+    unpriced = views.economy({**swept, "measured": {**swept["measured"], "algo": "etchash"}}, False, econ)
+    assert unpriced["measured_per_gpu_day"] is None

@@ -97,3 +97,13 @@ def test_a_ledger_in_order_covers_its_whole_span(changes):
     totals = ledger.seconds_by_mode(ledger.spans(entries, now), entries[0].at, now)
     assert abs(sum(totals.values()) - (now - entries[0].at)) < 1e-3
     assert json.loads(entries[0].line())["mode"] == changes[0][1]
+
+
+def test_a_line_carries_the_measured_miner_and_a_bad_measurement_drops_only_itself():
+    entry = ledger.Entry(1_800_000_000.0, "idle-mining", gpus=2, algo="kawpow", mhs=(58.123456, 57.0))
+    (back,), bad = ledger.parse(entry.line())
+    assert bad == 0 and back == ledger.Entry(1_800_000_000.0, "idle-mining", gpus=2, algo="kawpow", mhs=(58.123, 57.0))
+    odd = '{"at": 1800000000, "mode": "mining", "gpus": 2, "algo": "kawpow", "mhs": [58, "x"]}\n'
+    (kept,), bad = ledger.parse(odd)
+    assert bad == 0 and kept == ledger.Entry(1_800_000_000.0, "mining", gpus=2)
+    assert "mhs" not in ledger.Entry(1.0, "mining").line()  # no measurement, no field

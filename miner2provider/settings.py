@@ -43,6 +43,7 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_agent_ca_file": ("timeshare_agent_ca_src",),
     # Also ansible_python_interpreter (role_vars.py), and the probe's python3 (detect.py).
     "m2p_python_interpreter": ("timeshare_agent_python",),
+    "m2p_trex_api_port": ("timeshare_agent_trex_api_port",),
 }
 
 # Settings read by m2p itself, or that several role variables are derived from (role_vars.py).

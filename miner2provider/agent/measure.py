@@ -10,8 +10,13 @@ miners say ``mhs``; with no ``hs_units`` HiveOS reads kH/s [3P: HiveOS custom-mi
 unverified in its scripts].  With no miner running, ``miner_stats`` is ``null``.  The same file
 carries the rig's password (``params.passwd``): only the fields above are ever read out of it.
 
-Other mining OSes: no verified stats file yet (README's mining-OS table); their rigs use the economics
-file's per-GPU figures.
+T-Rex's own HTTP API, on any mining OS (``m2p_trex_api_port``): T-Rex serves ``/summary`` on
+127.0.0.1:4067 by default (``--api-bind-http``) [docs: github.com/trexminer/T-Rex/wiki/API]; HiveOS's
+T-Rex integration reads ``.algorithm`` and ``.gpus[].hashrate`` (H/s) from it [V: hive/miners/t-rex/
+h-stats.sh]; ``.gpus[].power`` (W) is read when present [unverified against a running T-Rex].
+
+Other mining OSes without T-Rex: no verified stats source yet (README's mining-OS table); their rigs
+use the economics file's per-GPU figures.
 """
 
 from __future__ import annotations
@@ -61,6 +66,22 @@ def hiveos_stats(text: str) -> Sample | None:
         return None
     algo = str(stats.get("algo") or "unknown")[:ALGO_CHARS]
     return Sample(algo, tuple(rates), tuple(watts) if len(watts) == len(rates) else ())
+
+
+def trex_summary(text: str) -> Sample | None:
+    """A Sample from T-Rex's ``/summary``; None when it is not one (another service on the port, a miner
+    starting up with no GPU hashing yet)."""
+    try:
+        data = json.loads(text)
+        gpus = data.get("gpus") or []
+        rates = [float(g["hashrate"]) / 1e6 for g in gpus]
+        watts = [float(g["power"]) for g in gpus if g.get("power") is not None]
+        algo = data.get("algorithm")
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return None
+    if not rates or not isinstance(algo, str) or not all(math.isfinite(v) and v >= 0 for v in rates + watts):
+        return None
+    return Sample(algo[:ALGO_CHARS] or "unknown", tuple(rates), tuple(watts) if len(watts) == len(rates) else ())
 
 
 def update(average: Average | None, sample: Sample, now: float) -> Average:

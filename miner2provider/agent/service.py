@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -41,6 +42,7 @@ GPU_RECHECK_S = 10.0
 GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WATCHDOG_RECHECK_S = 10.0
+STATS_EVERY_S = 10.0  # T-Rex's API is asked this often while the miner runs (HiveOS's own loop: ~10 s)
 MEASURED_SHOWN_S = 600.0  # the measured average goes into status and state at most this often (USB sticks)
 
 
@@ -58,6 +60,7 @@ class Config:
     labels_file: str = "/var/lib/m2p/node-labels.json"
     cdi_spec: str = "/etc/cdi/nvidia.yaml"  # carries the gate's hook (roles/nvidia_container_toolkit)
     hashrate_file: str = ""  # the mining OS's own miner stats (measure.py); empty: none known
+    trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
@@ -90,13 +93,14 @@ class Agent:
     _written: str = ""  # status.json as last written
     _pushed: str = ""  # the status annotation as last patched onto the node
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
+    _gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
     _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
     offer: profit.Offer = field(default_factory=profit.Offer)  # policy profit's offer (saved with the state)
     _economics: tuple[float, economics.Economics | None, str] = (float("nan"), None, "")  # (mtime, file, error)
     _quote: profit.Quote | None = None
     measured: measure.Average | None = None  # the miner's hashrate and power, averaged
     shown: measure.Average | None = None  # ``measured`` as last put into status and state.json
-    _stats_mtime: float = float("nan")
+    _stats_seen: float = float("nan")  # the stats file's mtime, or when T-Rex's API was last asked
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -150,25 +154,36 @@ class Agent:
                 self._economics = (mtime, None, str(exc))
         return self._economics[1]
 
-    def measure(self, now: float, miner_running: bool) -> None:
-        """One more sample of the miner's own stats when the mining OS wrote them anew (only while the
-        miner runs: a stopped miner's last stats are not its rate)."""
+    def sample_miner(self, now: float, miner_running: bool) -> None:
+        """One more sample of the miner's own stats when the mining OS wrote them anew, or from T-Rex's
+        API every STATS_EVERY_S (only while the miner runs: a stopped miner's last stats are not its rate)."""
         path = self.config.hashrate_file
-        if not path or not miner_running:
+        if not miner_running:
             return
-        try:
-            mtime = os.stat(path).st_mtime
-            if mtime == self._stats_mtime:
+        if self.config.trex_api:
+            if now - self._stats_seen < STATS_EVERY_S:
                 return
-            self._stats_mtime = mtime
-            sample = measure.hiveos_stats(Path(path).read_text(errors="replace"))
-        except OSError:
+            self._stats_seen = now
+            sample = measure.trex_summary(_loopback_get(self.config.trex_api))
+        elif not path:
             return
+        else:
+            sample = self._stats_file(path)
         if sample is not None:
             self.measured = measure.update(self.measured, sample, now)
             if self.shown is None or now - self.shown.at >= MEASURED_SHOWN_S or self.shown.algo != sample.algo:
                 self.shown = self.measured
                 self._save()
+
+    def _stats_file(self, path: str) -> measure.Sample | None:
+        try:
+            mtime = os.stat(path).st_mtime
+            if mtime == self._stats_seen:
+                return None
+            self._stats_seen = mtime
+            return measure.hiveos_stats(Path(path).read_text(errors="replace"))
+        except OSError:
+            return None
 
     def _hashrates(self, now: float) -> profit.Hashrates | None:
         m = self.measured
@@ -205,12 +220,13 @@ class Agent:
         except cluster.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
-        self.measure(now, running)
+        self._gated = self.gates.gated()
+        self.sample_miner(now, running)
         desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         waiting = bool(self.gates.waiting())
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
-            leases=len(cluster.lease_pods(pods)), gated=len(self.gates.gated()), gate_waiting=waiting,
+            leases=len(cluster.lease_pods(pods)), gated=len(self._gated), gate_waiting=waiting,
             miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
         )
         return obs, node
@@ -230,6 +246,7 @@ class Agent:
             elif action == decide.GRANT:
                 self._hand_over_clocks()
                 self.gates.grant()
+                self._gated = self.gates.gated()  # named in this tick's status: the lease guard reads it
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
 
     def _hand_over_clocks(self) -> None:
@@ -363,9 +380,24 @@ class Agent:
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
-                "leases": self._leases, "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
+                "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.offer.offered, **self._quote.as_status()}} if self._quote else {}),
                 **({"measured": {**self.shown.as_status(), "at": _iso(self.shown.at)}} if self.shown else {})}
+
+    def leases_seen(self) -> list[dict[str, str]]:
+        """The tenant pods the API lists, and the containers the gate let through that the API does not list
+        (yet: a lease's pod is read a tick after its container passed the gate; or the API is unreachable).
+        m2p's lease guard reads these: a convert in that tick would otherwise restart k3s under a lease."""
+        listed = list(self._leases)
+        known = {lease["pod"] for lease in listed}
+        for record in self._gated:
+            pod = str(record.get("pod") or "").strip()
+            pod = pod if pod.strip("/") else "a container through m2p's gate (no pod named)"
+            if pod not in known:
+                since = record.get("since")
+                listed.append({"pod": pod, "since": _iso(since) if isinstance(since, (int, float)) else ""})
+                known.add(pod)
+        return listed
 
     def _publish(self, now: float, api_ok: bool) -> None:
         status = self.status(now)
@@ -390,6 +422,16 @@ class Agent:
             return
         self._pushed, self.applied_labels = text, labels
         self._save()
+
+
+def _loopback_get(url: str) -> str:
+    """GET a miner's API on the rig's own loopback (the role only ever writes http://127.0.0.1:PORT/...);
+    "" when it does not answer (a miner starting, another miner on the rig)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (a fixed loopback URL)
+            return str(response.read(1_000_000).decode(errors="replace"))
+    except (OSError, ValueError):
+        return ""
 
 
 def _iso(ts: float) -> str:

@@ -70,13 +70,14 @@ def miner_running(r) -> bool:
         return run(client, "sudo screen -ls miner")[0] == 0
 
 
-def apply(r, tmp_path, api, schedule: str, *extra: str) -> tuple[int, list[dict]]:
-    """`m2p schedule apply` as a user runs it; returns the exit code and the --json outcomes."""
+def apply(r, tmp_path, api, schedule: str, *extra: str, settings: dict | None = None) -> tuple[int, list[dict]]:
+    """`m2p schedule apply` as a user runs it (the rig's own ``settings`` in the inventory too); returns the
+    exit code and the --json outcomes."""
     (tmp_path / "schedule.yml").write_text(schedule)
     inv = tmp_path / "rigs.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: {
         "ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file,
-        "m2p_agent_token_env": "AG_HIVE_AGENT_TOKEN"}}}}))
+        "m2p_agent_token_env": "AG_HIVE_AGENT_TOKEN", **(settings or {})}}}}))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = cli.main(["schedule", "apply", "-i", str(inv), str(tmp_path / "schedule.yml"), "--api-server", api.url,
@@ -368,8 +369,15 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
 
     try:
         assert wait_for("the OS to start its miner", mining)
-        code, outcomes = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
+        # msOS's stand-in miner serves T-Rex's HTTP API (standin-trex-api): the owner names its port.
+        trex = {"m2p_trex_api_port": 4067} if flavour == "msos" else {}
+        code, outcomes = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n",
+                               settings=trex)
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        if trex:  # the agent averaged T-Rex's per-GPU figures
+            measured = wait_for("T-Rex's figures in the agent's status",
+                                lambda: json.loads(agent_status(r) or "{}").get("measured"))
+            assert (measured["algo"], measured["mhs"], measured["watts"]) == ("kawpow", [58.0], [170.0]), measured
         detected = m2p("detect", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                        "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
         (report,) = json.loads(detected.stdout)

@@ -47,7 +47,7 @@ class LoggedClocks(rig.Clocks):
 
 
 def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "",
-               hashrate_file: str = "") -> Agent:
+               hashrate_file: str = "", trex_api: str = "") -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
@@ -59,7 +59,7 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
-                    hashrate_file=hashrate_file)
+                    hashrate_file=hashrate_file, trex_api=trex_api)
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock)
 
@@ -567,3 +567,69 @@ def test_the_agent_zipapp_starts_on_the_oldest_python_it_supports(tmp_path):
     agent = package.write(str(tmp_path))
     proc = subprocess.run([str(python), str(agent), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--config" in proc.stdout, proc.stderr
+
+
+def test_t_rex_api_is_asked_every_ten_seconds_while_the_miner_runs(api, tmp_path):
+    """A STAND-IN T-Rex API on loopback (the /summary fields measure.py reads); the agent asks it only
+    while the miner runs and at most every STATS_EVERY_S."""
+    import http.server
+
+    asked = []
+
+    class Summary(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            asked.append(self.path)
+            body = json.dumps({"algorithm": "etchash", "gpus": [{"hashrate": 60e6, "power": 120},
+                                                                {"hashrate": 62e6, "power": 125}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    now = [1_800_000_000.0]
+    try:
+        agent = make_agent(api, tmp_path, LEASE_FIRST, clock=lambda: now[0],
+                           trex_api=f"http://127.0.0.1:{server.server_port}/summary")
+        (tmp_path / "miner.running").touch()
+        for _ in range(6):  # 2 s ticks: asked at 0 s and 10 s
+            agent.tick()
+            now[0] += 2
+        assert asked == ["/summary", "/summary"]
+        assert agent.measured.algo == "etchash" and agent.measured.mhs == (60.0, 62.0)
+        assert json.loads((tmp_path / "state/status.json").read_text())["measured"]["watts"] == [120.0, 125.0]
+        now[0] += 60
+        agent.sample_miner(now[0], miner_running=False)
+        assert len(asked) == 2  # a stopped miner is not asked
+    finally:
+        server.shutdown()
+
+
+def test_a_container_through_the_gate_is_a_lease_in_the_status_before_the_api_lists_its_pod(api, tmp_path):
+    """m2p's lease guard reads the status: in the tick between the gate's grant and the agent reading the
+    lease's pod (or with the API unreachable), a convert would otherwise restart k3s under the lease."""
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    agent.tick()
+    agent.tick()
+    proc, state = container(tmp_path)
+    try:
+        thread, result = at_the_gate(tmp_path, state)
+        wait_waiting(agent, thread)
+        assert agent.tick() == ["stop-miner"]
+        assert agent.tick() == ["grant"]
+        thread.join(5)
+        leases = json.loads((tmp_path / "state/status.json").read_text())["leases"]
+        assert [lease["pod"] for lease in leases] == ["lease/job"] and leases[0]["since"].startswith("20")
+        api.add_pod("job", NODE, 2, namespace="lease")  # the API lists it now: named once
+        agent.tick()
+        assert [lease["pod"] for lease in json.loads((tmp_path / "state/status.json").read_text())["leases"]] == [
+            "lease/job"]
+    finally:
+        proc.kill()
+        proc.wait()
+    agent.tick()  # the container ended; the pod still listed: the API's word alone
+    (listed,) = json.loads((tmp_path / "state/status.json").read_text())["leases"]
+    assert listed["pod"] == "lease/job" and listed["since"] == api.pods[("lease", "job")]["metadata"]["creationTimestamp"]

@@ -90,3 +90,27 @@ def test_a_measured_hashrate_replaces_the_per_gpu_figure_and_says_so():
     assert unknown_algo.floor_per_hour == pytest.approx(0.20)  # the per-GPU figure
     no_price = profit.quote({"a4000": 1}, FIGURES, ("kawpow", (31.0,), ()))
     assert no_price.lease_per_hour is None and "lease_price_per_gpu_hour for a4000" in no_price.missing
+
+
+TREX_SUMMARY = {"accepted_count": 120, "algorithm": "kawpow", "api": "3.7", "hashrate": 116000000,
+                "gpus": [{"device_id": 0, "gpu_id": 0, "hashrate": 58000000, "power": 170, "name": "RTX 3060"},
+                         {"device_id": 1, "gpu_id": 1, "hashrate": 58000000, "power": 172, "name": "RTX 3060"}],
+                "name": "t-rex", "version": "0.26.8"}
+
+
+@pytest.mark.parametrize(("summary", "expected"), [
+    (TREX_SUMMARY, measure.Sample("kawpow", (58.0, 58.0), (170.0, 172.0))),
+    ({**TREX_SUMMARY, "gpus": [{"hashrate": 58000000}, {"hashrate": 57000000, "power": 170}]},
+     measure.Sample("kawpow", (58.0, 57.0), ())),  # power not given for every card: none paired
+    ({**TREX_SUMMARY, "gpus": []}, None),  # starting up: no GPU hashing yet
+    ({**TREX_SUMMARY, "algorithm": None}, None),
+    ({**TREX_SUMMARY, "gpus": [{"power": 170}]}, None),  # no hashrate: not T-Rex's summary
+    ({"status": "ok"}, None),
+])
+def test_trex_summary_gives_each_gpus_hashrate_and_power(summary, expected):
+    assert measure.trex_summary(json.dumps(summary)) == expected
+
+
+def test_an_empty_or_foreign_answer_is_no_sample():
+    assert measure.trex_summary("") is None and measure.trex_summary("<html>") is None
+    assert measure.trex_summary("[1, 2]") is None

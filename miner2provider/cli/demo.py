@@ -63,13 +63,19 @@ def demo_command(ctx: Context, serve: bool) -> None:
         inv.write_text(f"all:\n  hosts:\n    demo-hive:\n      ansible_host: {rig.address}\n"
                        f"      ansible_user: {rig.user}\n      ansible_ssh_private_key_file: {rig.key_file}\n"
                        f"      m2p_min_free_disk_gb: 5\n      m2p_agent_token_env: {DEMO_TOKEN_ENV}\n")
-        (work / "demo-schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
-        (work / "economics.yml").write_text("currency: USD\nlease_price_per_gpu_hour: {rtx3090: 0.25}\n"
-                                            "mining_revenue_per_gpu_day: {rtx3090: 0.95}\n")
+        # Policy profit: the rig is offered while a lease pays more than mining.  The stand-in miner
+        # reports 58 MH/s kawpow at 240 W a card (HiveOS's stats file): 58 x 0.02 = 1.16 a day, power
+        # 0.029/h; floor 0.029 + 1.15 x 0.019 = 0.051/h a card, so a 0.25 lease pays: offered.
+        (work / "demo-schedule.yml").write_text("timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\n")
+        (work / "economics.yml").write_text(
+            "currency: USD\nlease_price_per_gpu_hour: {rtx3090: 0.25}\nmining_revenue_per_gpu_day: {rtx3090: 0.95}\n"
+            "gpu_power_watts: {default: 250}\npower_price_per_kwh: 0.12\nmargin: 0.15\n"
+            "mining_revenue_per_mhs_day: {kawpow: 0.02}\n")
         ssh = ["--accept-new", "--known-hosts", str(work / "known_hosts")]
         bundle = ["--bundle", str(work / "bundle")]
         history = ["--db", str(work / "history.sqlite3")]
-        schedule = [str(work / "demo-schedule.yml"), "--api-server", api.url]
+        schedule = [str(work / "demo-schedule.yml"), "--economics", str(work / "economics.yml"), "--api-server",
+                    api.url]
         lease: dict[str, int] = {}
 
         def lease_starts() -> int:
@@ -81,6 +87,12 @@ def demo_command(ctx: Context, serve: bool) -> None:
                 api.add_pod("lease-1", "demo-hive", 2)
                 code = 0 if _wait(lambda: "lease/lease-1" in _agent_status(api)) else 1
             return code
+
+        def offered() -> int:
+            assert api is not None
+            return 0 if _wait(lambda: '"source": "measured' in _agent_status(api)
+                              and api.nodes["demo-hive"]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining"
+                              ) else 1
 
         def lease_ends() -> int:
             assert api is not None
@@ -96,9 +108,12 @@ def demo_command(ctx: Context, serve: bool) -> None:
             ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
             ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
             ("status", ["status", "-i", str(inv), *ssh], 0),
-            ("schedule apply: the time-share agent (lease-first: mines until a lease comes)",
+            ("schedule apply: the time-share agent (policy profit: offered while a lease pays more than mining)",
              ["schedule", "apply", "-i", str(inv), *schedule, *ssh, "--yes"],
              0),
+            ("the agent measures the miner and offers the rig (idle mining: it mines until a lease comes)",
+             offered, 0),
+            ("status: the agent's quote", ["status", "-i", str(inv), *ssh], 0),
             ("a STAND-IN tenant's lease reaches the gate: the miner stops, the GPUs go to the lease", lease_starts, 0),
             ("status: the agent leasing", ["status", "-i", str(inv), *ssh], 0),
             ("history: the rig's ledger kept on this machine", ["history", "-i", str(inv), *ssh, *history], 0),

@@ -92,6 +92,12 @@ def test_status_line_of_the_agent():
     assert click.unstyle(_agent_line(blind)) == ("leasing since 2026-11-22T21:14, no change ahead (schedule night-lease)"
                                                  "; service failed; last error: API: refused")
     assert _agent_line({**agent, "mode": ""}) == "service active, no status yet"
+    profit = {**agent, "mode": "idle-mining", "lease_pays": True, "floor_per_hour": 0.187,
+              "quote_source": "measured kawpow hashrate of 2 GPUs",
+              "measured": {"algo": "kawpow", "mhs": [58.0, 56.5], "watts": [240.0, 240.0]}}
+    assert _agent_line(profit) == ("idle-mining since 2026-11-22T21:14, next change 2026-11-23T06:00:00+01:00 "
+                                   "(schedule night-lease); profit: offered, floor 0.187/h (measured kawpow hashrate "
+                                   "of 2 GPUs); miner kawpow 58 + 56.5 MH/s")
 
 
 def test_readme_exit_code_table_is_the_code_s():

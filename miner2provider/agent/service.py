@@ -221,9 +221,10 @@ class Agent:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
         self._gated = self.gates.gated()
-        self.sample_miner(now, running)
-        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         waiting = bool(self.gates.waiting())
+        if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
+            self.sample_miner(now, running)
+        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
             leases=len(cluster.lease_pods(pods)), gated=len(self._gated), gate_waiting=waiting,
@@ -428,7 +429,7 @@ def _loopback_get(url: str) -> str:
     """GET a miner's API on the rig's own loopback (the role only ever writes http://127.0.0.1:PORT/...);
     "" when it does not answer (a miner starting, another miner on the rig)."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (a fixed loopback URL)
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 (a fixed loopback URL)
             return str(response.read(1_000_000).decode(errors="replace"))
     except (OSError, ValueError):
         return ""

@@ -80,7 +80,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
 
         def lease_starts() -> int:
             hook = collection.role_defaults("nvidia_container_toolkit")["nvidia_container_toolkit_gate_hook"]
-            code, out, lease["pid"] = tenant.container_at_the_gate(rig, "lease-1-main", hook)
+            code, out, lease["pid"] = tenant.container_at_the_gate(rig, "lease/lease-1", hook)
             ctx.info(out.strip() or "(the gate handed the GPUs over)")
             if code == 0:
                 assert api is not None

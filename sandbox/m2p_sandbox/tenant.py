@@ -27,15 +27,20 @@ def _run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
     return stdout.channel.recv_exit_status(), out
 
 
-def container_at_the_gate(rig: Rig, container: str, hook: dict[str, Any]) -> tuple[int, str, int]:
-    """(the hook's exit code, its output, the PID standing for the container).  ``hook``: the role's
-    ``nvidia_container_toolkit_gate_hook`` (path, args)."""
+def container_at_the_gate(rig: Rig, pod: str, hook: dict[str, Any]) -> tuple[int, str, int]:
+    """(the hook's exit code, its output, the PID standing for the container).  ``pod``: the lease's pod,
+    ``namespace/name`` as the stand-in Kubernetes API lists it (containerd puts the same names in the
+    CRI annotations); its container is ``main``.  ``hook``: the role's ``nvidia_container_toolkit_gate_hook``
+    (path, args)."""
+    namespace, _, name = pod.partition("/")
+    container = f"{name}-main"
     client = _ssh(rig)
     try:
         pid = _run(client, "sudo setsid sleep 3600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
         state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
-                            "annotations": {"io.kubernetes.cri.sandbox-namespace": "tenant",
-                                            "io.kubernetes.cri.sandbox-name": container}})
+                            "annotations": {"io.kubernetes.cri.sandbox-namespace": namespace,
+                                            "io.kubernetes.cri.sandbox-name": name,
+                                            "io.kubernetes.cri.container-name": "main"}})
         args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in hook["args"][1:])
         code, out = _run(client, f"echo '{state}' | sudo env -i {hook['path']} {args} 2>&1")
         return code, out, int(pid)

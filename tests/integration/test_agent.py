@@ -46,9 +46,10 @@ GATE_HOOK = yaml.safe_load((Path(__file__).parents[2] / "ansible_collections/m2p
                             / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
 
 
-def through_the_gate(r, container: str) -> tuple[int, str, int]:
-    """A lease's container reaches the gate (the harness's STAND-IN tenant).  Returns (exit, output, its pid)."""
-    return tenant.container_at_the_gate(r, container, GATE_HOOK)
+def through_the_gate(r, pod: str) -> tuple[int, str, int]:
+    """The container of the lease's pod (namespace/name) reaches the gate (the harness's STAND-IN tenant).
+    Returns (exit, output, its pid)."""
+    return tenant.container_at_the_gate(r, pod, GATE_HOOK)
 
 
 def gpu_log(r) -> list[str]:
@@ -132,7 +133,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
 
         # Akash bids and wins; the lease's container reaches the gate: the hook returns only once
         # the real miner stopped and nvidia-smi shows no process on the GPUs.
-        code, out, _ = through_the_gate(r, "lease-1-main")
+        code, out, _ = through_the_gate(r, "lease/lease-1")
         assert code == 0, out
         assert not miner_running(r)
         with ssh(r) as client:
@@ -219,7 +220,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
                         "| sudo tee /hive/bin/miner > /dev/null && sudo chmod +x /hive/bin/miner")
         pid = 0
         try:
-            code, out, pid = through_the_gate(r, "lease-2-main")
+            code, out, pid = through_the_gate(r, "lease/lease-2")
             assert code == 1 and "m2p gate: GPUs not handed over: the miner could not be stopped" in out, out
             assert "exited 4: stuck" in out and miner_running(r)
         finally:
@@ -385,7 +386,7 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         assert report["facts"]["mining_os"]["miner_control"] == control
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
 
-        code, out, container_pid = through_the_gate(r, "lease-1-main")
+        code, out, container_pid = through_the_gate(r, "lease/lease-1")
         assert code == 0, out
         assert not mining()
         with ssh(r) as client:
@@ -490,7 +491,7 @@ def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a
         assert said()["profit"]["lease_pays"] is True and miner_running(r)
         assert api.akash_view(r.name)["gpus_available"] == 2
 
-        code, out, pid = through_the_gate(r, "lease-1-main")
+        code, out, pid = through_the_gate(r, "lease/lease-1")
         assert code == 0, out
         api.add_pod("lease-1", r.name, 2)
         # The agent names the lease in its status (read from the API a tick after the gate's grant).

@@ -66,7 +66,7 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
                              text=True, timeout=600)
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
     wait_for("idle mining", lambda: api.nodes[hive.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
-    code, out, container = through_the_gate(hive, "lease-1-main")
+    code, out, container = through_the_gate(hive, "lease/lease-1")
     assert code == 0, out
     api.add_pod("lease-1", hive.name, 2)
     wait_for("leasing", lambda: api.nodes[hive.name]["metadata"]["labels"].get("m2p.io/mode") == "leasing")

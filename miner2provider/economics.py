@@ -59,8 +59,11 @@ class Economics:
         return self.power_watts.get(model, self.power_watts.get("default"))
 
     def power_cost_per_hour(self, model: str) -> float:
-        """What one card costs in power per hour (0 when the file gives no watts or no price)."""
-        watts = self.power(model)
+        """What one card of ``model`` costs in power per hour, by the file's watts (0 without watts or price)."""
+        return self.power_cost_of(self.power(model))
+
+    def power_cost_of(self, watts: float | None) -> float:
+        """What drawing ``watts`` (a figure or a measurement) costs per hour (0 without watts or price)."""
         if watts is None or self.power_price_per_kwh is None:
             return 0.0
         return watts / 1000 * self.power_price_per_kwh

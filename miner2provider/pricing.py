@@ -78,8 +78,8 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics,
     for m in measured:
         per_mhs = economics.mining_per_mhs_day.get(m.algo)
         if per_mhs is not None:
-            power = (m.watts / 1000 * economics.power_price_per_kwh if m.watts is not None
-                     and economics.power_price_per_kwh is not None else economics.power_cost_per_hour(m.model))
+            power = (economics.power_cost_of(m.watts) if m.watts is not None
+                     else economics.power_cost_per_hour(m.model))
             priced.setdefault((m.model, m.memory), []).append((m.mhs * per_mhs, power, m.watts))
     out = []
     for (model, memory), count in sorted(Counter(cards).items()):

@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
+from miner2provider.agent.measure import ALGO_CHARS
+
 LEDGER = "ledger.jsonl"
 ROTATED = "ledger.1.jsonl"
 MAX_GPUS = 64  # measured hashrates in one line: more is not a rig
@@ -131,7 +133,7 @@ def _entry(raw: str) -> Entry | None:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in mhs)):
         mhs, algo = [], ""  # a measurement the line cannot vouch for: the line itself still counts
     return Entry(float(at), mode[:32], data.get("blind") is True, gpus, tuple(x[:300] for x in leases),
-                 algo[:32] if mhs else "", tuple(float(v) for v in mhs))
+                 algo[:ALGO_CHARS] if mhs else "", tuple(float(v) for v in mhs))
 
 
 def read(directory: Path) -> tuple[list[Entry], int]:

@@ -62,10 +62,7 @@ def hiveos_stats(text: str) -> Sample | None:
         watts = [float(v) for v in params.get("power") or []]
     except (ValueError, TypeError, AttributeError):
         return None
-    if not rates or not all(math.isfinite(v) and v >= 0 for v in rates + watts):
-        return None
-    algo = str(stats.get("algo") or "unknown")[:ALGO_CHARS]
-    return Sample(algo, tuple(rates), tuple(watts) if len(watts) == len(rates) else ())
+    return _sample(str(stats.get("algo") or "unknown"), rates, watts)
 
 
 def trex_summary(text: str) -> Sample | None:
@@ -79,9 +76,15 @@ def trex_summary(text: str) -> Sample | None:
         algo = data.get("algorithm")
     except (ValueError, TypeError, AttributeError, KeyError):
         return None
-    if not rates or not isinstance(algo, str) or not all(math.isfinite(v) and v >= 0 for v in rates + watts):
+    return _sample(algo or "unknown", rates, watts) if isinstance(algo, str) else None
+
+
+def _sample(algo: str, rates: list[float], watts: list[float]) -> Sample | None:
+    """A Sample when there is a hashrate and every figure is a real, non-negative number; watts only when
+    there is one per GPU (they cannot be paired otherwise)."""
+    if not rates or not all(math.isfinite(v) and v >= 0 for v in rates + watts):
         return None
-    return Sample(algo[:ALGO_CHARS] or "unknown", tuple(rates), tuple(watts) if len(watts) == len(rates) else ())
+    return Sample(algo[:ALGO_CHARS], tuple(rates), tuple(watts) if len(watts) == len(rates) else ())
 
 
 def update(average: Average | None, sample: Sample, now: float) -> Average:

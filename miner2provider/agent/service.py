@@ -98,6 +98,8 @@ class Agent:
     offer: profit.Offer = field(default_factory=profit.Offer)  # policy profit's offer (saved with the state)
     _economics: tuple[float, economics.Economics | None, str] = (float("nan"), None, "")  # (mtime, file, error)
     _quote: profit.Quote | None = None
+    _ticks: int = 0  # ticks begun
+    _labels_read: tuple[int, dict[str, str]] = (-1, {})  # (the tick, labels_file's labels)
     measured: measure.Average | None = None  # the miner's hashrate and power, averaged
     shown: measure.Average | None = None  # ``measured`` as last put into status and state.json
     _stats_seen: float = float("nan")  # the stats file's mtime, or when T-Rex's API was last asked
@@ -135,7 +137,14 @@ class Agent:
             self._gpus = (now, busy)
         return busy
 
-    def economics(self) -> economics.Economics | None:
+    def file_labels(self) -> dict[str, str]:
+        """``labels_file`` (gpu_attributes' labels for this node), read at most once a tick: the profit quote
+        and the node's labels both want it."""
+        if self._labels_read[0] != self._ticks:
+            self._labels_read = (self._ticks, dict(_read_json(Path(self.config.labels_file)) or {}))
+        return self._labels_read[1]
+
+    def load_economics(self) -> economics.Economics | None:
         """The economics file, parsed again only when its mtime changes; a broken file is reported (in
         the quote) and decides nothing."""
         path = self.config.economics
@@ -193,12 +202,12 @@ class Agent:
         """Policy profit: is the rig offered at the economics file's prices now (profit.py)?"""
         if self.schedule.policy != "profit":
             return False
-        figures = self.economics()
+        figures = self.load_economics()
         if figures is None:
             self._quote = profit.Quote(None, None, self._economics[2])
         else:
             # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
-            cards = profit.cards_from_labels(_read_json(Path(self.config.labels_file)) or self._node_labels)
+            cards = profit.cards_from_labels(self.file_labels() or self._node_labels)
             self._quote = profit.quote(cards, figures, self._hashrates(now))
         offer = profit.decide_offer(self.offer, self._quote, now, self.schedule.hysteresis,
                                     self.schedule.min_switch_interval_s)
@@ -272,6 +281,7 @@ class Agent:
             raise
 
     def tick(self) -> list[str]:
+        self._ticks += 1
         now = self.clock()
         obs, node = self.observe(now)
         if node is not None:
@@ -408,7 +418,7 @@ class Agent:
             self._written = text
         if not api_ok:
             return
-        labels = {**(_read_json(Path(self.config.labels_file)) or {}), "m2p.io/mode": self.state.mode,
+        labels = {**self.file_labels(), "m2p.io/mode": self.state.mode,
                   "m2p.io/agent-version": __version__}
         stale = {k: None for k in self.applied_labels if k not in labels}
         if OLD_PLACEHOLDER_LABEL in self._node_labels:

@@ -91,15 +91,13 @@ def demo_command(ctx: Context, serve: bool) -> None:
         def offered() -> int:
             assert api is not None
             return 0 if _wait(lambda: '"source": "measured' in _agent_status(api)
-                              and api.nodes["demo-hive"]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining"
-                              ) else 1
+                              and _mode(api) == "idle-mining") else 1
 
         def lease_ends() -> int:
             assert api is not None
             api.delete_pod("lease-1")
             tenant.container_ends(rig, lease.get("pid", 0))
-            return 0 if _wait(lambda: api.nodes["demo-hive"]["metadata"]["labels"].get("m2p.io/mode")
-                              == "idle-mining") else 1
+            return 0 if _wait(lambda: _mode(api) == "idle-mining") else 1
 
         # (what it shows, the command or a stand-in's act, the exit it must end with)
         steps: list[tuple[str, list[str] | Callable[[], int], int]] = [
@@ -142,6 +140,10 @@ def demo_command(ctx: Context, serve: bool) -> None:
         for r in rigs:
             sandbox.stop(r)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _mode(api: Any) -> str:
+    return str(api.nodes["demo-hive"]["metadata"]["labels"].get("m2p.io/mode", ""))
 
 
 def _agent_status(api: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from miner2provider.agent.ledger import MAX_GPUS, Entry
 from miner2provider.agent.ledger import parse as parse_ledger
+from miner2provider.agent.measure import ALGO_CHARS
 from miner2provider.facts.base import Fact, Output
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
@@ -154,5 +155,5 @@ def measured_from(raw: object) -> Measured | None:
     watts = [_number(v) for v in raw.get("watts") or []][:MAX_GPUS] if isinstance(raw.get("watts"), list) else []
     if not mhs or None in mhs or None in watts:
         return None
-    return Measured(_field(raw, "algo", 32) or "unknown", tuple(v for v in mhs if v is not None),
+    return Measured(_field(raw, "algo", ALGO_CHARS) or "unknown", tuple(v for v in mhs if v is not None),
                     tuple(v for v in watts if v is not None))

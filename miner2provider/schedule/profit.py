@@ -78,8 +78,7 @@ def quote(cards: Mapping[str, int], economics: Economics, measured: Hashrates | 
     lease = sum(n * (economics.lease_price(m) or 0.0) for m, n in cards.items())
     gpus = sum(cards.values())
     file_power = sum(n * economics.power_cost_per_hour(m) for m, n in cards.items()) / max(gpus, 1)
-    price = economics.power_price_per_kwh
-    powers = [w / 1000 * price for w in watts] if watts and price is not None else [file_power] * len(mhs)
+    powers = [economics.power_cost_of(w) for w in watts] if watts else [file_power] * len(mhs)
     floor = sum(economics.floor(rate * per_mhs, power) for rate, power in zip(mhs, powers))
     return Quote(lease, floor, "", f"measured {algo} hashrate of {len(mhs)} GPUs")
 

@@ -39,10 +39,11 @@ PY = sys.executable
 BASELINE = r'''
 import sys
 from pathlib import Path
-from miner2provider import collection, inventory
-from miner2provider.bundle.manifest import load_bundle
-from miner2provider.convert import expected_inputs, fleet_role_vars
-from miner2provider.runner import run_playbook
+from miner2provider.core import collection
+from miner2provider.core import inventory
+from miner2provider.fleet.bundle.manifest import load_bundle
+from miner2provider.fleet.pipeline import expected_inputs, fleet_role_vars
+from miner2provider.fleet.runner import run_playbook
 inv, bundle_dir, known_hosts = sys.argv[1:4]
 hosts = inventory.load(inv).select(None)
 derived = fleet_role_vars(hosts)

@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detect_fanout import BIN, PY, USER, address, ensure_user, start_sshds, stop_sshds, timed  # noqa: E402
 
 from miner2provider.agent.ledger import Entry  # noqa: E402
+from miner2provider.core.inventory import load as load_inventory  # noqa: E402
 from miner2provider.dashboard.actions import Actions, Fleet  # noqa: E402
-from miner2provider.dashboard.app import Settings, create_app  # noqa: E402
-from miner2provider.economics import parse as parse_economics  # noqa: E402
-from miner2provider.history import History  # noqa: E402
-from miner2provider.inventory import load as load_inventory  # noqa: E402
-from miner2provider.ssh import SshOptions  # noqa: E402
+from miner2provider.dashboard.app import DashboardConfig, create_app  # noqa: E402
+from miner2provider.dashboard.history import History  # noqa: E402
+from miner2provider.detect.ssh import SshOptions  # noqa: E402
+from miner2provider.timeshare.economics import parse as parse_economics  # noqa: E402
 
 ECONOMICS = "lease_price_per_gpu_hour: {default: 0.2}\nmining_revenue_per_gpu_day: {default: 0.6}\n"
 MODES = ("idle-mining", "leasing", "mining", "leasing")
@@ -71,7 +71,7 @@ def build_history(work: Path, rigs: int, days: int) -> tuple[Path, Path]:
 def serve(db: Path, inv: Path) -> tuple[str, uvicorn.Server]:
     hosts = load_inventory(inv).hosts
     actions = Actions(Fleet(str(inv), SshOptions(), None, (), lambda rig: rig))
-    app = create_app(Settings(db, list(hosts), parse_economics(ECONOMICS), actions, lambda chosen: [], lambda chosen: 0, 0, None))
+    app = create_app(DashboardConfig(db, list(hosts), parse_economics(ECONOMICS), actions, lambda chosen: [], lambda chosen: 0, 0, None))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

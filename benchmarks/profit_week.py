@@ -26,9 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from miner2provider import economics  # noqa: E402
 from miner2provider.agent.decide import START_MINER, STOP_MINER, Observation, State, decide  # noqa: E402
-from miner2provider.schedule import model, policy, profit  # noqa: E402
+from miner2provider.timeshare import (  # noqa: E402
+    economics,  # noqa: E402
+    model,
+    policy,
+    profit,
+)
 
 START = datetime(2026, 11, 23, tzinfo=UTC)  # a Monday
 WEEK_MIN = 7 * 24 * 60

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable  # not collections.abc: ToMode below is evaluated, on 3.8 too
 
-from miner2provider.schedule.policy import Desired
+from miner2provider.timeshare.policy import Desired
 
 # Actions, carried out in order by the agent's effectors (mining-OS adapter, cluster client, gate).
 STOP_MINER = "stop-miner"

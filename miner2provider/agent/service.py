@@ -29,11 +29,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from miner2provider import __version__, economics
-from miner2provider.agent import cluster, decide, gate, ledger, measure, rig
+from miner2provider import __version__
+from miner2provider.agent import decide, gate, kube, ledger, measure, rig
 from miner2provider.agent.decide import Observation, State
-from miner2provider.errors import EconomicsError
-from miner2provider.schedule import model, policy, profit
+from miner2provider.core.errors import EconomicsError
+from miner2provider.timeshare import economics, model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
 # label): Akash counted them allocated and never bid.  The label is removed where found.
@@ -79,7 +79,7 @@ class Config:
 @dataclass
 class Agent:
     config: Config
-    client: cluster.KubeClient
+    client: kube.KubeClient
     gpu_processes: Any = rig.gpu_processes
     clock: Any = time.time
     state: State = field(default_factory=State)
@@ -224,9 +224,9 @@ class Agent:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
             self._node_labels = dict(node.get("metadata", {}).get("labels") or {})
-            self._leases = sorted((cluster.lease_summary(p) for p in cluster.tenant_pods(pods)),
+            self._leases = sorted((kube.lease_summary(p) for p in kube.tenant_pods(pods)),
                                   key=lambda lease: lease["pod"])
-        except cluster.ApiError as exc:
+        except kube.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
         self._gated = self.gates.gated()
@@ -236,7 +236,7 @@ class Agent:
         desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
-            leases=len(cluster.lease_pods(pods)), gated=len(self._gated), gate_waiting=waiting,
+            leases=len(kube.lease_pods(pods)), gated=len(self._gated), gate_waiting=waiting,
             miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
         )
         return obs, node
@@ -291,7 +291,7 @@ class Agent:
                                             self.schedule.min_switch_interval_s)
         try:
             self.act(actions, node)
-        except (cluster.ApiError, RuntimeError, OSError) as exc:
+        except (kube.ApiError, RuntimeError, OSError) as exc:
             self.last_error = f"{' '.join(actions)}: {exc}"
         self.keep_watchdog_off(now)
         self.keep_cordon(node)
@@ -358,8 +358,8 @@ class Agent:
         mark = self.dir / "cordoned"
         cordoned = bool(node.get("spec", {}).get("unschedulable"))
         try:
-            if cluster.has_old_taint(node):
-                self.client.patch_node(self.config.node, cluster.without_old_taint(node))
+            if kube.has_old_taint(node):
+                self.client.patch_node(self.config.node, kube.without_old_taint(node))
             if wanted and not cordoned:
                 self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})
                 mark.write_text(f"{self.clock():.0f}\n")
@@ -367,7 +367,7 @@ class Agent:
                 if cordoned:
                     self.client.patch_node(self.config.node, {"spec": {"unschedulable": None}})
                 mark.unlink()
-        except (cluster.ApiError, OSError) as exc:
+        except (kube.ApiError, OSError) as exc:
             self.last_error = f"cordon: {exc}"
 
     # -- state and status ------------------------------------------------------------
@@ -428,7 +428,7 @@ class Agent:
         try:
             self.client.patch_node(self.config.node, {"metadata": {
                 "labels": {**labels, **stale}, "annotations": {"m2p.io/status": text}}})
-        except cluster.ApiError as exc:
+        except kube.ApiError as exc:
             self.last_error = f"status: {exc}"
             return
         self._pushed, self.applied_labels = text, labels
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load(args.config)
     if args.command == "gate":
         return gate.main(args.gate_args, config.state_dir)
-    agent = Agent(config, cluster.KubeClient(config.api_server, config.token_file, config.ca_file))
+    agent = Agent(config, kube.KubeClient(config.api_server, config.token_file, config.ca_file))
     stopping = False
 
     def stop(*_: object) -> None:

@@ -1,7 +1,7 @@
 """The ``m2p`` command line: the only part of m2p that prints.
 
 - ``app``: the root group, verbosity, and ``main``: expected errors (``M2PError``) become one
-  red line and their exit code (``miner2provider.errors.exit_codes``), bugs go to a debug log;
+  red line and their exit code (``miner2provider.core.errors.exit_codes``), bugs go to a debug log;
 - ``options``: options shared by several commands, folded into ``SshOptions``/``FleetSettings``;
 - ``render``: how rigs, fleet runs and schedules look, as text and JSON;
 - one module per group of commands: ``rigs`` (init, inventory check, detect, attributes,

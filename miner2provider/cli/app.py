@@ -1,7 +1,7 @@
 """The root ``m2p`` group and the entry point: expected errors are one line, bugs go to a debug log.
 
 Expected failures (``M2PError``) become one red line and the exit code of their class
-(``miner2provider.errors``); anything else is a bug: its traceback goes to a debug log and
+(``miner2provider.core.errors``); anything else is a bug: its traceback goes to a debug log and
 the line says where.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 
 from miner2provider import __version__
-from miner2provider.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
-from miner2provider.textfiles import printable
+from miner2provider.core.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
+from miner2provider.core.textfiles import printable
 
 
 class Context:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from miner2provider.bundle import pins
-from miner2provider.bundle.download import make_bundle
-from miner2provider.bundle.manifest import load_bundle
-from miner2provider.errors import UsageError
+from miner2provider.core.errors import UsageError
+from miner2provider.fleet.bundle import pins
+from miner2provider.fleet.bundle.download import make_bundle
+from miner2provider.fleet.bundle.manifest import load_bundle
 
 from . import render
 from .app import Context, cli, pass_ctx

@@ -7,19 +7,18 @@ from pathlib import Path
 
 import click
 
-from miner2provider import economics as economics_file
-from miner2provider import textfiles
-from miner2provider import values as checks
-from miner2provider.agent.cluster import KubeClient
-from miner2provider.dashboard import cluster
+from miner2provider.agent.kube import KubeClient
+from miner2provider.core import checks, textfiles
+from miner2provider.core.errors import UsageError
+from miner2provider.core.inventory import Host
+from miner2provider.dashboard import kube_sweep
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.collect import sweep
-from miner2provider.detect import RigReport
-from miner2provider.errors import UsageError
-from miner2provider.history import DEFAULT_PATH, History
-from miner2provider.inventory import Host
-from miner2provider.schedule.model import duration_seconds
-from miner2provider.ssh import SshOptions
+from miner2provider.dashboard.history import DEFAULT_PATH, History
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.detect.survey import RigReport
+from miner2provider.timeshare import economics as economics_file
+from miner2provider.timeshare.model import duration_seconds
 
 from . import render
 from .app import cli
@@ -77,7 +76,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     then confirm).  Sweeps the rigs every --interval into the history database."""
     import uvicorn
 
-    from miner2provider.dashboard.app import Settings, create_app  # web libraries load only here
+    from miner2provider.dashboard.app import DashboardConfig, create_app  # web libraries load only here
 
     if not is_loopback(bind) and not token_file:
         raise UsageError(f"--bind {textfiles.shown(bind)} serves beyond this machine: give --token-file too")
@@ -104,11 +103,11 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
         if kube_api is None or kube_token_file is None:
             return 0
         with History(db) as history:
-            return cluster.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
+            return kube_sweep.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
 
     secrets = tuple(s for h in hosts for s in h.secrets().values())
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
-    app = create_app(Settings(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
+    app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
                                 if is_loopback(bind) else None))
     shown = f"[{bind}]" if ":" in bind else bind

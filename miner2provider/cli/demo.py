@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from miner2provider import collection
-from miner2provider.errors import DemoFailed, UsageError
+from miner2provider.core import collection
+from miner2provider.core.errors import DemoFailed, UsageError
 
 from .app import Context, cli, main, pass_ctx
 

@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import click
 
-from miner2provider import inventory
-from miner2provider.bundle.manifest import Bundle, load_bundle
-from miner2provider.convert import RigOutcome, run_fleet
-from miner2provider.errors import ChangesPending, RigFailures, UsageError
-from miner2provider.remove import remove_rigs
-from miner2provider.role_vars import RunInputs
-from miner2provider.runner import Event
+from miner2provider.core import inventory
+from miner2provider.core.errors import ChangesPending, RigFailures, UsageError
+from miner2provider.fleet.bundle.manifest import Bundle, load_bundle
+from miner2provider.fleet.pipeline import RigOutcome, run_fleet
+from miner2provider.fleet.remove import remove_rigs
+from miner2provider.fleet.role_vars import RunInputs
+from miner2provider.fleet.runner import Event
 
 from . import render
 from .app import Context, cli, pass_ctx

@@ -17,9 +17,10 @@ from typing import Any
 
 import click
 
-from miner2provider import inventory, leases, textfiles
-from miner2provider.errors import UsageError
-from miner2provider.ssh import DEFAULT_POOL, SshOptions
+from miner2provider.core import inventory, textfiles
+from miner2provider.core.errors import UsageError
+from miner2provider.detect.ssh import DEFAULT_POOL, SshOptions
+from miner2provider.fleet import guards as leases
 
 from . import render
 

@@ -13,14 +13,14 @@ from typing import Any
 import click
 import yaml
 
-from miner2provider.attributes.provider import FleetAttributes
-from miner2provider.convert import RigOutcome
-from miner2provider.detect import RigReport
-from miner2provider.economics import Economics
-from miner2provider.facts.probe import RigFacts
-from miner2provider.pricing import Floor, akash_mappings
-from miner2provider.schedule.model import Schedule
-from miner2provider.textfiles import printable
+from miner2provider.core.textfiles import printable
+from miner2provider.detect.facts.probe import RigFacts
+from miner2provider.detect.survey import RigReport
+from miner2provider.fleet.pipeline import RigOutcome
+from miner2provider.market.akash.pricing import Floor, akash_mappings
+from miner2provider.market.akash.provider import FleetAttributes
+from miner2provider.timeshare.economics import Economics
+from miner2provider.timeshare.model import Schedule
 
 from .app import Context
 

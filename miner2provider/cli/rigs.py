@@ -9,25 +9,26 @@ from pathlib import Path
 
 import click
 
-from miner2provider import economics, pricing, textfiles
-from miner2provider import values as checks
-from miner2provider.attributes.gpus_json import gpus_json
-from miner2provider.attributes.labels import amd_combos, cards_of
-from miner2provider.attributes.provider import RigGpus, fleet_attributes
-from miner2provider.attributes.report import load_report
-from miner2provider.convert import fleet_role_vars
+from miner2provider.core import checks, textfiles
+from miner2provider.core.errors import RigFailures, UsageError
 from miner2provider.dashboard.collect import sweep
-from miner2provider.detect import detect, detect_local
-from miner2provider.errors import RigFailures, UsageError
-from miner2provider.history import DEFAULT_PATH, History
-from miner2provider.reports import report_json, status_row
-from miner2provider.ssh import SshOptions
+from miner2provider.dashboard.history import DEFAULT_PATH, History
+from miner2provider.detect.report import report_json, status_row
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.detect.survey import detect, detect_local
+from miner2provider.fleet.pipeline import fleet_role_vars
+from miner2provider.market.akash import pricing
+from miner2provider.market.akash.gpus_json import gpus_json
+from miner2provider.market.akash.labels import amd_combos, cards_of
+from miner2provider.market.akash.provider import RigGpus, fleet_attributes
+from miner2provider.market.akash.saved_report import load_report
+from miner2provider.timeshare import economics
 
 from . import render
 from .app import Context, cli, pass_ctx
 from .options import inventory_option, json_option, limit_option, load_inventory, ssh_options, vault_option
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @cli.command()

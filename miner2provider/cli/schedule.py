@@ -6,13 +6,12 @@ import datetime
 
 import click
 
-from miner2provider import textfiles
-from miner2provider import values as checks
-from miner2provider.errors import UsageError
-from miner2provider.role_vars import RunInputs
-from miner2provider.schedule import model as schedule_model
-from miner2provider.schedule import policy as schedule_policy
-from miner2provider.timeshare import economics_files, schedule_files
+from miner2provider.core import checks, textfiles
+from miner2provider.core.errors import UsageError
+from miner2provider.fleet.role_vars import RunInputs
+from miner2provider.timeshare import model as schedule_model
+from miner2provider.timeshare import policy as schedule_policy
+from miner2provider.timeshare.apply import economics_files, schedule_files
 
 from . import fleet as fleet_run
 from . import render

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from miner2provider.errors import M2PError
-from miner2provider.ssh import SshOptions, redact
-from miner2provider.textfiles import printable
+from miner2provider.core.errors import M2PError
+from miner2provider.core.textfiles import printable
+from miner2provider.detect.ssh import SshOptions, redact
 
 # action: (what its plan is, the CLI's plan command or None, the CLI's command)
 ACTIONS: dict[str, tuple[str, list[str] | None, list[str]]] = {

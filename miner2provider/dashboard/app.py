@@ -31,9 +31,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from miner2provider.economics import Economics
-from miner2provider.history import History, Window
-from miner2provider.inventory import Host
+from miner2provider.core.inventory import Host
+from miner2provider.dashboard.history import History, Window
+from miner2provider.timeshare.economics import Economics
 
 from . import views
 from .actions import ACTIONS, Actions, Refused
@@ -56,7 +56,7 @@ API_DOC = {
 
 
 @dataclass
-class Settings:
+class DashboardConfig:
     db: Path
     hosts: list[Host]
     economics: Economics
@@ -71,7 +71,7 @@ class Settings:
     hosts_allowed: frozenset[str] | None = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: DashboardConfig) -> Starlette:
     csrf_token = secrets.token_urlsafe(24)
     session = _session_value(settings.token) if settings.token else ""
     stop = threading.Event()

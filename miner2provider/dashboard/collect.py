@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from miner2provider.detect import RigReport, detect
-from miner2provider.history import History
-from miner2provider.inventory import Host
-from miner2provider.reports import report_json, status_row
-from miner2provider.ssh import SshOptions
+from miner2provider.core.inventory import Host
+from miner2provider.dashboard.history import History
+from miner2provider.detect.report import report_json, status_row
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.detect.survey import RigReport, detect
 
 
 def snapshot(report: RigReport) -> dict[str, Any]:

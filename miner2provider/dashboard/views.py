@@ -21,12 +21,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
-from miner2provider.attributes.database import load as card_database
-from miner2provider.attributes.database import slug_from_name
-from miner2provider.economics import Economics
-from miner2provider.facts.base import Output
-from miner2provider.facts.cluster import AgentStatusFact
-from miner2provider.history import Window
+from miner2provider.dashboard.history import Window
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.node import AgentStatusFact
+from miner2provider.market.akash.database import load as card_database
+from miner2provider.market.akash.database import slug_from_name
+from miner2provider.timeshare.economics import Economics
 
 MINING_MODES = ("mining", "idle-mining")
 MODES = ("mining", "idle-mining", "leasing", "draining")

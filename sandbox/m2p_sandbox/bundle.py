@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from m2p_sandbox.registry import RegistryStandin
-from miner2provider.bundle import images
-from miner2provider.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
-from miner2provider.bundle.pins import DEVICE_PLUGIN_IMAGE, K3S_VERSION, TOOLKIT_VERSION
-from miner2provider.errors import BundleError
+from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle import images
+from miner2provider.fleet.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
+from miner2provider.fleet.bundle.pins import DEVICE_PLUGIN_IMAGE, K3S_VERSION, TOOLKIT_VERSION
 
 SOURCES = Path(__file__).parent / "bundle_files"
 # name -> (files: {path in package: (source, mode)}, depends, conffiles)

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from miner2provider.errors import SandboxError
+from miner2provider.core.errors import SandboxError
 
 FLAVOURS_DIR = Path(__file__).parent / "flavours"
 

@@ -1,6 +1,6 @@
 """STAND-IN container registry on loopback (no registry can be reached from CI).
 
-It serves what ``miner2provider.bundle.images.pull`` asks of a real one, the way the OCI
+It serves what ``miner2provider.fleet.bundle.images.pull`` asks of a real one, the way the OCI
 distribution spec and Docker's token authentication spec lay it out: ``GET
 /v2/<repository>/manifests/<tag or digest>`` (an image index with one linux/amd64 and one
 linux/arm64 manifest), ``GET /v2/<repository>/blobs/<digest>``, and a 401 with a

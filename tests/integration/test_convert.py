@@ -19,9 +19,10 @@ from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin, NodePasswordRejected
-from miner2provider import collection, inventory, runner
-from miner2provider.agent import cluster
-from miner2provider.bundle.manifest import load_bundle
+from miner2provider.agent import kube
+from miner2provider.core import collection, inventory
+from miner2provider.fleet import runner
+from miner2provider.fleet.bundle.manifest import load_bundle
 
 from .conftest import M2P, m2p, outcomes, run, ssh
 
@@ -281,8 +282,8 @@ def revert_agent_leaves_nothing_on_its_server(farm):
             ("PriorityClass", "", "m2p-placeholder")] if api.has(kind, name, ns)]
         assert left == [], f"left on the server: {left}"
         (tmp / "old-token").write_text(token)
-        with pytest.raises(cluster.ApiError, match="HTTP 401"):
-            cluster.KubeClient(api.url, str(tmp / "old-token")).node("cv-hive")
+        with pytest.raises(kube.ApiError, match="HTTP 401"):
+            kube.KubeClient(api.url, str(tmp / "old-token")).node("cv-hive")
         with ssh(farm["hive"]) as client:
             assert run(client, f"sudo ls {DATA_DIR}/server/manifests")[1].split() == ["m2p-nvidia-device-plugin.yaml"]
         again = outcomes(m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env))

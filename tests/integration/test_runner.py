@@ -9,8 +9,8 @@ import pytest
 
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
-from miner2provider.inventory import Host, Secret
-from miner2provider.runner import run_playbook
+from miner2provider.core.inventory import Host, Secret
+from miner2provider.fleet.runner import run_playbook
 
 from .conftest import run, ssh
 

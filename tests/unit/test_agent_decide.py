@@ -25,7 +25,7 @@ from miner2provider.agent.decide import (
     State,
     decide,
 )
-from miner2provider.schedule.policy import Desired
+from miner2provider.timeshare.policy import Desired
 
 DESIRES = {"mine": Desired(False, True), "lease": Desired(True, False), "lease-idle": Desired(True, True)}
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent import cluster, gate, rig
+from miner2provider.agent import gate, rig
+from miner2provider.agent import kube as kube_api
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
 
 NODE = "rig01"
@@ -31,7 +32,7 @@ def api():
 
 def client(api, tmp_path, token="rig01-token"):
     (tmp_path / "token").write_text(token + "\n")
-    return cluster.KubeClient(api.url, str(tmp_path / "token"))
+    return kube_api.KubeClient(api.url, str(tmp_path / "token"))
 
 
 class LoggedClocks(rig.Clocks):
@@ -76,31 +77,31 @@ def test_client_reads_pods_of_its_node_only_and_may_patch_only_its_node(api, tmp
     assert [p["metadata"]["name"] for p in kube.pods_on_node(NODE)] == ["job"]
     patched = kube.patch_node(NODE, {"metadata": {"labels": {"m2p.io/mode": "mining"}}})
     assert patched["metadata"]["labels"] == {"kubernetes.io/hostname": NODE, "m2p.io/mode": "mining"}
-    with pytest.raises(cluster.ApiError, match="HTTP 403"):
+    with pytest.raises(kube_api.ApiError, match="HTTP 403"):
         kube.patch_node("rig02", {"metadata": {"labels": {"x": "y"}}})
-    with pytest.raises(cluster.ApiError, match="HTTP 401"):
+    with pytest.raises(kube_api.ApiError, match="HTTP 401"):
         client(api, tmp_path, token="wrong").node(NODE)
 
 
 def test_a_missing_ca_file_is_an_api_error_not_a_crash(tmp_path):
     """k3s writes its CA when it first starts: an agent started before that must keep running."""
     (tmp_path / "token").write_text("t\n")
-    kube = cluster.KubeClient("https://127.0.0.1:9", str(tmp_path / "token"), str(tmp_path / "absent-ca.crt"))
-    with pytest.raises(cluster.ApiError, match="GET /api/v1/nodes/rig01: .*No such file"):
+    kube = kube_api.KubeClient("https://127.0.0.1:9", str(tmp_path / "token"), str(tmp_path / "absent-ca.crt"))
+    with pytest.raises(kube_api.ApiError, match="GET /api/v1/nodes/rig01: .*No such file"):
         kube.node("rig01")
 
 
 def test_the_old_mining_taint_goes_other_taints_stay_and_a_race_is_lost_not_overwritten(api, tmp_path):
     kube = client(api, tmp_path)
-    old = {"key": cluster.OLD_MINING_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+    old = {"key": kube_api.OLD_MINING_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
     kube.patch_node(NODE, {"spec": {"taints": [{"key": "other", "effect": "NoExecute"}, old]}})
     node = kube.node(NODE)
-    assert cluster.has_old_taint(node)
+    assert kube_api.has_old_taint(node)
     kube.patch_node(NODE, {"metadata": {"labels": {"x": "y"}}})  # someone else wrote meanwhile
-    with pytest.raises(cluster.ApiError, match="HTTP 409"):  # computed from the older version
-        kube.patch_node(NODE, cluster.without_old_taint(node))
-    clean = kube.patch_node(NODE, cluster.without_old_taint(kube.node(NODE)))
-    assert clean["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}] and not cluster.has_old_taint(clean)
+    with pytest.raises(kube_api.ApiError, match="HTTP 409"):  # computed from the older version
+        kube.patch_node(NODE, kube_api.without_old_taint(node))
+    clean = kube.patch_node(NODE, kube_api.without_old_taint(kube.node(NODE)))
+    assert clean["spec"]["taints"] == [{"key": "other", "effect": "NoExecute"}] and not kube_api.has_old_taint(clean)
 
 
 def cordoned(api) -> bool:
@@ -187,7 +188,7 @@ def test_mining_window_cordons_the_node_and_starts_the_miner(api, tmp_path):
 
 def test_an_owners_cordon_stays_and_the_old_design_is_cleaned_up(api, tmp_path):
     api.nodes[NODE]["spec"]["unschedulable"] = True  # the owner's own cordon
-    api.nodes[NODE]["spec"]["taints"] = [{"key": cluster.OLD_MINING_TAINT_KEY, "effect": "NoSchedule"}]
+    api.nodes[NODE]["spec"]["taints"] = [{"key": kube_api.OLD_MINING_TAINT_KEY, "effect": "NoSchedule"}]
     api.nodes[NODE]["metadata"]["labels"][OLD_PLACEHOLDER_LABEL] = "2"
     agent = make_agent(api, tmp_path, LEASE_FIRST)
     for _ in range(3):
@@ -318,7 +319,7 @@ def test_next_change_is_scanned_again_only_once_it_has_passed(api, tmp_path, mon
     from datetime import datetime
 
     from miner2provider.agent import service
-    from miner2provider.schedule import policy
+    from miner2provider.timeshare import policy
 
     now = [1_800_000_000.0]  # 2027-01-15 08:00 UTC
     agent = make_agent(api, tmp_path, "timezone: UTC\npolicy: fixed\ndefault: mine\nmin_switch_interval: 0s\n"
@@ -383,12 +384,12 @@ def test_agent_zipapp_is_self_contained_and_byte_identical_on_every_build():
     import io
     import zipfile
 
-    from miner2provider.agent import package
+    from miner2provider.fleet import agent_zipapp as package
 
     data = package.build()
     assert data == package.build()  # a re-run of the role copies nothing
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert {"__main__.py", "miner2provider/agent/service.py", "miner2provider/schedule/model.py",
+    assert {"__main__.py", "miner2provider/agent/service.py", "miner2provider/timeshare/model.py",
             "yaml/__init__.py", "pynvml.py"} <= set(names)
     assert not [n for n in names if n.endswith(".so")]  # pure Python: any rig's python3
 
@@ -561,7 +562,7 @@ def test_the_agent_zipapp_starts_on_the_oldest_python_it_supports(tmp_path):
     """Every module the agent imports is evaluated on python3 3.8 (HiveOS 0.6-227): an annotation or alias
     that only newer Pythons evaluate fails here, not on a rig (vermin does not see them all)."""
     from m2p_sandbox import pythons
-    from miner2provider.agent import package
+    from miner2provider.fleet import agent_zipapp as package
 
     python = pythons.build_of("3.8") / "bin" / "python3.8"
     agent = package.write(str(tmp_path))

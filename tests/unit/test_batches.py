@@ -1,5 +1,5 @@
-from miner2provider.convert import batches
-from miner2provider.inventory import Host
+from miner2provider.core.inventory import Host
+from miner2provider.fleet.pipeline import batches
 
 
 def hosts(n):

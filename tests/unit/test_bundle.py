@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from m2p_sandbox import bundle as standin
-from miner2provider import collection
-from miner2provider.bundle.manifest import load_bundle
-from miner2provider.errors import BundleError
+from miner2provider.core import collection
+from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle.manifest import load_bundle
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,8 @@ def test_a_path_outside_the_bundle_is_refused(bundle_dir, tmp_path):
 
 
 def test_convert_refuses_a_bundle_without_the_images_its_rigs_need(bundle_dir, tmp_path):
-    from miner2provider import convert, inventory
+    from miner2provider.core import inventory
+    from miner2provider.fleet import pipeline as convert
 
     inv = tmp_path / "rigs.yml"
     inv.write_text("all:\n  hosts:\n    r1: {ansible_host: 10.0.0.1}\n"

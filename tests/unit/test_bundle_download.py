@@ -15,11 +15,11 @@ import pytest
 
 from m2p_sandbox import bundle as standin
 from m2p_sandbox.registry import RegistryStandin
-from miner2provider.bundle import images, pins
-from miner2provider.bundle.download import make_bundle, pick_packages, stanzas
-from miner2provider.bundle.manifest import load_bundle
 from miner2provider.cli import main
-from miner2provider.errors import BundleError
+from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle import images, pins
+from miner2provider.fleet.bundle.download import make_bundle, pick_packages, stanzas
+from miner2provider.fleet.bundle.manifest import load_bundle
 
 VERSION = standin.TOOLKIT_VERSION
 

@@ -8,8 +8,8 @@ import tarfile
 import pytest
 
 from m2p_sandbox.registry import RegistryStandin
-from miner2provider.bundle import images
-from miner2provider.errors import BundleError
+from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle import images
 
 IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 

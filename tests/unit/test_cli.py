@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 import yaml
 
-from miner2provider import cli, errors, inventory
+from miner2provider import cli
+from miner2provider.core import errors, inventory
 
 INVENTORIES = Path(__file__).parent / "inventories"
 

@@ -14,18 +14,19 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from test_readiness import facts  # tests/unit is on sys.path (no package)
 
-from miner2provider import economics, inventory
 from miner2provider.agent.ledger import Entry
+from miner2provider.core import inventory
+from miner2provider.core.errors import EconomicsError
 from miner2provider.dashboard import views
 from miner2provider.dashboard.actions import Actions, Fleet
-from miner2provider.dashboard.app import Settings, create_app
+from miner2provider.dashboard.app import DashboardConfig, create_app
 from miner2provider.dashboard.collect import snapshot
-from miner2provider.detect import RigReport
-from miner2provider.errors import EconomicsError
-from miner2provider.facts.cluster import AgentStatus, Lease
-from miner2provider.history import History
-from miner2provider.readiness import assess
-from miner2provider.ssh import SshOptions
+from miner2provider.dashboard.history import History
+from miner2provider.detect.facts.node import AgentStatus, Lease
+from miner2provider.detect.readiness import assess
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.detect.survey import RigReport
+from miner2provider.timeshare import economics
 
 HOUR, DAY = 3600.0, 86_400.0
 ECON = economics.parse("currency: USD\nlease_price_per_gpu_hour:\n  default: 0.10\n  rtx3090: 0.25\n"
@@ -159,7 +160,7 @@ def world(tmp_path):
     actions = Actions(Fleet(str(inv_file), SshOptions(known_hosts=tmp_path / "kh"), None, secrets, redetect))
 
     def make(token=None):
-        app = create_app(Settings(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, token))
+        app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, token))
         return TestClient(app, base_url="http://127.0.0.1:8477")
     return make, redetected
 
@@ -276,8 +277,8 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
     import json
 
     from m2p_sandbox.kube_api import KubeApiStandin  # the STAND-IN API server, on loopback
-    from miner2provider.agent.cluster import ApiError, KubeClient
-    from miner2provider.dashboard import cluster
+    from miner2provider.agent.kube import ApiError, KubeClient
+    from miner2provider.dashboard import kube_sweep
 
     api = KubeApiStandin()
     try:
@@ -290,7 +291,7 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
         (tmp_path / "admin").write_text(admin)
         make, _ = world
         with History(tmp_path / "h.sqlite3") as h:
-            assert cluster.collect(h, KubeClient(api.url, str(tmp_path / "admin")), now=time.time() + 60) == 1
+            assert kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin")), now=time.time() + 60) == 1
             assert set(h.nodes()) == {"rig01"}
         with make() as client:
             row = client.get("/api/rigs/rig01").json()
@@ -298,13 +299,13 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
             "draining", "api", ["lease/late"], "API: slow")
         (tmp_path / "admin").write_text("wrong")
         with History(tmp_path / "h.sqlite3") as h, pytest.raises(ApiError, match="HTTP 401"):
-            cluster.collect(h, KubeClient(api.url, str(tmp_path / "admin")))
+            kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin")))
     finally:
         api.close()
 
 
 def test_node_states_skip_foreign_nodes_and_unreadable_annotations():
-    from miner2provider.dashboard.cluster import node_states
+    from miner2provider.dashboard.kube_sweep import node_states
 
     items = [{"metadata": {"name": "a", "labels": {"m2p.io/mode": "leasing"},
                            "annotations": {"m2p.io/status": "{not json"}}},

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.facts import ALL_FACTS, FACTS_BY_NAME
-from miner2provider.facts.base import Output
+from miner2provider.detect.facts import ALL_FACTS, FACTS_BY_NAME
+from miner2provider.detect.facts.base import Output
 
 CASES = sorted((Path(__file__).parent / "facts").glob("*/*.json"))
 

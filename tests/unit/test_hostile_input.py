@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miner2provider.cli import main
-from miner2provider.errors import INTERNAL_ERROR
-from miner2provider.facts import ALL_FACTS
-from miner2provider.facts.base import Output
+from miner2provider.core.errors import INTERNAL_ERROR
+from miner2provider.detect.facts import ALL_FACTS
+from miner2provider.detect.facts.base import Output
 
 HERE = Path(__file__).parent
 GOOD_INVENTORY = (HERE / "inventories" / "good.yml").read_text()
@@ -183,7 +183,7 @@ def test_fuzzed_probe_outputs_never_break_a_parser(case, data):
 @given(st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40).map(lambda b: b.decode("latin-1"))),
                 max_size=8))
 def test_fuzzed_known_hosts_files(tmp_path, lines):
-    from miner2provider.ssh import KnownHosts
+    from miner2provider.detect.ssh import KnownHosts
 
     path = tmp_path / "known_hosts"
     path.write_bytes("\n".join(["@revoked * ssh-ed25519", "@cert-authority", *lines]).encode("utf-8", "replace"))
@@ -387,7 +387,7 @@ def test_a_window_inside_the_spring_forward_gap_is_warned(tmp_path):
 
 def test_five_thousand_windows_check_and_show_in_linear_time(tmp_path):
     """Not a timing test: the work is counted.  5,000 windows are painted once, not 5,000 x 10,080 times."""
-    from miner2provider.schedule import model
+    from miner2provider.timeshare import model
 
     windows = "".join(f"  - days: mon\n    from: \"{h:02d}:{m:02d}\"\n    to: \"{h:02d}:{m + 1:02d}\"\n    mode: mine\n"
                       for h in range(24) for m in range(0, 58, 2))[: 5000 * 70]
@@ -414,10 +414,10 @@ def test_five_thousand_windows_check_and_show_in_linear_time(tmp_path):
 def test_a_parser_that_raises_fails_only_its_rig(monkeypatch):
     """The fan-out isolates every exception per rig: a fact parser raising on one rig's output (a bug
     m2p does not know yet) turns into that rig's failure with a sentence; the other rigs report."""
-    from miner2provider import detect as detect_module
-    from miner2provider.facts import FACTS_BY_NAME, probe
-    from miner2provider.inventory import Host
-    from miner2provider.ssh import Result
+    from miner2provider.core.inventory import Host
+    from miner2provider.detect import survey as detect_module
+    from miner2provider.detect.facts import FACTS_BY_NAME, probe
+    from miner2provider.detect.ssh import Result
 
     def golden(fact):
         case = json.loads(sorted((HERE / "facts" / fact).glob("*.json"))[0].read_text())

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider import inventory
-from miner2provider.errors import InventoryError, VaultError
-from miner2provider.inventory import Secret
+from miner2provider.core import inventory
+from miner2provider.core.errors import InventoryError, VaultError
+from miner2provider.core.inventory import Secret
 
 HERE = Path(__file__).parent / "inventories"
 

@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-from miner2provider import collection, k8s_lines
+from miner2provider.core import collection, k8s_lines
 
 
 def test_the_pinned_line_is_in_the_table_and_supported_today():
@@ -44,8 +44,9 @@ def test_version_skew_policy(server, agent, refused):
 def test_convert_refuses_an_agent_newer_than_its_server_and_a_skipped_line(tmp_path):
     from test_readiness import facts  # tests/unit is on sys.path (no package)
 
-    from miner2provider import convert, inventory
-    from miner2provider.detect import RigReport
+    from miner2provider.core import inventory
+    from miner2provider.detect.survey import RigReport
+    from miner2provider.fleet import pipeline as convert
 
     inv = tmp_path / "rigs.yml"
     inv.write_text("all:\n  children:\n    k3s_server:\n      hosts:\n        s1: {ansible_host: 10.0.0.1, "

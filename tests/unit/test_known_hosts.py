@@ -10,8 +10,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from miner2provider.inventory import Host
-from miner2provider.ssh import RevokedHostKey, SshOptions, _KnownHostsPolicy, classify, load_known_hosts
+from miner2provider.core.inventory import Host
+from miner2provider.detect.ssh import RevokedHostKey, SshOptions, _KnownHostsPolicy, classify, load_known_hosts
 
 HOST = Host("rig03", "10.0.0.3", 22, "user", None, None, None, ("all",), {})
 

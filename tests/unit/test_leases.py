@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from miner2provider import leases
-from miner2provider.errors import UsageError
-from miner2provider.facts.cluster import Lease
+from miner2provider.core.errors import UsageError
+from miner2provider.detect.facts.node import Lease
+from miner2provider.fleet import guards as leases
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 

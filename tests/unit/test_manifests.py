@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from miner2provider import collection
+from miner2provider.core import collection
 
 ROOT = collection.root()
 TEMPLATE = ROOT / "roles/nvidia_device_plugin/templates/nvidia-device-plugin.yaml.j2"

@@ -10,9 +10,8 @@ import json
 
 import pytest
 
-from miner2provider import economics
 from miner2provider.agent import measure
-from miner2provider.schedule import profit
+from miner2provider.timeshare import economics, profit
 
 
 def last_stat(miner_stats, power=(240, 238)) -> str:

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from miner2provider.facts import FACTS_BY_NAME
-from miner2provider.facts.base import Output
-from miner2provider.facts.gpu import gpus_from_nvml
+from miner2provider.detect.facts import FACTS_BY_NAME
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.gpu import gpus_from_nvml
 
 
 class RecordedNvml:

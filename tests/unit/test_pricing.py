@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miner2provider import economics, pricing
+from miner2provider.market.akash import pricing
+from miner2provider.timeshare import economics
 
 ECON = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, rtx3090: 0.95}\n"
                        "gpu_power_watts: {default: 200, rtx3090: 300}\npower_price_per_kwh: 0.12\nmargin: 0.15\n")
@@ -88,9 +89,9 @@ def test_measured_hashrates_price_their_model_and_say_so(tmp_path, capsys, saved
 
 
 def test_measured_figures_pair_with_cards_only_on_one_model_rigs():
-    from miner2provider.attributes.database import card_for
-    from miner2provider.facts.cluster import Measured
-    from miner2provider.facts.gpu import Gpu
+    from miner2provider.detect.facts.gpu import Gpu
+    from miner2provider.detect.facts.node import Measured
+    from miner2provider.market.akash.database import card_for
 
     def card(name, device, mib):
         return card_for(Gpu(0, name, "GPU-0", "00000000:01:00.0", "10de", device, "0x0", mib, "550.54"))

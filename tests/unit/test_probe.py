@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from miner2provider.facts import probe
-from miner2provider.facts.base import Output
+from miner2provider.detect.facts import probe
+from miner2provider.detect.facts.base import Output
 
 
 def test_split_keeps_each_facts_output_and_status():

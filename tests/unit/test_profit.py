@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_agent_decide import Violation, World  # the simulated rig and cluster (this folder)
 
-from miner2provider import economics
 from miner2provider.agent.decide import START_MINER, State, decide
-from miner2provider.errors import ScheduleError
-from miner2provider.schedule import model, policy, profit
+from miner2provider.core.errors import ScheduleError
+from miner2provider.timeshare import economics, model, policy, profit
 
 ECONOMICS = economics.parse("""\
 lease_price_per_gpu_hour: {rtx3090: 0.30, default: 0.10}

@@ -2,11 +2,11 @@
 
 import dataclasses
 
-from miner2provider.facts import FACTS_BY_NAME
-from miner2provider.facts.base import Output
-from miner2provider.facts.probe import RigFacts
-from miner2provider.facts.system import Mount
-from miner2provider.readiness import Finding, Settings, assess
+from miner2provider.detect.facts import FACTS_BY_NAME
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.probe import RigFacts
+from miner2provider.detect.facts.system import Mount
+from miner2provider.detect.readiness import Finding, Thresholds, assess
 
 GPU_ROW = ("0, NVIDIA GeForce RTX 3090, GPU-1, 00000000:01:00.0, 0x220410DE, 0x38801462, 24576, "
            "550.127.05\n")
@@ -60,7 +60,7 @@ def test_data_dir_on_a_second_disk_makes_a_small_stick_fine():
                                             Mount("/dev/nvme0n1p1", "ext4", "/mnt/ssd", 233, 221)))
     assert "suggest" not in " ".join(map(str, assess(f).blockers))
     assert "set m2p_data_dir to a folder on /mnt/ssd (221 GB free)" in assess(f).blockers[0].sentence
-    assert assess(f, Settings(data_dir="/mnt/ssd/k3s")).status == "ready"
+    assert assess(f, Thresholds(data_dir="/mnt/ssd/k3s")).status == "ready"
 
 
 def test_old_python_no_python_no_sudo_no_gpu():
@@ -80,7 +80,7 @@ def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
     assert "mixed GPU models on one node (NVIDIA GeForce RTX 3090, NVIDIA GeForce RTX 3060)" in text
     assert "supports CUDA 11.4 only" in text
     assert "sudo asks for a password" in text
-    assert "sudo" not in " ".join(map(str, assess(facts(sudo="password\n"), Settings(become_password_given=True)).warnings))
+    assert "sudo" not in " ".join(map(str, assess(facts(sudo="password\n"), Thresholds(become_password_given=True)).warnings))
 
 
 def test_low_ram_blocks():
@@ -113,8 +113,8 @@ def test_a_mining_os_without_an_adapter_is_named_and_ethos_and_nhos_are_refused(
 
 
 def test_miner_control_says_how_sure_m2p_is():
-    from miner2provider.facts.base import Output
-    from miner2provider.facts.mining_os import MiningOsFact
+    from miner2provider.detect.facts.base import Output
+    from miner2provider.detect.facts.mining_os import MiningOsFact
 
     def control(out: str) -> str:
         return MiningOsFact.parse(Output(out, 0)).miner_control
@@ -140,8 +140,8 @@ def test_amd_cards_are_named_and_refused_not_taken_for_a_rig_without_gpus():
 
 
 def test_adapted_mining_oses_are_the_roles_adapter_files():
-    from miner2provider import collection
-    from miner2provider.facts.mining_os import ADAPTED
+    from miner2provider.core import collection
+    from miner2provider.detect.facts.mining_os import ADAPTED
 
     files = {p.stem for p in (collection.root() / "roles/mining_os/vars").glob("*.yml")}
     assert files == {*ADAPTED, "default", "unadapted"} and {"mmpos", "smos"} <= set(ADAPTED)
@@ -150,13 +150,13 @@ def test_adapted_mining_oses_are_the_roles_adapter_files():
 def test_cgroup_v1_names_the_last_line_and_its_end_of_life_and_an_old_k3s_is_past_its_own():
     from datetime import date
 
-    from miner2provider.readiness import Settings
+    from miner2provider.detect.readiness import Thresholds
 
     v = assess(facts(cgroup="tmpfs\n"))
     (cg,) = [w for w in v.warnings if w.code == "cgroup-v1"]
     assert "Kubernetes 1.35 is the last line" in cg.sentence and "end of life 2027-02-28" in cg.sentence
     assert "systemd.unified_cgroup_hierarchy=1" in cg.sentence
     old = facts(installed="k3s k3s version v1.33.2+k3s1 (abc)\n")
-    (eol,) = [w for w in assess(old, Settings(today=date(2026, 11, 23))).warnings if w.code == "k3s-eol"]
+    (eol,) = [w for w in assess(old, Thresholds(today=date(2026, 11, 23))).warnings if w.code == "k3s-eol"]
     assert "Kubernetes 1.33 reached end of life on 2026-06-28" in eol.sentence
-    assert not [w for w in assess(old, Settings(today=date(2026, 6, 28))).warnings if w.code == "k3s-eol"]
+    assert not [w for w in assess(old, Thresholds(today=date(2026, 6, 28))).warnings if w.code == "k3s-eol"]

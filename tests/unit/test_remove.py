@@ -3,9 +3,9 @@ host key (through OpenSSH's own ssh-keygen, on a real known_hosts file)."""
 
 import pytest
 
-from miner2provider import inventory
-from miner2provider.remove import forget_host_key, remove_rigs
-from miner2provider.ssh import SshOptions
+from miner2provider.core import inventory
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.fleet.remove import forget_host_key, remove_rigs
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 

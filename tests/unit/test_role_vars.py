@@ -1,7 +1,7 @@
 """role_vars: what one rig's settings mean for every rig's role variables (pure)."""
 
-from miner2provider import collection
-from miner2provider.role_vars import Rig, RunInputs, role_vars
+from miner2provider.core import collection
+from miner2provider.fleet.role_vars import Rig, RunInputs, role_vars
 
 K3S_DIR = collection.role_defaults("k3s")["k3s_data_dir"]  # the k3s role's default, read as m2p reads it
 

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from miner2provider import collection
+from miner2provider.core import collection
 
 ROLES = sorted(p for p in (collection.root() / "roles").iterdir() if p.is_dir())
 

@@ -4,8 +4,8 @@ import yaml
 from ansible.constants import DEFAULT_VAULT_ID_MATCH
 from ansible.parsing.vault import VaultLib, VaultSecret
 
-from miner2provider.inventory import Host, Secret
-from miner2provider.runner import build_inventory
+from miner2provider.core.inventory import Host, Secret
+from miner2provider.fleet.runner import build_inventory
 
 
 class _Loader(yaml.SafeLoader):

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from miner2provider.cli import main
-from miner2provider.errors import ScheduleError
-from miner2provider.schedule.model import load, parse
-from miner2provider.schedule.policy import desired_at, next_change, timeline
+from miner2provider.core.errors import ScheduleError
+from miner2provider.timeshare.model import load, parse
+from miner2provider.timeshare.policy import desired_at, next_change, timeline
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NIGHTS = """\

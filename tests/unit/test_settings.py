@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider import collection, settings
+from miner2provider.core import collection, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = [ROOT / "miner2provider", collection.root()]

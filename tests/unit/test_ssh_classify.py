@@ -7,8 +7,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from miner2provider.inventory import Host, Secret
-from miner2provider.ssh import SshOptions, UnknownHostKey, classify, redact
+from miner2provider.core.inventory import Host, Secret
+from miner2provider.detect.ssh import SshOptions, UnknownHostKey, classify, redact
 
 HOST = Host("rig01", "10.0.0.7", 22, "user", None, Secret("hunter2"), None, ("all",), {})
 OPTS = SshOptions(known_hosts=Path("/home/m/.ssh/known_hosts"), connect_timeout=5)

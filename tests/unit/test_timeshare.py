@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from miner2provider import inventory
-from miner2provider.agent import cluster
-from miner2provider.errors import EconomicsError, ScheduleError
-from miner2provider.timeshare import economics_files, schedule_files
+from miner2provider.agent import kube
+from miner2provider.core import inventory
+from miner2provider.core.errors import EconomicsError, ScheduleError
+from miner2provider.timeshare.apply import economics_files, schedule_files
 
 GOOD = "timezone: UTC\npolicy: lease-first\n"
 
@@ -78,7 +78,7 @@ def test_a_gpu_pod_is_a_lease_except_the_old_placeholder_in_m2ps_namespace():
     """A tenant's pod dressed like the first design's placeholder holds GPUs as a lease; the
     placeholder itself (m2p-system, until its DaemonSet lets it go) does not."""
     labels = {"app.kubernetes.io/name": "m2p-placeholder"}
-    spec = {"containers": [{"resources": {"limits": {cluster.GPU_RESOURCE: "2"}}}]}
+    spec = {"containers": [{"resources": {"limits": {kube.GPU_RESOURCE: "2"}}}]}
     fake = {"metadata": {"namespace": "tenant", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
     old = {"metadata": {"namespace": "m2p-system", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
-    assert cluster.lease_pods([fake, old]) == [fake]
+    assert kube.lease_pods([fake, old]) == [fake]

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miner2provider.schedule import tzif
+from miner2provider.timeshare import tzif
 
 # Northern and southern DST, 30- and 45-minute offsets, negative DST (Dublin, Casablanca's Ramadan),
 # a zone that skipped a whole day (Apia), Lord Howe's 30-minute DST, and zones without DST.

@@ -1,6 +1,6 @@
 """Test glue: the role variables m2p's runner would hand each rig, for Molecule's inventory.
 
-m2p computes them with miner2provider.role_vars (pure) and writes them into the inventory it
+m2p computes them with miner2provider.fleet.role_vars (pure) and writes them into the inventory it
 generates for ansible-runner; Molecule has its own inventory, so role_vars.yml writes them
 beside it through this filter.  Nothing here decides a value: it only adapts hostvars.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from miner2provider import collection
-from miner2provider.convert import derive_role_vars
-from miner2provider.role_vars import Rig
+from miner2provider.core import collection
+from miner2provider.fleet.pipeline import derive_role_vars
+from miner2provider.fleet.role_vars import Rig
 
 
 def m2p_role_vars(hostnames: list[str], hostvars: Any) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 import json
 
-from miner2provider.facts.base import Output
-from miner2provider.facts.fingerprint import FingerprintFact
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.fingerprint import FingerprintFact
 
 
 def probe(host):

@@ -4,7 +4,7 @@ OS's own tool and only when allowed, and come back mining after the reboot."""
 import pytest
 
 from m2p_sandbox import flavours, pythons
-from miner2provider import collection
+from miner2provider.core import collection
 
 MIN_DRIVER = collection.role_defaults("nvidia_driver")["nvidia_driver_min_version"]
 

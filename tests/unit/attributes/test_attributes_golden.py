@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.attributes.provider import RigGpus, fleet_attributes
-from miner2provider.facts.base import Output
-from miner2provider.facts.gpu import GpusFact
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.gpu import GpusFact
+from miner2provider.market.akash.provider import RigGpus, fleet_attributes
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.json"))
 

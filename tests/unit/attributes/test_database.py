@@ -5,8 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from miner2provider.attributes import database
-from miner2provider.facts.gpu import Gpu
+from miner2provider.detect.facts.gpu import Gpu
+from miner2provider.market.akash import database
 
 HERE = Path(__file__).parent
 

@@ -7,10 +7,10 @@ import json
 import re
 from pathlib import Path
 
-from miner2provider.attributes.gpus_json import gpus_json
-from miner2provider.attributes.provider import RigGpus
-from miner2provider.facts.amd import AmdGpu
-from miner2provider.facts.gpu import Gpu, Gpus
+from miner2provider.detect.facts.amd import AmdGpu
+from miner2provider.detect.facts.gpu import Gpu, Gpus
+from miner2provider.market.akash.gpus_json import gpus_json
+from miner2provider.market.akash.provider import RigGpus
 
 HERE = Path(__file__).parent
 # Akash's shapes (provider-configs@2d04f4f devices/pcie/gpus.json; operator/inventory/registry.go)

@@ -8,7 +8,7 @@ import testinfra
 import yaml
 
 from m2p_sandbox import flavours, pythons
-from miner2provider.bundle import pins
+from miner2provider.fleet.bundle import pins
 
 K3S_VERSION = pins.K3S_VERSION  # the k3s_install role's pin
 TOOLKIT = ["libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",

@@ -1,6 +1,6 @@
 """Action plugin ``m2p_facts``: m2p's detect probe, run over Ansible's own connection.
 
-The probe script and its parsers are the ones ``m2p detect`` uses (miner2provider.facts,
+The probe script and its parsers are the ones ``m2p detect`` uses (miner2provider.detect.facts,
 golden-tested), so roles never parse ``nvidia-smi`` in Jinja.  The script runs on the
 rig in one round trip; parsing, the readiness verdict and the GPU labels happen here on
 the controller.  Read-only, so it runs in check mode too.
@@ -19,11 +19,11 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from miner2provider.attributes.labels import cards_of, node_labels
-from miner2provider.facts import probe
-from miner2provider.facts.fingerprint import gpu_signature
-from miner2provider.readiness import HARDWARE_CODES, Settings, assess
-from miner2provider.role_vars import python_of
+from miner2provider.core.inventory import python_of
+from miner2provider.detect.facts import probe
+from miner2provider.detect.facts.fingerprint import gpu_signature
+from miner2provider.detect.readiness import HARDWARE_CODES, Thresholds, assess
+from miner2provider.market.akash.labels import cards_of, node_labels
 
 
 def plain(value: Any) -> Any:
@@ -48,9 +48,9 @@ class ActionModule(ActionBase):
         except (probe.ProbeIncomplete, probe.ProbeUnreadable) as exc:
             raise AnsibleActionFail(f"m2p probe failed (exit {res.get('rc')}): {exc}; "
                                     f"stderr: {res.get('stderr', '')[-300:]}") from None
-        settings = Settings(
-            min_free_disk_gb=int(args.get("min_free_disk_gb", Settings.min_free_disk_gb)),
-            min_ram_mb=int(args.get("min_ram_mb", Settings.min_ram_mb)),
+        settings = Thresholds(
+            min_free_disk_gb=int(args.get("min_free_disk_gb", Thresholds.min_free_disk_gb)),
+            min_ram_mb=int(args.get("min_ram_mb", Thresholds.min_ram_mb)),
             data_dir=args.get("data_dir") or None,
             become_password_given=True,  # Ansible got this far with become
         )

@@ -1,6 +1,6 @@
 """Action plugin ``m2p_fingerprint_state``: the watched state of a rig, read the way detect reads it.
 
-Runs ``miner2provider.facts.fingerprint.state_script`` over the watch list given as
+Runs ``miner2provider.detect.facts.fingerprint.state_script`` over the watch list given as
 ``watch`` and returns ``state`` (one line per watched item).  The fingerprint role records
 it; the detect probe runs the same loop later, so drift is a comparison of lines.  Given
 ``recorded`` (the state lines of fingerprint.json) it also returns ``drift``: the sentences
@@ -14,9 +14,9 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from miner2provider.facts.fingerprint import state_lines, state_script
-from miner2provider.facts.probe import inline_command
-from miner2provider.plan import drift
+from miner2provider.detect.drift import drift
+from miner2provider.detect.facts.fingerprint import state_lines, state_script
+from miner2provider.detect.facts.probe import inline_command
 
 
 class ActionModule(ActionBase):

@@ -1,5 +1,5 @@
 """Lookup ``m2p_agent_pyz``: the path of the time-share agent zipapp, built on the controller
-(miner2provider.agent.package; same code, same bytes, so a re-run copies nothing)."""
+(miner2provider.fleet.agent_zipapp; same code, same bytes, so a re-run copies nothing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible.plugins.lookup import LookupBase
 
-from miner2provider.agent.package import write
+from miner2provider.fleet.agent_zipapp import write
 
 
 class LookupModule(LookupBase):

@@ -1,7 +1,7 @@
 """Lookup ``m2p_bundle``: role variables that make convert install from an offline bundle.
 
 ``lookup('m2p_bundle', DIR)`` validates DIR's manifest and re-hashes every file
-(miner2provider.bundle.manifest, the code behind ``m2p bundle``); a damaged bundle stops
+(miner2provider.fleet.bundle.manifest, the code behind ``m2p bundle``); a damaged bundle stops
 the run on the controller before any rig is touched.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from miner2provider.bundle.manifest import load_bundle
-from miner2provider.errors import BundleError
+from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle.manifest import load_bundle
 
 
 class LookupModule(LookupBase):

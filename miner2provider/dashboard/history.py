@@ -1,0 +1,248 @@
+"""The controller's history of the fleet (issue 16): every rig's ledger and detect snapshots, in SQLite.
+
+The rigs keep their own ledgers (agent/ledger.py, bounded and rotated); the controller keeps them for
+good, merged without duplicates: the same ledger read twice adds nothing (a line is keyed by rig,
+time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig.  The
+schema moves forward by numbered migrations (``PRAGMA user_version``); a database from a newer m2p
+is refused rather than misread.  Default place: ``~/.local/share/m2p/history.sqlite3``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any
+
+from miner2provider.agent.ledger import Entry, seconds_by_mode, spans
+from miner2provider.core.errors import UsageError
+
+DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
+
+# Migration N brings a database from version N-1 to N.  Never edit a released one: add the next.
+MIGRATIONS = (
+    """
+    CREATE TABLE rigs (name TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL);
+    CREATE TABLE snapshots (
+        rig TEXT NOT NULL REFERENCES rigs(name), at REAL NOT NULL, report TEXT NOT NULL,
+        PRIMARY KEY (rig, at));
+    CREATE TABLE ledger (
+        rig TEXT NOT NULL REFERENCES rigs(name), at REAL NOT NULL, mode TEXT NOT NULL,
+        blind INTEGER NOT NULL, gpus INTEGER NOT NULL, leases TEXT NOT NULL,
+        PRIMARY KEY (rig, at, mode, blind, leases)) WITHOUT ROWID;
+    """,
+    # 2: the latest report of each rig in a table of its own; ``snapshots`` keeps one a day (a sweep
+    # every 5 minutes of 1,000 rigs would otherwise store tens of GB a month).
+    """
+    CREATE TABLE latest (rig TEXT PRIMARY KEY REFERENCES rigs(name), at REAL NOT NULL, report TEXT NOT NULL);
+    INSERT INTO latest SELECT rig, max(at), report FROM snapshots GROUP BY rig;
+    """,
+    # 3: what the agents last published on their nodes (m2p.io/mode, m2p.io/status), read from the
+    # Kubernetes API of the farm's server; keyed by node name.
+    """
+    CREATE TABLE nodes (node TEXT PRIMARY KEY, at REAL NOT NULL, mode TEXT NOT NULL, status TEXT NOT NULL);
+    """,
+    # 4: each ledger line's end (the next line's time; NULL: still in force), kept at ingestion, so that
+    # the fleet page sums 1,000 rigs' month in one plain scan.
+    """
+    ALTER TABLE ledger ADD COLUMN until REAL;
+    UPDATE ledger SET until = (SELECT min(n.at) FROM ledger n WHERE n.rig = ledger.rig AND n.at > ledger.at);
+    """,
+)
+SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
+
+
+@dataclass(frozen=True)
+class RigSummary:
+    name: str
+    first_seen: float
+    last_seen: float
+    ledger_lines: int
+
+
+class History:
+    """One open database.  Writes are transactions: a crash mid-ingest leaves the last complete state."""
+
+    def __init__(self, path: Path | str = DEFAULT_PATH) -> None:
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            # check_same_thread off: the dashboard opens one per request in its thread pool and never
+            # shares it; WAL lets those reads run while a sweep writes.
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            if str(self.path) != ":memory:":
+                self.db.execute("PRAGMA journal_mode = WAL")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"not an m2p history database ({exc})", where=str(self.path)) from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        current = self.version
+        if current > len(MIGRATIONS):
+            raise UsageError(f"history database version {current} is newer than this m2p reads "
+                             f"({len(MIGRATIONS)}): upgrade m2p", where=str(self.path))
+        for number, script in enumerate(MIGRATIONS[current:], start=current + 1):
+            with self._transaction():
+                for statement in filter(str.strip, script.split(";")):
+                    self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {number}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _seen(self, rig: str, at: float) -> None:
+        self.db.execute("INSERT INTO rigs VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                        "first_seen = min(first_seen, excluded.first_seen), "
+                        "last_seen = max(last_seen, excluded.last_seen)", (rig, at, at))
+
+    # -- ingestion ------------------------------------------------------------------------
+    def add_ledger(self, rig: str, entries: Iterable[Entry], seen_at: float) -> int:
+        """Store a rig's ledger lines; returns how many were new."""
+        rows = [(rig, e.at, e.mode, int(e.blind), e.gpus, json.dumps(list(e.leases))) for e in entries]
+        with self._transaction():
+            self._seen(rig, seen_at)
+            before = self.db.total_changes
+            self.db.executemany("INSERT OR IGNORE INTO ledger (rig, at, mode, blind, gpus, leases) "
+                                "VALUES (?, ?, ?, ?, ?, ?)", rows)
+            added = self.db.total_changes - before
+            if added:
+                self._link(rig, min(row[1] for row in rows))
+            return added
+
+    def _link(self, rig: str, earliest: float) -> None:
+        """Set ``until`` of the rig's lines from the one before ``earliest`` on: each ends at the next."""
+        start = self.db.execute("SELECT max(at) FROM ledger WHERE rig = ? AND at < ?", (rig, earliest)).fetchone()[0]
+        keys = list(self.db.execute(f"SELECT at, mode, blind, leases FROM ledger WHERE rig = ? AND at >= ? {ORDER}",
+                                    (rig, earliest if start is None else start)))
+        ends = [following[0] for following in keys[1:]] + [None]
+        self.db.executemany("UPDATE ledger SET until = ? WHERE rig = ? AND at = ? AND mode = ? AND blind = ? "
+                            "AND leases = ?", [(end, rig, *key) for end, key in zip(ends, keys, strict=True)])
+
+    def add_snapshot(self, rig: str, at: float, report: dict[str, Any]) -> bool:
+        """Store one detect report of a rig (``reports.report_json``) as its latest; it is also kept in
+        the rig's history when the last kept one is a day old.  False if the latest is newer or as new."""
+        text = json.dumps(report, sort_keys=True)
+        with self._transaction():
+            self._seen(rig, at)
+            cursor = self.db.execute("INSERT INTO latest VALUES (?, ?, ?) ON CONFLICT(rig) DO UPDATE SET "
+                                     "at = excluded.at, report = excluded.report WHERE excluded.at > latest.at",
+                                     (rig, at, text))
+            if cursor.rowcount != 1:
+                return False
+            kept = self.db.execute("SELECT max(at) FROM snapshots WHERE rig = ?", (rig,)).fetchone()[0]
+            if kept is None or at - kept >= SNAPSHOT_EVERY_S:
+                self.db.execute("INSERT OR IGNORE INTO snapshots VALUES (?, ?, ?)", (rig, at, text))
+            return True
+
+    def set_nodes(self, nodes: dict[str, tuple[str, dict[str, Any]]], at: float) -> None:
+        """What one list of the API's nodes said: node -> (mode, status)."""
+        with self._transaction():
+            self.db.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?) ON CONFLICT(node) DO UPDATE SET "
+                                "at = excluded.at, mode = excluded.mode, status = excluded.status",
+                                [(node, at, mode, json.dumps(status, sort_keys=True))
+                                 for node, (mode, status) in nodes.items()])
+
+    def nodes(self) -> dict[str, tuple[float, str, dict[str, Any]]]:
+        return {node: (at, mode, json.loads(status))
+                for node, at, mode, status in self.db.execute("SELECT * FROM nodes")}
+
+    # -- queries --------------------------------------------------------------------------
+    def rigs(self) -> list[RigSummary]:
+        rows = self.db.execute("SELECT r.name, r.first_seen, r.last_seen, count(l.at) FROM rigs r "
+                               "LEFT JOIN ledger l ON l.rig = r.name GROUP BY r.name ORDER BY r.name")
+        return [RigSummary(*row) for row in rows]
+
+    def latest_snapshot(self, rig: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT report FROM latest WHERE rig = ?", (rig,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def latest_snapshots(self) -> dict[str, tuple[float, dict[str, Any]]]:
+        """Every rig's latest report and when it was read."""
+        return {rig: (at, json.loads(report)) for rig, at, report in self.db.execute("SELECT * FROM latest")}
+
+    def ledger(self, rig: str, since: float, until: float) -> list[Entry]:
+        """The lines within [since, until), led by the last one before ``since`` (the mode the window
+        opens in)."""
+        rows = list(self.db.execute(f"SELECT {LINE} FROM ledger WHERE rig = ? AND at >= ? AND at < ? {ORDER}",
+                                    (rig, since, until)))
+        before = self.db.execute(f"SELECT {LINE} FROM ledger WHERE rig = ? AND at < ? ORDER BY at DESC, mode DESC, "
+                                 "blind DESC, leases DESC LIMIT 1", (rig, since)).fetchone()
+        return [_entry(row) for row in ([before] if before else []) + rows]
+
+    def windows(self, since: float, until: float) -> dict[str, Window]:
+        """Every rig's ``Window`` over [since, until)."""
+        closed: dict[str, list[tuple[str, bool, int, float]]] = {}
+        last: dict[str, Entry] = {}
+        for rig, mode, leased, gpus, value, leases in self.db.execute(WINDOW_SQL, {"since": since, "until": until}):
+            if leases is None:
+                closed.setdefault(rig, []).append((mode, bool(leased), gpus, value))
+            else:
+                last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)))
+        return {rig: Window(tuple(closed.get(rig, ())), last.get(rig)) for rig in {*closed, *last}}
+
+    def seconds_per_day(self, rig: str, days: int, now: float,
+                        tz: tzinfo = UTC) -> list[tuple[date, dict[str, float]]]:
+        """Seconds in each mode per calendar day (in ``tz``), the last ``days`` days up to ``now``."""
+        today = datetime.fromtimestamp(now, tz).date()
+        first = today - timedelta(days=days - 1)
+        start = datetime(first.year, first.month, first.day, tzinfo=tz).timestamp()
+        all_spans = spans(self.ledger(rig, start, now), now)
+        out = []
+        for n in range(days):
+            day = first + timedelta(days=n)
+            lo = datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
+            nxt = day + timedelta(days=1)
+            hi = min(datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz).timestamp(), now)
+            out.append((day, seconds_by_mode(all_spans, lo, hi)))
+        return out
+
+
+WINDOW_SQL = """
+SELECT rig, mode, leases != '[]', gpus, sum(min(until, :until) - max(at, :since)), NULL FROM ledger
+    WHERE until > :since AND at < :until GROUP BY rig, mode, leases != '[]', gpus
+UNION ALL
+SELECT rig, mode, leases != '[]', gpus, at, leases FROM ledger WHERE until IS NULL AND at < :until
+"""
+LINE = "at, mode, blind, gpus, leases"
+ORDER = "ORDER BY at, mode, blind, leases"  # the primary key's order: lines at one instant in a fixed order
+
+
+@dataclass(frozen=True)
+class Window:
+    """A rig's ledger summed over a window in SQL (the fleet page's 1,000 rigs x 30 days): seconds per
+    (mode, a lease on the node, GPU count) of the spans that ended, and the line still in force."""
+
+    closed: tuple[tuple[str, bool, int, float], ...]
+    last: Entry | None
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    at, mode, blind, gpus, leases = row
+    return Entry(at, mode, bool(blind), gpus, tuple(json.loads(leases)))

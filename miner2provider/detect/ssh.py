@@ -1,0 +1,370 @@
+"""SSH fan-out with paramiko: one connection and one command per rig, in a bounded pool.
+
+- Host keys follow OpenSSH's ``accept-new`` idea: a rig whose key is unknown is refused
+  unless ``accept_new`` is set (then its key is recorded); a changed key is always
+  refused, with the ``ssh-keygen -R`` remedy.
+- Every failure becomes one sentence (``classify``); one failing rig never stops the others.
+- Secrets never reach a message: ``redact`` scrubs any that an exception might carry.
+
+The pool is capped (default 32): paramiko with a thread per rig at 1,000 rigs lost rigs
+to "No existing session" errors in our measurements (benchmarks/detect_fanout.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import getpass
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from miner2provider.core import textfiles
+from miner2provider.core.errors import UsageError
+from miner2provider.core.inventory import Host, Jump, Secret
+
+DEFAULT_POOL = 32
+
+# Logins mining OSes ship with (HiveOS: user/1, per hiveos-linux).
+DEFAULT_LOGINS = (("user", "1", "HiveOS"),)
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    known_hosts: Path = field(default_factory=lambda: Path.home() / ".ssh" / "known_hosts")
+    accept_new: bool = False
+    connect_timeout: float = 10.0
+    command_timeout: float = 60.0
+    pool_size: int = DEFAULT_POOL
+    use_agent: bool = True
+    look_for_keys: bool = True  # ~/.ssh/id_* like OpenSSH
+
+
+@dataclass(frozen=True)
+class Result:
+    host: Host
+    stdout: str = ""
+    rc: int | None = None
+    failure: str | None = None  # dns | refused | timeout | unreachable | auth | host-key-changed | ...
+    error: str | None = None  # the sentence shown to the user
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+class UnknownHostKey(paramiko.SSHException):
+    def __init__(self, fingerprint: str, key_type: str) -> None:
+        super().__init__(f"unknown host key {key_type} {fingerprint}")
+        self.fingerprint = fingerprint
+        self.key_type = key_type
+
+
+class RevokedHostKey(paramiko.SSHException):
+    def __init__(self, fingerprint: str, key_type: str) -> None:
+        super().__init__(f"revoked host key {key_type} {fingerprint}")
+        self.fingerprint = fingerprint
+        self.key_type = key_type
+
+
+class CommandTimeout(Exception):
+    pass
+
+
+class KnownHosts(paramiko.HostKeys):
+    """The known_hosts file as OpenSSH reads it: what m2p cannot use is skipped with a note
+    (``skipped``: file:line and why), and ``@revoked`` keys are refused for every host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[str] = []
+        self.revoked: set[str] = set()  # base64 key blobs
+
+    def read(self, path: Path) -> None:
+        entries = []
+        # 3 keys of ~200 bytes per rig: 16 MiB is 25,000 rigs; a bigger "known_hosts" is not one.
+        data = textfiles.read_bytes(path, "known_hosts file", UsageError, limit=16 << 20)
+        for number, raw in enumerate(data.splitlines(), 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                self.skipped.append(f"{where}: not UTF-8, skipped")
+                continue
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@"):
+                marker, _, rest = line.partition(" ")
+                fields = rest.split()
+                if marker == "@revoked" and len(fields) >= 3:
+                    self.revoked.add(fields[2])
+                elif marker == "@cert-authority":
+                    self.skipped.append(f"{where}: @cert-authority line skipped (m2p does not check host certificates)")
+                else:
+                    self.skipped.append(f"{where}: {marker} line not understood, skipped")
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+            except Exception:  # noqa: BLE001 - a truncated or damaged key: OpenSSH skips the line too
+                entry = None
+            if entry is None:
+                self.skipped.append(f"{where}: unreadable or unsupported key, skipped")
+            else:
+                entries.append(entry)
+        # OpenSSH: a revoked key is never trusted, even where a line lists it for the host.
+        for entry in entries:
+            if entry.key.get_base64() not in self.revoked:
+                for name in entry.hostnames:  # hashed names (|1|...) stay hashed: lookup hashes to compare
+                    self.add(name, entry.key.get_name(), entry.key)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return key.fingerprint  # "SHA256:..." as OpenSSH prints it
+
+
+def known_hosts_name(host: Host | Jump) -> str:
+    return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+
+
+class JumpFailed(Exception):
+    """The jump host could not be reached or logged into (``cause`` says why)."""
+
+    def __init__(self, jump: Jump, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.jump, self.cause = jump, cause
+
+
+class _JumpedClient(paramiko.SSHClient):
+    """A rig's client whose socket is a channel through a jump host's client: closed together."""
+
+    jump_client: paramiko.SSHClient | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.jump_client is not None:
+            self.jump_client.close()
+
+
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown key: record it (accept-new) or refuse it.  Changed keys never get here:
+    paramiko raises BadHostKeyException when a recorded key differs."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, path: Path, accept_new: bool, revoked: set[str]) -> None:
+        self.path = path
+        self.accept_new = accept_new
+        self.revoked = revoked
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.get_base64() in self.revoked:  # before any login: a revoked key never gets a password
+            raise RevokedHostKey(fingerprint(key), key.get_name())
+        if not self.accept_new:
+            raise UnknownHostKey(fingerprint(key), key.get_name())
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(self.path, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)  # other m2p processes may append too
+                f.write(line)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def redact(text: str, secrets: Iterable[Secret | None]) -> str:
+    for secret in secrets:
+        if secret is not None and secret.reveal():
+            text = text.replace(secret.reveal(), "********")
+    return text
+
+
+def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str]:
+    """(failure class, sentence) for an exception raised while reaching ``host``."""
+    if isinstance(exc, JumpFailed):
+        jump = exc.jump
+        hop = Host(name=jump.name, address=jump.address, port=jump.port, user=jump.user, key_file=jump.key_file,
+                   password=None, become_password=None, groups=(), vars={})
+        kind, sentence = classify(exc.cause, hop, opts)
+        return kind, f"jump host {jump.name}: {sentence}"
+    if isinstance(exc, paramiko.ChannelException):
+        via = f" through jump host {host.jump.name}" if host.jump else ""
+        return "unreachable", f"cannot connect to {host.address}:{host.port}{via}: {exc.text or exc}"
+    target = f"{host.address}:{host.port}"
+    user = host.user or getpass.getuser()
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        inner = next(iter(exc.errors.values()), None)
+        if not isinstance(inner, ConnectionRefusedError):
+            return "unreachable", f"cannot connect to {target}: {inner}"
+        exc = inner
+    if isinstance(exc, socket.gaierror):
+        return "dns", f"cannot resolve host name {host.address!r}: check ansible_host or DNS"
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return "host-key-changed", (
+            f"host key for {target} has CHANGED (now {fingerprint(exc.key)}): the rig was reinstalled, or "
+            f"someone is intercepting the connection. If you trust the new key, run: "
+            f'ssh-keygen -f "{opts.known_hosts}" -R "{known_hosts_name(host)}"'
+        )
+    if isinstance(exc, RevokedHostKey):
+        return "host-key-revoked", (
+            f"host key for {target} ({exc.key_type} {exc.fingerprint}) is marked @revoked in {opts.known_hosts}: "
+            "refused"
+        )
+    if isinstance(exc, UnknownHostKey):
+        return "host-key-unknown", (
+            f"unknown host key for {target} ({exc.key_type} {exc.fingerprint}): check it, then run again with "
+            f"--accept-new to trust and record it in {opts.known_hosts}"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        tried = [w for w, on in (("key", bool(host.key_file) or opts.look_for_keys), ("agent", opts.use_agent),
+                                 ("password", host.password is not None)) if on]
+        return "auth", f"authentication failed for user {user!r} (tried {', '.join(tried)})"
+    if isinstance(exc, ConnectionRefusedError):  # OSError(ECONNREFUSED) is one too
+        return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
+    if isinstance(exc, CommandTimeout):
+        return "command-timeout", f"probe did not finish within {opts.command_timeout:g}s on {target}"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timeout", f"no answer from {target} within {opts.connect_timeout:g}s: rig off, or firewalled?"
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "unreachable", f"no route to {target}: is the rig on this network?"
+    if isinstance(exc, (paramiko.SSHException, EOFError)):
+        return "ssh", f"SSH failed on {target}: {exc or type(exc).__name__}"
+    return "error", f"{type(exc).__name__} on {target}: {exc}"
+
+
+def load_known_hosts(opts: SshOptions) -> KnownHosts:
+    """Parsed once per fan-out: re-reading the file for each of N rigs costs O(N^2)."""
+    keys = KnownHosts()
+    if opts.known_hosts.is_file():
+        keys.read(opts.known_hosts)
+    return keys
+
+
+def _checked_client(target: Host | Jump, opts: SshOptions, known: KnownHosts) -> _JumpedClient:
+    """A client that checks the server's key against ``target``'s known_hosts entries only."""
+    client = _JumpedClient()
+    name = known_hosts_name(target)
+    for key_type, key in (known.lookup(name) or {}).items():
+        client.get_host_keys().add(name, key_type, key)
+    client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new, known.revoked))
+    return client
+
+
+def _through(jump: Jump, host: Host, opts: SshOptions, known: KnownHosts) -> tuple[paramiko.SSHClient, Any]:
+    """Log in to the jump host (its key checked like a rig's; keys and agent only: a jump host's
+    password is never asked for) and open a tunnel to the rig's SSH port."""
+    client = _checked_client(jump, opts, known)
+    try:
+        client.connect(jump.address, port=jump.port, username=jump.user or getpass.getuser(),
+                       key_filename=jump.key_file, timeout=opts.connect_timeout,
+                       banner_timeout=opts.connect_timeout, auth_timeout=opts.connect_timeout,
+                       allow_agent=opts.use_agent, look_for_keys=opts.look_for_keys)
+    except BaseException as exc:
+        client.close()
+        raise JumpFailed(jump, exc) from exc
+    transport = client.get_transport()
+    assert transport is not None  # connected
+    try:
+        channel = transport.open_channel("direct-tcpip", (host.address, host.port), ("127.0.0.1", 0),
+                                         timeout=opts.connect_timeout)
+    except BaseException:
+        client.close()
+        raise
+    return client, channel
+
+
+def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
+             known: KnownHosts, use_keys: bool = True) -> paramiko.SSHClient:
+    client = _checked_client(host, opts, known)
+    sock = None
+    if host.jump is not None:
+        client.jump_client, sock = _through(host.jump, host, opts, known)
+    try:
+        client.connect(
+            host.address, port=host.port, username=username, password=password,
+            key_filename=host.key_file if use_keys else None,
+            timeout=opts.connect_timeout, banner_timeout=opts.connect_timeout,
+            auth_timeout=opts.connect_timeout,
+            allow_agent=opts.use_agent and use_keys, look_for_keys=opts.look_for_keys and use_keys,
+            sock=sock,
+        )
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout: float) -> tuple[str, int]:
+    try:
+        stdin, stdout, _ = client.exec_command(command, timeout=timeout)
+        stdin.write(stdin_text)
+        stdin.channel.shutdown_write()
+        text = stdout.read().decode(errors="replace")
+        return text, stdout.channel.recv_exit_status()
+    except TimeoutError as exc:
+        raise CommandTimeout() from exc
+
+
+def _default_login_warning(host: Host, opts: SshOptions, known: KnownHosts) -> str | None:
+    """After a failed login: does the rig still take its mining OS's default login?"""
+    for user, password, os_name in DEFAULT_LOGINS:
+        try:
+            _connect(host, opts, user, password, known, use_keys=False).close()
+        except Exception:  # noqa: BLE001 - any failure means the default does not work
+            continue
+        return (f"rig still accepts {os_name}'s default login {user}/{password}: change that password "
+                f"(anyone on the network can log in)")
+    return None
+
+
+def run_one(host: Host, script: str, opts: SshOptions, known: KnownHosts | None = None,
+            command: str = "sh -s", file_notes: bool = True) -> Result:
+    """``file_notes``: report the known_hosts lines skipped (a fan-out reports them once)."""
+    known = load_known_hosts(opts) if known is None else known
+    username = host.user or getpass.getuser()
+    password = host.password.reveal() if host.password else None
+    warnings: list[str] = list(known.skipped) if file_notes else []
+    for user, default_pw, os_name in DEFAULT_LOGINS:
+        if username == user and password == default_pw:
+            warnings.append(f"inventory uses {os_name}'s default login {user}/{default_pw}: change it on the rig")
+    try:
+        client = _connect(host, opts, username, password, known)
+        try:
+            stdout, rc = _execute(client, script, command, opts.command_timeout)
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a sentence for this rig only
+        failure, sentence = classify(exc, host, opts)
+        if failure == "auth" and host.var("m2p_check_default_password", True):
+            warning = _default_login_warning(host, opts, known)
+            if warning:
+                warnings.append(warning)
+        return Result(host, failure=failure, error=redact(sentence, [host.password, host.become_password]),
+                      warnings=tuple(warnings))
+    return Result(host, stdout=stdout, rc=rc, warnings=tuple(warnings))
+
+
+def fan_out(hosts: list[Host], script: str | Callable[[Host], str], opts: SshOptions,
+            on_done: Callable[[Result], None] | None = None) -> list[Result]:
+    """Run ``script`` (or ``script(host)``) on every host, at most ``opts.pool_size`` at once;
+    results in host order."""
+    if not hosts:
+        return []
+    workers = max(1, min(opts.pool_size, len(hosts)))
+    known = load_known_hosts(opts)
+
+    def task(host: Host) -> Result:
+        result = run_one(host, script(host) if callable(script) else script, opts, known,
+                         file_notes=host is hosts[0])
+        if on_done:
+            on_done(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="m2p-ssh") as pool:
+        return list(pool.map(task, hosts))
+

@@ -1,0 +1,91 @@
+"""The agent as one self-contained zipapp (``m2p-agent.pyz``) for rigs.
+
+Rigs are often offline, on USB sticks, without ``python3-venv`` or pip: the agent goes as one
+file run by the rig's own ``python3`` (nothing installed into it): m2p's agent and schedule
+code, and the pure-Python parts of PyYAML and pynvml (nvidia-ml-py) taken from the controller.
+The bytes are deterministic (sorted entries, fixed timestamps), so copying it again changes
+nothing on a converged rig.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import io
+import tempfile
+import zipfile
+from pathlib import Path
+
+import miner2provider
+
+PACKAGE = Path(miner2provider.__file__).parent
+MAIN = b"import sys\nfrom miner2provider.agent.service import main\nsys.exit(main())\n"
+EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def rig_modules(entry: str = "miner2provider.agent.service") -> list[str]:
+    """The m2p modules the agent imports, ``entry`` and its import closure with their packages:
+    exactly what goes to rigs (tests/unit/test_layers.py keeps it free of controller code)."""
+    seen: set[str] = set()
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages' __init__.py
+        path = module_path(name)
+        for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "miner2provider":
+                todo.append(node.module)
+                todo += [f"{node.module}.{a.name}" for a in node.names if module_exists(f"{node.module}.{a.name}")]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == "miner2provider"]
+    return sorted(seen)
+
+
+def module_path(name: str) -> Path:
+    rel = PACKAGE.joinpath(*name.split(".")[1:])
+    return rel / "__init__.py" if rel.is_dir() else rel.with_suffix(".py")
+
+
+def module_exists(name: str) -> bool:
+    return module_path(name).is_file()
+
+
+def _sources() -> dict[str, bytes]:
+    files = {"__main__.py": MAIN}
+    for name in rig_modules():
+        files[module_path(name).relative_to(PACKAGE.parent).as_posix()] = module_path(name).read_bytes()
+    yaml_spec = importlib.util.find_spec("yaml")
+    assert yaml_spec is not None and yaml_spec.origin is not None
+    for path in sorted(Path(yaml_spec.origin).parent.glob("*.py")):  # no C extension: pure Python
+        files[f"yaml/{path.name}"] = path.read_bytes()
+    nvml_spec = importlib.util.find_spec("pynvml")
+    if nvml_spec is not None and nvml_spec.origin is not None:
+        files["pynvml.py"] = Path(nvml_spec.origin).read_bytes()
+    return files
+
+
+def build() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in sorted(_sources().items()):
+            info = zipfile.ZipInfo(name, EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+def write(directory: str | None = None) -> Path:
+    """Build into DIRECTORY (default: a per-user temp dir), named by content; returns the path."""
+    data = build()
+    out = Path(directory or Path(tempfile.gettempdir()) / "m2p-agent")
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = out / f"m2p-agent-{hashlib.sha256(data).hexdigest()[:16]}.pyz"
+    if not path.exists():
+        path.write_bytes(data)
+    return path

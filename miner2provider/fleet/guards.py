@@ -1,0 +1,72 @@
+"""Never under a running lease: which rigs convert, revert and schedule apply must leave alone.
+
+A rig's time-share agent lists the tenant pods on its node (every unfinished pod outside the
+system namespaces that no DaemonSet runs) in its status, which the detect probe reads in the
+same round trip as every other fact.  Restarting k3s or the toolkit under such a pod would kill
+it, and revert would take its node away: those rigs are refused with one sentence, unless
+``--drain`` asks the agent to cordon the node and m2p waits for the leases to end.  Pure: the
+fleet run (convert.py) does the I/O.
+
+A rig without an agent (converted, never given a schedule) reports no leases: m2p has no eyes on
+its node and cannot guard it (README says so).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from miner2provider.core import textfiles
+from miner2provider.core.errors import UsageError
+from miner2provider.detect.facts.node import Lease
+from miner2provider.timeshare.model import duration_seconds
+
+# The agent cordons its node while this file exists (agent/service.py keep_drain).
+DRAIN_REQUEST = "/var/lib/m2p/agent/drain"
+SHOWN = 3  # leases named in a refusal; the count says how many more
+DEFAULT_DRAIN_TIMEOUT = "2h"
+MAX_SPAN_S = 7 * 86400.0  # m2p waits for leases at most a week (a convert must not hang for ever)
+
+
+def parse_span(text: str, option: str = "--drain-timeout") -> float:
+    """90s, 30m, 2h, 1d (the schedule's durations), or plain seconds -> seconds; never 0."""
+    plain = text.strip()
+    seconds = duration_seconds(plain + "s" if plain.isdecimal() and plain.isascii() else plain)
+    if not seconds or seconds > MAX_SPAN_S:
+        raise UsageError(f"{option} {textfiles.shown(text)}: give a duration such as 90s, 30m, 2h or 1d "
+                         f"(at most {MAX_SPAN_S // 86400:.0f}d)")
+    return seconds
+
+
+def span(seconds: float) -> str:
+    """45 s, 12 min, 3 h, 2 d: how long a lease has run, as an owner reads it."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def _age(lease: Lease, now: datetime) -> str:
+    try:
+        started = datetime.fromisoformat(lease.since.replace("Z", "+00:00"))
+        return span((now - started).total_seconds())
+    except (ValueError, TypeError):  # no start time, or a naive one
+        return "running"
+
+
+def _named(leases: tuple[Lease, ...], now: datetime) -> str:
+    """The first SHOWN leases with their ages, and how many more."""
+    shown = "; ".join(f"{lease.pod}, {_age(lease, now)}" for lease in leases[:SHOWN])
+    return shown + (f"; {len(leases) - SHOWN} more" if len(leases) > SHOWN else "")
+
+
+def refusal(rig: str, leases: tuple[Lease, ...], now: datetime) -> str:
+    """rig07: 1 lease running (pod tenant-ns/job-abc, 3 h): not touched; use --drain to wait for it"""
+    many = len(leases) > 1
+    return (f"{rig}: {len(leases)} lease{'s' if many else ''} running (pod{'s' if many else ''} "
+            f"{_named(leases, now)}): not touched; use --drain to wait for {'them' if many else 'it'}")
+
+
+def drain_timed_out(rig: str, leases: tuple[Lease, ...], waited_s: float, now: datetime) -> str:
+    return (f"{rig}: {len(leases)} lease{'s' if len(leases) > 1 else ''} still running after {span(waited_s)} "
+            f"of --drain ({_named(leases, now)}): not touched; the node is schedulable again")

@@ -1,0 +1,257 @@
+"""Run playbooks on rigs with ansible-runner: private 0700 data dir, no secrets on disk or argv.
+
+- A fresh ``private_data_dir`` (mkdtemp: 0700) per run, removed afterwards.
+- Secrets (SSH and sudo passwords, k3s join tokens) are never in extravars (with
+  ``suppress_env_files`` ansible-runner puts those in argv, visible in ``ps``) nor in the
+  environment (ansible-runner writes the whole environment to ``artifacts/<id>/command``).
+  Each run makes a one-time vault key, writes every secret vault-encrypted into the
+  generated inventory, and has ansible-runner type the key at ansible's
+  ``--ask-vault-pass`` prompt: with ``suppress_env_files`` its ``passwords`` stay in memory.
+  Environment variables that hold a secret (``m2p_ssh_password_env`` ...) are hidden from
+  ansible-runner while it runs.  So no secret is on disk, in argv, in the environment, or in events.
+- Progress comes from runner events (``on_event``), the report from ``runner.stats``, never
+  from scraping stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from miner2provider.core import collection
+from miner2provider.core.inventory import PROXY_JUMP, Host, vault_lib
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step of progress, as the CLI shows it."""
+
+    kind: str  # task | ok | changed | failed | unreachable | skipped
+    host: str
+    task: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failures: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class RunReport:
+    status: str  # successful | failed | timeout | canceled
+    rc: int
+    hosts: dict[str, HostStats]
+    failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
+    changed_tasks: dict[str, list[str]] = field(default_factory=dict)  # host -> tasks that changed (or would)
+    error: str = ""  # the end of ansible's output when the run failed before reaching rigs
+
+    @property
+    def changed(self) -> int:
+        return sum(s.changed for s in self.hosts.values())
+
+
+_KINDS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+def build_inventory(hosts: list[Host], vault_key: str,
+                    role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None) -> str:
+    """The inventory as YAML text: each host's inventory variables, then the role variables m2p
+    derived for it (role_vars.py); every secret in it is a ``!vault`` value under ``vault_key``."""
+    vault = vault_lib(vault_key.encode())
+    hostvars: dict[str, dict[str, Any]] = {}
+    children: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        hv: dict[str, Any] = dict(host.vars)
+        hv.update((role_vars or {}).get(host.name, {}))
+        hv.update({"ansible_host": host.address, "ansible_port": host.port})
+        if host.user:
+            hv["ansible_user"] = host.user
+        if host.key_file:
+            hv["ansible_ssh_private_key_file"] = host.key_file
+        if host.jump is not None:
+            hv["ansible_ssh_common_args"] = _through_jump(host, known_hosts)
+        for var, secret in host.secrets().items():
+            hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
+        hostvars[host.name] = hv
+        for group in host.groups:
+            if group != "all":
+                children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
+    return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
+
+
+def _through_jump(host: Host, known_hosts: Path | None) -> str:
+    """The rig's ssh arguments with a ProxyCommand through its jump host, the jump host's key
+    checked against m2p's known_hosts as the rig's is (ProxyJump's inner ssh would not get
+    UserKnownHostsFile from the command line, only from a config file)."""
+    jump = host.jump
+    assert jump is not None
+    inner = ["ssh", "-W", "%h:%p", "-p", str(jump.port), "-o", "BatchMode=yes"]
+    if known_hosts is not None:
+        inner += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+    if jump.key_file:
+        inner += ["-i", jump.key_file]
+    if jump.user:
+        inner += ["-l", jump.user]
+    inner.append(jump.address)
+    own = PROXY_JUMP.sub("", str(host.var("ansible_ssh_common_args") or "")).strip()
+    return " ".join(part for part in (own, f'-o ProxyCommand="{shlex.join(inner)}"') if part)
+
+
+class _Vaulted(str):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Vaulted, lambda d, v: d.represent_scalar("!vault", str(v), style="|"))
+
+
+def run_playbook(
+    playbook: Path,
+    hosts: list[Host],
+    extravars: dict[str, Any] | None = None,
+    *,
+    role_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    forks: int = 32,
+    known_hosts: Path | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    keep_artifacts: Path | None = None,
+    limit: list[str] | None = None,
+) -> RunReport:
+    """Run ``playbook`` on ``limit`` (default: every host) of ``hosts``, the whole inventory (a rig's
+    play may read another's variables or delegate to it, e.g. an agent reads its server's token);
+    ``keep_artifacts`` copies runner's artifacts there (for audits)."""
+    vault_key = secrets.token_urlsafe(32)
+    inventory = build_inventory(hosts, vault_key, role_vars, known_hosts)
+    # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
+    # 30 s instead of stalling the run until TCP gives up (many minutes).
+    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",
+                "-o ServerAliveCountMax=3"]
+    if known_hosts is not None:
+        ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
+    env = {
+        # m2p's collection first: the one installed with this m2p, not another copy on the machine.
+        "ANSIBLE_COLLECTIONS_PATH": str(collection.collections_path()),
+        "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five
+        "ANSIBLE_INJECT_FACT_VARS": "False",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_SSH_ARGS": " ".join(ssh_args),
+        # ansible-playbook beside this Python first (m2p run as .venv/bin/python without the venv on PATH).
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+    }
+    cmdline = " ".join(["--ask-vault-pass", *(part for part, on in (("--check", check), ("--diff", diff)) if on)])
+    failures: dict[str, str] = {}
+    changed_tasks: dict[str, list[str]] = {}
+
+    def handle(event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        host, task = data.get("host", ""), data.get("task", "")
+        name = event.get("event", "")
+        if name == "playbook_on_task_start":
+            _emit(on_event, Event("task", "", task))
+        elif name in _KINDS:
+            kind = _KINDS[name]
+            res = data.get("res", {}) if isinstance(data.get("res"), dict) else {}
+            if kind == "ok" and res.get("changed"):
+                kind = "changed"
+                changed_tasks.setdefault(host, []).append(task)
+            message = str(res.get("msg", "")) if kind in {"failed", "unreachable"} else ""
+            if kind in {"failed", "unreachable"} and not data.get("ignore_errors"):
+                # The last one: a rescue block's own failure sums up the step that failed before it.
+                failures[host] = f"{task}: {message}".strip(": ")
+            _emit(on_event, Event(kind, host, task, message))
+        return True
+
+    private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
+    secret_values = {s.reveal() for h in hosts for s in h.secrets().values()}
+    try:
+        with _environ_without(secret_values):
+            runner = ansible_runner.run(
+                private_data_dir=str(private),
+                playbook=str(playbook),
+                inventory=inventory,
+                extravars=extravars or {},
+                envvars=env,
+                suppress_env_files=True,
+                passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
+                cmdline=cmdline,
+                forks=forks,
+                limit=",".join(limit) if limit else None,
+                quiet=True,
+                event_handler=handle,
+            )
+        stats = runner.stats or {}
+        hosts_stats = {
+            h.name: HostStats(
+                ok=stats.get("ok", {}).get(h.name, 0),
+                changed=stats.get("changed", {}).get(h.name, 0),
+                failures=stats.get("failures", {}).get(h.name, 0),
+                unreachable=stats.get("dark", {}).get(h.name, 0),
+                skipped=stats.get("skipped", {}).get(h.name, 0),
+            )
+            for h in hosts if not limit or h.name in limit
+        }
+        error = ""
+        if runner.rc != 0 and not any(s.ok for s in hosts_stats.values()):
+            error = ansible_error(runner.stdout.read())
+        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error)
+        if keep_artifacts is not None:
+            shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
+        return report
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _environ_without(secret_values: set[str]) -> Iterator[None]:
+    """Hide environment variables holding a secret (m2p_ssh_password_env and friends) while
+    ansible-runner runs: it copies this process's environment into artifacts/<id>/command."""
+    hidden = {k: v for k, v in os.environ.items() if v in secret_values}
+    for key in hidden:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
+
+def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:
+    if on_event is not None:
+        on_event(event)
+
+
+def ansible_error(output: str) -> str:
+    """Ansible's own error line and where it points (``Origin: file:line:col``), e.g. a YAML mistake."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    first = next((line for line in lines if line.startswith(("[ERROR]", "ERROR!"))), "")
+    origin = next((line for line in lines if line.startswith("Origin:")), "")
+    if first:
+        return (first + (f" ({origin})" if origin else ""))[:500]
+    return " / ".join(lines[-3:])[-500:]

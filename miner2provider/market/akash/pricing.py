@@ -1,0 +1,108 @@
+"""``m2p pricing``: the lowest lease price per GPU at which leasing beats mining on this fleet (pure).
+
+Per card model and VRAM: mining earns ``mining_revenue_per_gpu_day`` / 24 an hour and costs its power,
+``gpu_power_watts`` / 1000 x ``power_price_per_kwh``.  A lease draws about the same power (a full CUDA
+load; mining rigs often run their cards undervolted, so if anything more), so the floor covers that
+power and mining's net by the margin:
+
+    floor per GPU-hour = power cost + (1 + margin) x max(mining net, 0)
+
+The issue asked for "mining revenue minus power" alone; that leases at a loss whenever power is
+dear, because the lease pays the power too.  Where the fleet's agents measured their miners (HiveOS
+rigs: agent/measure.py) and the economics file prices the algorithm (``mining_revenue_per_mhs_day``),
+a model's floor is the mean of its measured cards' floors (their own hashrate and watts); otherwise
+the file's per-GPU figures; the output says which.  A model without a revenue figure has no floor:
+"unknown", never a guess.  Measured figures are paired with cards only on rigs of one model with as
+many hashrates as cards (the miner's GPU order is not proven to be nvidia-smi's).
+
+The Akash provider chart's ``price_target_gpu_mappings`` takes USD per GPU-month (keys ``<model>``,
+``<model>.<vram>``, ``<model>.<vram>.<interface>``; an unlisted model gets the highest price in the
+map: helm-charts provider chart, price_script_generic.sh); a month here is 730 hours (365 x 24 / 12).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from miner2provider.detect.facts.node import Measured
+from miner2provider.market.akash.database import Card
+from miner2provider.timeshare.economics import Economics
+
+HOURS_PER_MONTH = 730.0
+
+
+@dataclass(frozen=True)
+class Floor:
+    model: str
+    memory: str  # "24Gi"
+    gpus: int  # how many the fleet has
+    mining_per_day: float | None
+    power_watts: float | None
+    net_per_hour: float | None  # mining revenue minus power, per GPU-hour
+    floor_per_hour: float | None  # the lowest lease price per GPU-hour that beats mining by the margin
+    source: str = "economics file"
+
+    @property
+    def floor_per_month(self) -> float | None:
+        return None if self.floor_per_hour is None else self.floor_per_hour * HOURS_PER_MONTH
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}.{self.memory}" if self.memory else self.model
+
+
+@dataclass(frozen=True)
+class MeasuredCard:
+    model: str
+    memory: str
+    algo: str
+    mhs: float
+    watts: float | None
+
+
+def measured_cards(cards: list[Card], measured: Measured | None) -> list[MeasuredCard]:
+    """One rig's cards with their measured hashrates, when they can be paired (see above)."""
+    if measured is None or len(measured.mhs) != len(cards) or len({(c.slug, c.memory) for c in cards}) != 1:
+        return []
+    watts: list[float | None] = list(measured.watts) if len(measured.watts) == len(cards) else [None] * len(cards)
+    return [MeasuredCard(c.slug, c.memory, measured.algo, rate, w)
+            for c, rate, w in zip(cards, measured.mhs, watts, strict=True)]
+
+
+def floors(cards: Iterable[tuple[str, str]], economics: Economics,
+           measured: Iterable[MeasuredCard] = ()) -> list[Floor]:
+    """One Floor per (model, memory) of the fleet's cards."""
+    priced: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}  # (revenue/day, power/h, watts)
+    for m in measured:
+        per_mhs = economics.mining_per_mhs_day.get(m.algo)
+        if per_mhs is not None:
+            power = (economics.power_cost_of(m.watts) if m.watts is not None
+                     else economics.power_cost_per_hour(m.model))
+            priced.setdefault((m.model, m.memory), []).append((m.mhs * per_mhs, power, m.watts))
+    out = []
+    for (model, memory), count in sorted(Counter(cards).items()):
+        if (model, memory) in priced:
+            rows = priced[(model, memory)]
+            revenue = _mean(r for r, _, _ in rows)
+            watts = [w for _, _, w in rows if w is not None]
+            out.append(Floor(model, memory, count, round(revenue, 4),
+                             round(_mean(watts), 1) if watts else economics.power(model),
+                             _mean(r / 24 - p for r, p, _ in rows), _mean(economics.floor(r, p) for r, p, _ in rows),
+                             f"measured ({len(rows)} GPUs)"))
+            continue
+        figure, watts_figure = economics.mining_revenue(model), economics.power(model)
+        net = None if figure is None else figure / 24 - economics.power_cost_per_hour(model)
+        out.append(Floor(model, memory, count, figure, watts_figure, net, economics.floor_per_hour(model)))
+    return out
+
+
+def _mean(values: Iterable[float]) -> float:
+    listed = list(values)
+    return sum(listed) / len(listed)
+
+
+def akash_mappings(listed: list[Floor]) -> str:
+    """``price_target_gpu_mappings``: ``model.vram=USD per GPU-month`` for every model with a floor."""
+    return ",".join(f"{f.key}={f.floor_per_month:.2f}" for f in listed if f.floor_per_month is not None)

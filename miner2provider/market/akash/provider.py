@@ -1,0 +1,113 @@
+"""Akash provider attributes for a fleet, and the warnings an operator must see.  Pure.
+
+Key order as Akash's docs and its provider's own key builder (akash-network/provider) use it:
+``capabilities/gpu/vendor/<vendor>/model/<model>[/ram/<size>][/interface/<iface>]``,
+plus ``capabilities/gpu``, the ``cuda`` the whole fleet can honestly serve (the lowest
+CUDA version any rig's driver supports) and ``location-region`` (never the legacy ``region``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from miner2provider.detect.facts.amd import AmdGpu
+from miner2provider.detect.facts.gpu import Gpus
+from miner2provider.detect.facts.node import Measured
+from miner2provider.market.akash.database import Card
+from miner2provider.market.akash.labels import amd_combos, amd_labels, cards_of, node_labels
+
+
+@dataclass(frozen=True)
+class RigGpus:
+    """What attributes need to know of one rig."""
+
+    name: str
+    gpus: Gpus
+    cuda: str
+    region: str | None = None
+    labels_extra: dict[str, str] = field(default_factory=dict)
+    amd: tuple[AmdGpu, ...] = ()  # read from sysfs; listed, never converted yet
+    measured: Measured | None = None  # the agent's average of the miner's own stats (HiveOS rigs)
+
+
+@dataclass(frozen=True)
+class RigAttributes:
+    name: str
+    labels: dict[str, str]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FleetAttributes:
+    rigs: tuple[RigAttributes, ...]
+    attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
+    warnings: tuple[str, ...]
+    unknown_entries: tuple[str, ...]  # ready to paste into Akash's gpus.json
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+
+def rig_attributes(rig: RigGpus) -> RigAttributes:
+    warnings = []
+    cards = cards_of(rig.gpus)
+    if not cards and not rig.amd:
+        warnings.append("no usable NVIDIA GPU: no labels")
+    if rig.amd:
+        warnings.append(f"{len(rig.amd)} AMD GPU(s): not converted yet; their Akash labels are listed for "
+                        "when they are (no node carries them)")
+    for amd_card in {c.pci_id + c.revision: c for c in rig.amd if not c.known}.values():
+        warnings.append(f"unknown AMD card {amd_card.pci_id} revision {amd_card.revision}: labelled as "
+                        f"{amd_card.slug!r}; add it to m2p's list (facts/amd.py, from libdrm's amdgpu.ids)")
+    models = sorted({c.slug for c in cards})
+    if len(models) > 1:
+        warnings.append(f"mixed GPU models on one node ({', '.join(models)}): Akash supports one model per node; "
+                        "split the cards or exclude the node")
+    for card in {c.pci_id: c for c in cards}.values():
+        if not card.known:
+            warnings.append(f"unknown card {card.pci_id} ({card.name}): labelled as {card.slug!r}, derived from "
+                            "its name; add it to m2p's database (attributes/gpus.yml)")
+        elif not card.in_akash:
+            warnings.append(f"{card.pci_id} ({card.name}) is not in Akash's gpus.json: the Akash inventory operator "
+                            f"skips it until upstream adds {card.akash_entry()}")
+    labels = {**node_labels(rig.gpus, rig.cuda, rig.labels_extra), **amd_labels(rig.amd)}
+    return RigAttributes(rig.name, labels, tuple(warnings))
+
+
+def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
+    per_rig = tuple(rig_attributes(r) for r in rigs)
+    all_cards: dict[str, Card] = {}
+    for r in rigs:
+        for c in cards_of(r.gpus):
+            all_cards.setdefault(c.pci_id, c)
+    warnings: list[str] = []
+    attrs: list[tuple[str, str]] = []
+    amd = {("amd", slug, ram, iface) for r in rigs for slug, ram, iface in amd_combos(r.amd)}
+    if all_cards or amd:
+        attrs.append(("capabilities/gpu", "nvidia" if all_cards else "amd"))
+    combos = sorted({(c.vendor, c.slug, c.memory, c.interface) for c in all_cards.values()} | amd)
+    for vendor, slug in sorted({(v, s) for v, s, _, _ in combos}):
+        base = f"capabilities/gpu/vendor/{vendor}/model/{slug}"
+        mine = [(m, i) for v, s, m, i in combos if (v, s) == (vendor, slug)]
+        attrs.append((base, "true"))
+        attrs += [(f"{base}/ram/{m}", "true") for m in sorted({m for m, _ in mine if m})]
+        attrs += [(f"{base}/interface/{i}", "true") for i in sorted({i for _, i in mine})]
+        attrs += [(f"{base}/ram/{m}/interface/{i}", "true") for m, i in sorted(set(mine)) if m]
+    cudas = [r.cuda for r in rigs if cards_of(r.gpus) and r.cuda]
+    if cudas:
+        lowest = min(cudas, key=_version_key)
+        attrs.append(("cuda", lowest))
+        if len(set(cudas)) > 1:
+            listed = ", ".join(sorted(set(cudas), key=_version_key))
+            warnings.append(f"drivers differ across the fleet (CUDA {listed}): "
+                            f"advertising cuda {lowest}, what every rig can serve")
+    regions = {r.region for r in rigs if r.region}
+    chosen = region or (next(iter(regions)) if len(regions) == 1 else None)
+    if region is None and len(regions) > 1:
+        warnings.append("rigs name different m2p_location_region values: one provider has one region; "
+                        "pass --region or split the fleet")
+    if chosen:
+        attrs.append(("location-region", chosen))
+    unknown = tuple(sorted({c.akash_entry() for c in all_cards.values() if not c.in_akash}))
+    return FleetAttributes(per_rig, tuple(attrs), tuple(warnings), unknown)

@@ -1,0 +1,115 @@
+"""Policy ``profit``: does a lease pay more than mining on this rig, now?  Pure, so it is property-tested.
+
+The rig's quote sums its cards (a rig of mixed models is offered as a whole, as the agent offers it):
+
+    lease  = sum over cards of the lease price per GPU-hour of the card's model
+    floor  = sum over cards of economics.floor_per_hour(model)
+             (power + (1 + margin) x max(mining net, 0): pricing.py says why a lease covers its power)
+
+With the agent's measured hashrates (agent/measure.py: the mining OS's own stats, averaged) and the
+file's ``mining_revenue_per_mhs_day`` for the algorithm mined, each GPU's floor comes from its own
+hashrate (and its measured watts, when the OS reports them) instead of the per-GPU figure: the
+quote says which (``source``).
+
+The rig is offered when ``lease >= floor x (1 + hysteresis)`` and stays offered until
+``lease < floor x (1 - hysteresis)``: a price that wobbles around the floor does not flip the rig.
+The offer never changes sooner than ``min_switch_interval`` after its last change.  A missing
+figure decides nothing: the offer stays as it is and the agent reports what is missing (a rig with
+no decision yet mines, as it did before m2p).  Whatever the offer, a running lease is never cut:
+decide.py drains, it does not evict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Tuple  # noqa: UP035 (see Hashrates)
+
+from miner2provider.timeshare.economics import Economics
+
+# Akash's per-model label with the count as value (attributes/labels.py): ...vendor.nvidia.model.rtx3090=2
+_MODEL_LABEL = re.compile(r"^akash\.network/capabilities\.gpu\.vendor\.[a-z0-9-]+\.model\.([A-Za-z0-9_-]+)$")
+
+
+@dataclass(frozen=True)
+class Quote:
+    lease_per_hour: float | None  # what leases pay for all the rig's GPUs, per hour
+    floor_per_hour: float | None  # the lease income above which leasing beats mining by the margin
+    missing: str = ""  # "lease_price_per_gpu_hour for rtx3090": why a figure is None
+    source: str = "economics file"  # or "measured kawpow hashrate"
+
+    def as_status(self) -> dict[str, object]:
+        return {"lease_per_hour": _cents(self.lease_per_hour), "floor_per_hour": _cents(self.floor_per_hour),
+                "source": self.source, **({"missing": self.missing} if self.missing else {})}
+
+
+@dataclass(frozen=True)
+class Offer:
+    offered: bool = False  # mining until the first quote says otherwise
+    changed: float = float("-inf")  # when ``offered`` last changed
+
+
+def cards_from_labels(labels: Mapping[str, str]) -> dict[str, int]:
+    """model -> count from the rig's node labels (``/var/lib/m2p/node-labels.json``)."""
+    cards: dict[str, int] = {}
+    for key, value in labels.items():
+        match = _MODEL_LABEL.match(key)
+        if match and str(value).isdigit():
+            cards[match.group(1)] = cards.get(match.group(1), 0) + int(value)
+    return cards
+
+
+# (algorithm, MH/s per GPU, watts per GPU or empty): the agent's rolling average of the miner's stats.
+# typing's Tuple: this alias is evaluated, and the agent runs on python3 3.8.
+Hashrates = Tuple[str, Tuple[float, ...], Tuple[float, ...]]  # noqa: UP006
+
+
+def quote(cards: Mapping[str, int], economics: Economics, measured: Hashrates | None = None) -> Quote:
+    """``cards``: model -> count (the rig's Akash model labels)."""
+    file_quote = _file_quote(cards, economics)
+    if measured is None or not cards or any(economics.lease_price(m) is None for m in cards):
+        return file_quote
+    algo, mhs, watts = measured
+    per_mhs = economics.mining_per_mhs_day.get(algo)
+    if per_mhs is None:
+        return Quote(file_quote.lease_per_hour, file_quote.floor_per_hour, file_quote.missing,
+                     f"economics file (no mining_revenue_per_mhs_day for the measured {algo})")
+    lease = sum(n * (economics.lease_price(m) or 0.0) for m, n in cards.items())
+    gpus = sum(cards.values())
+    file_power = sum(n * economics.power_cost_per_hour(m) for m, n in cards.items()) / max(gpus, 1)
+    powers = [economics.power_cost_of(w) for w in watts] if watts else [file_power] * len(mhs)
+    floor = sum(economics.floor(rate * per_mhs, power) for rate, power in zip(mhs, powers))
+    return Quote(lease, floor, "", f"measured {algo} hashrate of {len(mhs)} GPUs")
+
+
+def _file_quote(cards: Mapping[str, int], economics: Economics) -> Quote:
+    lease, floor, missing = 0.0, 0.0, []
+    for model, count in sorted(cards.items()):
+        price, model_floor = economics.lease_price(model), economics.floor_per_hour(model)
+        if price is None:
+            missing.append(f"lease_price_per_gpu_hour for {model}")
+        else:
+            lease += count * price
+        if model_floor is None:
+            missing.append(f"mining_revenue_per_gpu_day for {model}")
+        else:
+            floor += count * model_floor
+    if not cards:
+        missing.append("the rig's GPU models (no Akash model labels yet)")
+    return Quote(None if missing else lease, None if missing else floor, "; ".join(missing))
+
+
+def decide_offer(offer: Offer, rig_quote: Quote, now: float, hysteresis: float,
+                 min_switch_interval_s: float) -> Offer:
+    if rig_quote.lease_per_hour is None or rig_quote.floor_per_hour is None:
+        return offer
+    lease, floor = rig_quote.lease_per_hour, rig_quote.floor_per_hour
+    wanted = lease >= floor * (1 - hysteresis) if offer.offered else lease >= floor * (1 + hysteresis)
+    if wanted == offer.offered or now - offer.changed < min_switch_interval_s:
+        return offer
+    return Offer(wanted, now)
+
+
+def _cents(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -42,7 +42,8 @@ from pathlib import Path
 from miner2provider.core import collection
 from miner2provider.core import inventory
 from miner2provider.fleet.bundle.manifest import load_bundle
-from miner2provider.fleet.pipeline import expected_inputs, fleet_role_vars
+from miner2provider.fleet.fingerprint import expected_inputs
+from miner2provider.fleet.pipeline import fleet_role_vars
 from miner2provider.fleet.runner import run_playbook
 inv, bundle_dir, known_hosts = sys.argv[1:4]
 hosts = inventory.load(inv).select(None)

@@ -15,8 +15,8 @@ from miner2provider.dashboard import kube_sweep
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import RigReport
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.model import duration_seconds
 

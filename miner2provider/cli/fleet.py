@@ -9,7 +9,7 @@ import click
 from miner2provider.core import inventory
 from miner2provider.core.errors import ChangesPending, RigFailures, UsageError
 from miner2provider.fleet.bundle.manifest import Bundle, load_bundle
-from miner2provider.fleet.pipeline import RigOutcome, run_fleet
+from miner2provider.fleet.pipeline import RigOutcome, RunOptions, run_fleet
 from miner2provider.fleet.remove import remove_rigs
 from miner2provider.fleet.role_vars import RunInputs
 from miner2provider.fleet.runner import Event
@@ -51,10 +51,10 @@ def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = Fals
     if confirm:
         click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
                       f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
-    return run_fleet(playbook, hosts, fleet.ssh, bundle=bundle, check=check, batch=fleet.batch,
-                     max_fail_pct=fleet.max_fail, on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts,
-                     full=full, inventory_hosts=list(inv.hosts), run_inputs=run_inputs,
+    how = RunOptions(bundle=bundle, check=check, batch=fleet.batch, max_fail_pct=fleet.max_fail,
+                     on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts, full=full, run_inputs=run_inputs,
                      drain_timeout_s=fleet.drain_timeout_s)
+    return run_fleet(playbook, hosts, fleet.ssh, how, inventory_hosts=list(inv.hosts))
 
 
 def raise_failures(outcomes: list[RigOutcome]) -> None:

@@ -15,7 +15,7 @@ import yaml
 
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
-from miner2provider.detect.survey import RigReport
+from miner2provider.detect.report import RigReport
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market.akash.pricing import Floor, akash_mappings
 from miner2provider.market.akash.provider import FleetAttributes

@@ -8,9 +8,9 @@ from typing import Any
 
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
-from miner2provider.detect.report import report_json, status_row
+from miner2provider.detect.report import RigReport, report_json, status_row
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import RigReport, detect
+from miner2provider.detect.survey import detect
 
 
 def snapshot(report: RigReport) -> dict[str, Any]:

@@ -1,33 +1,17 @@
-"""Which rigs convert must run on: the fingerprint a rig carries against what would be applied now.
+"""Has a converted rig drifted: the fingerprint a rig carries against what would be applied now.
 
 Pure (no I/O): the detect probe already read the rig's fingerprint (facts/fingerprint.py),
-and the controller's digest of its roles and settings comes in as a string.  An empty
+and the controller's digest of its roles and settings (fleet/fingerprint.py) comes in as a string.  An empty
 tuple of reasons means the rig is converged and the playbook can skip it; every reason is
 a sentence the CLI can show.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from miner2provider.detect.facts.fingerprint import Fingerprint, gpu_signature
 from miner2provider.detect.facts.gpu import Gpus
-
-
-def inputs_digest(code: str, settings: Mapping[str, Any], role_vars: Mapping[str, Any], groups: Iterable[str]) -> str:
-    """sha256 over the code digest, the rig's inventory variables, the role variables m2p derived for
-    it (which carry what other rigs' settings mean for it) and its groups.  Connection variables
-    (``ansible_*``) decide how to reach the rig, not what it becomes; secrets never enter."""
-    doc = {
-        "code": code,
-        "settings": {k: v for k, v in settings.items() if not k.startswith("ansible_")},
-        "role_vars": dict(role_vars),
-        "groups": sorted(set(groups)),
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def reasons_to_run(fingerprint: Fingerprint, gpus: Gpus, expected_inputs: str | None) -> tuple[str, ...]:

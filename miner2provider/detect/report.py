@@ -1,13 +1,29 @@
-"""Rigs' reports as JSON-ready dicts: what ``m2p detect --json`` and ``m2p status --json`` print and
-what the history keeps (no I/O, nothing printed)."""
+"""The rig report: what detect found on one rig, and the JSON-ready dicts ``m2p detect --json`` and
+``m2p status --json`` print and the history keeps (no I/O, nothing printed)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from miner2provider.detect.drift import reasons_to_run
-from miner2provider.detect.survey import RigReport
+from miner2provider.detect.facts.probe import RigFacts
+from miner2provider.detect.readiness import Verdict
+
+
+@dataclass(frozen=True)
+class RigReport:
+    name: str
+    address: str
+    facts: RigFacts | None
+    verdict: Verdict | None
+    failure: str | None = None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
 
 
 def report_json(report: RigReport) -> dict[str, Any]:

@@ -5,29 +5,14 @@ from __future__ import annotations
 import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from miner2provider.core.inventory import Host, python_of
 from miner2provider.detect.facts import probe
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.detect.facts.probe import RigFacts
-from miner2provider.detect.readiness import Thresholds, Verdict, assess
+from miner2provider.detect.readiness import Thresholds, assess
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import Result, SshOptions, fan_out
-
-
-@dataclass(frozen=True)
-class RigReport:
-    name: str
-    address: str
-    facts: RigFacts | None
-    verdict: Verdict | None
-    failure: str | None = None
-    error: str | None = None
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
 
 
 def settings_for(host: Host) -> Thresholds:

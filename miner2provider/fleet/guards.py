@@ -1,11 +1,17 @@
-"""Never under a running lease: which rigs convert, revert and schedule apply must leave alone.
+"""Guards: the rigs a fleet run must leave alone, and why, before any playbook runs.
+
+- A bundle without the images its rigs' pods need (``check_bundle_images``: nothing is touched).
+- A k3s that would skip a minor line, or an agent outside the version-skew policy (``k3s_refusal``).
+- A running lease (below): never under it.
+
+Never under a running lease: which rigs convert, revert and schedule apply must leave alone.
 
 A rig's time-share agent lists the tenant pods on its node (every unfinished pod outside the
 system namespaces that no DaemonSet runs) in its status, which the detect probe reads in the
 same round trip as every other fact.  Restarting k3s or the toolkit under such a pod would kill
 it, and revert would take its node away: those rigs are refused with one sentence, unless
 ``--drain`` asks the agent to cordon the node and m2p waits for the leases to end.  Pure: the
-fleet run (convert.py) does the I/O.
+fleet run (pipeline.py) does the I/O.
 
 A rig without an agent (converted, never given a schedule) reports no leases: m2p has no eyes on
 its node and cannot guard it (README says so).
@@ -14,10 +20,15 @@ its node and cannot guard it (README says so).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from miner2provider.core import textfiles
-from miner2provider.core.errors import UsageError
+from miner2provider.core import k8s_lines, textfiles
+from miner2provider.core.errors import BundleError, UsageError
+from miner2provider.core.inventory import Host
 from miner2provider.detect.facts.node import Lease
+from miner2provider.detect.report import RigReport
+from miner2provider.fleet.bundle import pins
+from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.timeshare.model import duration_seconds
 
 # The agent cordons its node while this file exists (agent/service.py keep_drain).
@@ -70,3 +81,44 @@ def refusal(rig: str, leases: tuple[Lease, ...], now: datetime) -> str:
 def drain_timed_out(rig: str, leases: tuple[Lease, ...], waited_s: float, now: datetime) -> str:
     return (f"{rig}: {len(leases)} lease{'s' if len(leases) > 1 else ''} still running after {span(waited_s)} "
             f"of --drain ({_named(leases, now)}): not touched; the node is schedulable again")
+
+
+def check_bundle_images(bundle: Bundle, hosts: list[Host]) -> None:
+    """Refuse, before any rig is touched, a bundle without the images these rigs' pods need:
+    on a rig without internet they would wait in ImagePull for ever."""
+    needed = sorted({str(h.var("nvidia_device_plugin_image") or pins.DEVICE_PLUGIN_IMAGE) for h in hosts})
+    missing = bundle.missing_images(needed)
+    if missing:
+        wanted = " ".join(f"--image {ref}" for ref in needed)
+        raise BundleError(f"the bundle lacks {', '.join(missing)} (rigs without internet could not start their "
+                          f"pods): make it again with `m2p bundle DIR {wanted}`", where=str(bundle.root))
+
+
+def k3s_target(host: Host, bundle: Bundle | None) -> str:
+    """The k3s version convert would put on ``host``: the bundle's, the rig's own pin, or the role's."""
+    if bundle is not None:
+        return bundle.k3s.version
+    return str(host.var("k3s_version") or pins.K3S_VERSION)
+
+
+def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived: dict[str, Any]) -> str | None:
+    """Why convert must not touch the rig's k3s: a skipped minor line from what runs there, or an
+    agent whose server's line the version-skew policy does not let it join."""
+    installed = report.facts.installed.k3s if report.facts is not None else ""
+    if installed:
+        skipped = k8s_lines.skipped_line(installed, targets[host.name])
+        if skipped:
+            return skipped
+    server = derived.get("k3s_agent_server_host") or ""
+    if "k3s_agent" in host.groups and server in targets and server != host.name:
+        mix = k8s_lines.skew(targets[server], targets[host.name])
+        if mix:
+            return f"{mix} ({server}); pin one k3s_version for both"
+    return None
+
+
+def no_adapter(report: RigReport) -> str:
+    """Said beside the rig's outcome, whatever it is: k3s goes on without the time-share."""
+    if report.facts is not None and not report.facts.mining_os.has_adapter:
+        return f"{report.facts.mining_os.label}: no miner adapter, k3s without time-share"
+    return ""

@@ -1,12 +1,16 @@
 """Convert, plan and revert a fleet: detect over SSH, then the playbook in batches.
 
-1. The detect probe (one SSH round trip per rig) finds the rigs that cannot be reached
+Each rig goes screen -> guard -> fingerprint -> batch -> outcome:
+
+1. Screen: the detect probe (one SSH round trip per rig) finds the rigs that cannot be reached
    or logged into; they fail alone and never reach Ansible.
-2. For convert (and plan), the probe also read each rig's fingerprint: a rig whose
+2. Guard (guards.py): a k3s the run would break, or a running lease (unless ``--drain`` waits
+   for it: drain.py), leaves the rig untouched with one sentence.
+3. Fingerprint (fingerprint.py): for convert (and plan), the probe also read each rig's fingerprint: a rig whose
    fingerprint matches what would be applied now, with no drift, is converged and skipped
    (``full`` runs the playbook everywhere).  A no-op Ansible play costs seconds per rig;
    the probe costs one round trip.
-3. The rest run the playbook ``m2p.rigs.<name>`` through ansible-runner, ``batch`` rigs at a time
+4. Batch: the rest run the playbook ``m2p.rigs.<name>`` through ansible-runner, ``batch`` rigs at a time
    (the whole playbook per batch: a rolling conversion); once more than ``max_fail_pct``
    of the rigs tried so far failed, the remaining batches are not started.
 No printing here: progress goes to ``on_event``, results come back as ``RigOutcome``s.
@@ -14,36 +18,22 @@ No printing here: progress goes to ``on_event``, results come back as ``RigOutco
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import miner2provider
-from miner2provider import __version__
-from miner2provider.core import collection, k8s_lines
-from miner2provider.core.errors import BundleError, M2PError
+from miner2provider.core import collection
 from miner2provider.core.inventory import Host
-from miner2provider.detect.drift import inputs_digest, reasons_to_run
 from miner2provider.detect.facts.node import Lease
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import RigReport, detect
-from miner2provider.fleet import drain
-from miner2provider.fleet import guards as leases
-from miner2provider.fleet.bundle import pins
+from miner2provider.detect.survey import detect
+from miner2provider.fleet import drain, fingerprint, guards
 from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.fleet.role_vars import Rig, RunInputs, role_vars
 from miner2provider.fleet.runner import Event, RunReport, run_playbook
-
-
-def applied_code() -> dict[str, Path]:
-    """What decides the rigs' end state (a change here makes every fingerprint stale): the whole
-    installed collection, and the Python the action plugins run on the controller."""
-    package = Path(miner2provider.__file__).parent
-    return {collection.FQCN: collection.root(), "facts": package / "detect" / "facts",
-            "market": package / "market"}
 
 
 @dataclass(frozen=True)
@@ -67,96 +57,123 @@ def batches(hosts: list[Host], batch: str | None) -> list[list[Host]]:
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]
 
 
-def run_fleet(
-    playbook: str,
-    hosts: list[Host],
-    opts: SshOptions,
-    *,
-    bundle: Bundle | None = None,
-    check: bool = False,
-    batch: str | None = None,
-    max_fail_pct: int = 100,
-    on_event: Callable[[Event], None] | None = None,
-    keep_artifacts: Path | None = None,
-    full: bool = False,
-    inventory_hosts: list[Host] | None = None,
-    run_inputs: RunInputs | None = None,
-    drain_timeout_s: float | None = None,
-) -> list[RigOutcome]:
+@dataclass(frozen=True)
+class RunOptions:
+    """How a fleet run goes: the CLI's options for convert, plan, revert and schedule apply."""
+    bundle: Bundle | None = None  # air-gapped: k3s and images from this bundle
+    check: bool = False  # plan: Ansible's check mode, nothing changes
+    batch: str | None = None  # N or N% of the rigs per run of the playbook; None: all at once
+    max_fail_pct: int = 100  # no further batch once more than this share of the rigs tried failed
+    on_event: Callable[[Event], None] | None = None
+    keep_artifacts: Path | None = None
+    full: bool = False  # run the playbook on converged rigs too
+    run_inputs: RunInputs | None = None  # schedule apply's files
+    drain_timeout_s: float | None = None  # --drain: wait this long for running leases to end
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What becomes of one rig before any playbook runs: an outcome already, its leases to guard,
+    or a run of the playbook; ``note`` and ``reasons`` are said beside what it did."""
+    outcome: RigOutcome | None = None
+    leases: tuple[Lease, ...] = ()
+    note: str = ""
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome is None and not self.leases
+
+
+def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOptions = RunOptions(),
+              inventory_hosts: list[Host] | None = None) -> list[RigOutcome]:
     """Run ``playbook`` on ``hosts``, chosen from ``inventory_hosts`` (default: the same rigs), whose
-    settings decide the role variables of every rig (role_vars.py).  A rig whose agent reports a
-    running lease is left alone (leases.py), unless ``drain_timeout_s`` says how long to wait for it."""
-    if bundle is not None and playbook == "convert":
-        check_bundle_images(bundle, hosts)
-    outcomes: dict[str, RigOutcome] = {}
-    reachable: list[Host] = []
+    settings decide the role variables of every rig (role_vars.py)."""
+    converting = playbook == "convert"  # revert always runs: it removes what any convert left
+    if how.bundle is not None and converting:
+        guards.check_bundle_images(how.bundle, hosts)
     fleet = inventory_hosts or hosts
-    derived = fleet_role_vars(fleet, run_inputs)
-    fingerprinted = playbook == "convert"  # revert always runs: it removes what any convert left
-    inputs = expected_inputs(hosts, derived, bundle) if fingerprinted else {}
-    reasons: dict[str, tuple[str, ...]] = {}
-    leased: list[tuple[Host, tuple[Lease, ...]]] = []
-    notes: dict[str, str] = {}  # said beside the rig's outcome, whatever it is
-    k3s_targets = {h.name: k3s_target(h, bundle) for h in fleet}
-    for host, report in zip(hosts, detect(hosts, opts), strict=True):
-        if not report.ok:
-            outcomes[host.name] = RigOutcome(host.name, "unreachable", message=report.error or "")
-            continue
-        refusal = k3s_refusal(host, report, k3s_targets, derived[host.name]) if fingerprinted else None
-        if refusal:
-            outcomes[host.name] = RigOutcome(host.name, "failed", message=f"{host.name}: {refusal}; not touched")
-            continue
-        if report.facts is not None and not report.facts.mining_os.has_adapter:
-            notes[host.name] = f"{report.facts.mining_os.label}: no miner adapter, k3s without time-share"
-        if fingerprinted:
-            reasons[host.name] = reasons_to_run_on(report, inputs[host.name])
-        if fingerprinted and not full and not reasons[host.name]:
-            outcomes[host.name] = RigOutcome(host.name, "converged",
-                                             message=_with(notes, host.name, "fingerprint matches: skipped"))
-        elif not check and report.facts is not None and report.facts.agent_status.leases:
-            leased.append((host, report.facts.agent_status.leases))
-        else:
-            reachable.append(host)
-    drained: list[Host] = []
-    if leased and drain_timeout_s is None:
-        now = datetime.now(UTC)
-        for host, running in leased:
-            outcomes[host.name] = RigOutcome(host.name, "failed", message=leases.refusal(host.name, running, now))
-    elif leased and drain_timeout_s is not None:
-        drained = [host for host, _ in leased]
-        reachable += _drain(drained, opts, drain_timeout_s, outcomes, on_event)
-    # Servers first, in runs of their own: agents join a server that is already up, and an
-    # upgrade never runs an agent's kubelet newer than its API server (k3s's upgrade order).
-    servers = [h for h in reachable if "k3s_server" in h.groups]
-    agents = [h for h in reachable if "k3s_server" not in h.groups]
+    derived = fleet_role_vars(fleet, how.run_inputs)
+    inputs = fingerprint.expected_inputs(hosts, derived, how.bundle) if converting else {}
+    targets = {h.name: guards.k3s_target(h, how.bundle) for h in fleet}
+    triage = {host.name: triage_rig(host, report, how, derived[host.name], inputs.get(host.name), targets)
+              for host, report in zip(hosts, detect(hosts, opts), strict=True)}
+    outcomes = {name: rig.outcome for name, rig in triage.items() if rig.outcome is not None}
+    leased = [(host, triage[host.name].leases) for host in hosts if triage[host.name].leases]
+    drained = [host for host, _ in leased] if how.drain_timeout_s is not None else []
+    to_run = [host for host in hosts if triage[host.name].runs]
+    to_run += guard_leases(leased, opts, how, outcomes)
     for name, digest in inputs.items():
         derived[name]["fingerprint_inputs"] = digest
-    extravars = {"m2p_bundle_dir": str(bundle.root)} if bundle is not None else {}
-    tried = failed = 0
-    for group in batches(servers, batch) + batches(agents, batch):
-        if tried and failed * 100 > max_fail_pct * tried:
-            for host in group:
-                outcomes[host.name] = RigOutcome(host.name, "not-started",
-                                                 message=f"stopped: {failed} of {tried} rigs failed")
-            continue
-        run = run_playbook(collection.playbook(playbook), fleet, extravars, role_vars=derived, check=check,
-                           diff=check, forks=opts.pool_size, known_hosts=opts.known_hosts, on_event=on_event,
-                           keep_artifacts=keep_artifacts, limit=[h.name for h in group])
-        for host in group:
-            outcome = outcome_of(host.name, run, check=check,
-                                 why=_with(notes, host.name, "; ".join(reasons.get(host.name, ())[:2])),
-                                 note=_with(notes, host.name, ""))
-            outcomes[host.name] = outcome
-            tried += 1
-            failed += outcome.failed
+    outcomes.update(run_batches(playbook, to_run, fleet, derived, triage, opts, how))
     if drained:  # the agents uncordon the nodes they cordoned (revert removed them: nothing to do)
         drain.request(drained, opts, on=False)
     return [outcomes[h.name] for h in hosts]
 
 
-def _with(notes: dict[str, str], name: str, message: str) -> str:
+def triage_rig(host: Host, report: RigReport, how: RunOptions, derived: dict[str, Any], inputs: str | None,
+               targets: dict[str, str]) -> Triage:
+    """Screen -> guard -> fingerprint for one rig (``inputs`` None: a playbook that always runs)."""
+    if not report.ok:
+        return Triage(RigOutcome(host.name, "unreachable", message=report.error or ""))
+    note = guards.no_adapter(report)
+    reasons: tuple[str, ...] = ()
+    if inputs is not None:
+        refusal = guards.k3s_refusal(host, report, targets, derived)
+        if refusal:
+            return Triage(RigOutcome(host.name, "failed", message=f"{host.name}: {refusal}; not touched"))
+        reasons = fingerprint.reasons_to_run_on(report, inputs)
+        if not how.full and not reasons:
+            return Triage(RigOutcome(host.name, "converged", message=_with(note, "fingerprint matches: skipped")))
+    if not how.check and report.facts is not None and report.facts.agent_status.leases:
+        return Triage(leases=report.facts.agent_status.leases, note=note, reasons=reasons)
+    return Triage(note=note, reasons=reasons)
+
+
+def guard_leases(leased: list[tuple[Host, tuple[Lease, ...]]], opts: SshOptions, how: RunOptions,
+                 outcomes: dict[str, RigOutcome]) -> list[Host]:
+    """Rigs with running leases: refused (the default), or drained; returns those that may go on."""
+    if how.drain_timeout_s is None:
+        now = datetime.now(UTC)
+        for host, running in leased:
+            outcomes[host.name] = RigOutcome(host.name, "failed", message=guards.refusal(host.name, running, now))
+        return []
+    return _drain([host for host, _ in leased], opts, how.drain_timeout_s, outcomes, how.on_event) if leased else []
+
+
+def run_batches(playbook: str, to_run: list[Host], fleet: list[Host], derived: dict[str, dict[str, Any]],
+                triage: dict[str, Triage], opts: SshOptions, how: RunOptions) -> dict[str, RigOutcome]:
+    """The playbook, ``how.batch`` rigs at a time, servers in runs of their own before agents: agents
+    join a server that is already up, and an upgrade never runs an agent's kubelet newer than its API
+    server (k3s's upgrade order).  Once more than ``max_fail_pct`` of the rigs tried failed, the rest
+    are not started."""
+    servers = [h for h in to_run if "k3s_server" in h.groups]
+    agents = [h for h in to_run if "k3s_server" not in h.groups]
+    extravars = {"m2p_bundle_dir": str(how.bundle.root)} if how.bundle is not None else {}
+    outcomes: dict[str, RigOutcome] = {}
+    tried = failed = 0
+    for group in batches(servers, how.batch) + batches(agents, how.batch):
+        if tried and failed * 100 > how.max_fail_pct * tried:
+            for host in group:
+                outcomes[host.name] = RigOutcome(host.name, "not-started",
+                                                 message=f"stopped: {failed} of {tried} rigs failed")
+            continue
+        run = run_playbook(collection.playbook(playbook), fleet, extravars, role_vars=derived, check=how.check,
+                           diff=how.check, forks=opts.pool_size, known_hosts=opts.known_hosts,
+                           on_event=how.on_event, keep_artifacts=how.keep_artifacts, limit=[h.name for h in group])
+        for host in group:
+            rig = triage[host.name]
+            outcome = outcome_of(host.name, run, check=how.check, why=_with("; ".join(rig.reasons[:2]), rig.note),
+                                 note=rig.note)
+            outcomes[host.name] = outcome
+            tried += 1
+            failed += outcome.failed
+    return outcomes
+
+
+def _with(message: str, note: str) -> str:
     """``message`` and the rig's note (a mining OS without a miner adapter), joined."""
-    return "; ".join(part for part in (message, notes.get(name, "")) if part)
+    return "; ".join(part for part in (message, note) if part)
 
 
 def _drain(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict[str, RigOutcome],
@@ -171,22 +188,8 @@ def _drain(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict
     cleared, still = drain.wait(asked, opts, timeout_s)
     now = datetime.now(UTC)
     for name, running in still.items():
-        outcomes[name] = RigOutcome(name, "failed", message=leases.drain_timed_out(name, running, timeout_s, now))
+        outcomes[name] = RigOutcome(name, "failed", message=guards.drain_timed_out(name, running, timeout_s, now))
     return cleared
-
-
-def code_digest(bundle: Bundle | None) -> str:
-    """sha256 over m2p's version, every file of ``applied_code()`` and the bundle's manifest."""
-    digest = hashlib.sha256(f"m2p {__version__}\n".encode())
-    for label, top in applied_code().items():
-        files = sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        if not files:  # a digest without the roles would call every rig converged
-            raise M2PError(f"{label}: no files under {top}; reinstall miner2provider")
-        for path in files:
-            digest.update(f"{label}/{path.relative_to(top).as_posix()}\n".encode())
-            digest.update(path.read_bytes())
-    digest.update(f"bundle {bundle.digest if bundle else 'online'}\n".encode())
-    return digest.hexdigest()
 
 
 def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
@@ -208,50 +211,6 @@ def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "",
     return RigOutcome(name, "converged", message=note)
 
 
-def check_bundle_images(bundle: Bundle, hosts: list[Host]) -> None:
-    """Refuse, before any rig is touched, a bundle without the images these rigs' pods need:
-    on a rig without internet they would wait in ImagePull for ever."""
-    needed = sorted({str(h.var("nvidia_device_plugin_image") or pins.DEVICE_PLUGIN_IMAGE) for h in hosts})
-    missing = bundle.missing_images(needed)
-    if missing:
-        wanted = " ".join(f"--image {ref}" for ref in needed)
-        raise BundleError(f"the bundle lacks {', '.join(missing)} (rigs without internet could not start their "
-                          f"pods): make it again with `m2p bundle DIR {wanted}`", where=str(bundle.root))
-
-
-def k3s_target(host: Host, bundle: Bundle | None) -> str:
-    """The k3s version convert would put on ``host``: the bundle's, the rig's own pin, or the role's."""
-    if bundle is not None:
-        return bundle.k3s.version
-    return str(host.var("k3s_version") or pins.K3S_VERSION)
-
-
-def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived: dict[str, Any]) -> str | None:
-    """Why convert must not touch the rig's k3s: a skipped minor line from what runs there, or an
-    agent whose server's line the version-skew policy does not let it join."""
-    installed = report.facts.installed.k3s if report.facts is not None else ""
-    if installed:
-        skipped = k8s_lines.skipped_line(installed, targets[host.name])
-        if skipped:
-            return skipped
-    server = derived.get("k3s_agent_server_host") or ""
-    if "k3s_agent" in host.groups and server in targets and server != host.name:
-        mix = k8s_lines.skew(targets[server], targets[host.name])
-        if mix:
-            return f"{mix} ({server}); pin one k3s_version for both"
-    return None
-
-
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """Every rig's role variables, derived from the whole inventory's settings."""
     return derive_role_vars([Rig(h.name, h.address, h.groups, h.vars) for h in fleet], run_inputs)
-
-
-def expected_inputs(hosts: list[Host], derived: dict[str, dict[str, Any]], bundle: Bundle | None) -> dict[str, str]:
-    code = code_digest(bundle)
-    return {h.name: inputs_digest(code, h.vars, derived[h.name], h.groups) for h in hosts}
-
-
-def reasons_to_run_on(report: RigReport, inputs: str) -> tuple[str, ...]:
-    assert report.facts is not None  # reachable rigs have facts
-    return reasons_to_run(report.facts.fingerprint, report.facts.gpus, inputs)

@@ -66,17 +66,17 @@ def test_a_path_outside_the_bundle_is_refused(bundle_dir, tmp_path):
 
 def test_convert_refuses_a_bundle_without_the_images_its_rigs_need(bundle_dir, tmp_path):
     from miner2provider.core import inventory
-    from miner2provider.fleet import pipeline as convert
+    from miner2provider.fleet import guards
 
     inv = tmp_path / "rigs.yml"
     inv.write_text("all:\n  hosts:\n    r1: {ansible_host: 10.0.0.1}\n"
                    "    r2: {ansible_host: 10.0.0.2, nvidia_device_plugin_image: 'nvcr.io/nvidia/k8s-device-plugin:v0.21.0'}\n")
     hosts = list(inventory.load(inv).hosts)
     b = load_bundle(bundle_dir)
-    convert.check_bundle_images(b, hosts[:1])  # the pinned device plugin is in the test bundle
+    guards.check_bundle_images(b, hosts[:1])  # the pinned device plugin is in the test bundle
     with pytest.raises(BundleError, match=r"lacks nvcr.io/nvidia/k8s-device-plugin:v0.21.0 \(rigs without internet"
                                           r".*--image nvcr.io/nvidia/k8s-device-plugin:v0.20.0 --image "):
-        convert.check_bundle_images(b, hosts)
+        guards.check_bundle_images(b, hosts)
     # A bundle made before bundles carried images: both of its gaps are named.
     old = tmp_path / "old"
     shutil.copytree(bundle_dir, old)

@@ -24,8 +24,8 @@ from miner2provider.dashboard.collect import snapshot
 from miner2provider.dashboard.history import History
 from miner2provider.detect.facts.node import AgentStatus, Lease
 from miner2provider.detect.readiness import assess
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import RigReport
 from miner2provider.timeshare import economics
 
 HOUR, DAY = 3600.0, 86_400.0

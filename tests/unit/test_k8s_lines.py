@@ -45,22 +45,22 @@ def test_convert_refuses_an_agent_newer_than_its_server_and_a_skipped_line(tmp_p
     from test_readiness import facts  # tests/unit is on sys.path (no package)
 
     from miner2provider.core import inventory
-    from miner2provider.detect.survey import RigReport
-    from miner2provider.fleet import pipeline as convert
+    from miner2provider.detect.report import RigReport
+    from miner2provider.fleet import guards, pipeline
 
     inv = tmp_path / "rigs.yml"
     inv.write_text("all:\n  children:\n    k3s_server:\n      hosts:\n        s1: {ansible_host: 10.0.0.1, "
                    "k3s_version: v1.34.1+k3s1}\n    k3s_agent:\n      hosts:\n        a1: {ansible_host: 10.0.0.2}\n")
     hosts = {h.name: h for h in inventory.load(inv).hosts}
-    derived = convert.fleet_role_vars(list(hosts.values()))
-    targets = {name: convert.k3s_target(h, None) for name, h in hosts.items()}
+    derived = pipeline.fleet_role_vars(list(hosts.values()))
+    targets = {name: guards.k3s_target(h, None) for name, h in hosts.items()}
     fresh = RigReport("a1", "10.0.0.2", facts(), None)
-    said = convert.k3s_refusal(hosts["a1"], fresh, targets, derived["a1"])
+    said = guards.k3s_refusal(hosts["a1"], fresh, targets, derived["a1"])
     assert said == ("its k3s 1.35 is newer than its server's 1.34: a kubelet may not be newer than the API server "
                     "(s1); pin one k3s_version for both")
     old = RigReport("s1", "10.0.0.1", facts(installed="k3s k3s version v1.33.2+k3s1 (x)\n"), None)
-    assert convert.k3s_refusal(hosts["s1"], old, targets, derived["s1"]) is None  # 1.33 -> 1.34: one line
+    assert guards.k3s_refusal(hosts["s1"], old, targets, derived["s1"]) is None  # 1.33 -> 1.34: one line
     targets["s1"] = "v1.35.3+k3s1"
-    assert "convert with k3s 1.34 first" in convert.k3s_refusal(hosts["s1"], old, targets, derived["s1"])
+    assert "convert with k3s 1.34 first" in guards.k3s_refusal(hosts["s1"], old, targets, derived["s1"])
     patched = RigReport("s1", "10.0.0.1", facts(installed="k3s k3s version v1.35.4+k3s1 (x)\n"), None)
-    assert convert.k3s_refusal(hosts["s1"], patched, targets, derived["s1"]) is None  # a patch back, same line
+    assert guards.k3s_refusal(hosts["s1"], patched, targets, derived["s1"]) is None  # a patch back, same line

@@ -5,10 +5,11 @@ import json
 import subprocess
 from pathlib import Path
 
-from miner2provider.detect.drift import inputs_digest, reasons_to_run
+from miner2provider.detect.drift import reasons_to_run
 from miner2provider.detect.facts.base import Output
 from miner2provider.detect.facts.fingerprint import RECORD, WATCH, FingerprintFact, gpu_signature, state_script
 from miner2provider.detect.facts.gpu import GpusFact
+from miner2provider.fleet.fingerprint import inputs_digest
 
 CASES = Path(__file__).parent / "facts" / "fingerprint"
 # The two stand-in RTX 3090s of the sandbox rig the fingerprint cases were captured on.

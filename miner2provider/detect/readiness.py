@@ -13,7 +13,7 @@ from datetime import date
 
 from miner2provider.core import k8s_lines
 from miner2provider.core.collection import role_defaults
-from miner2provider.detect.facts.mining_os import ETHOS, NHOS
+from miner2provider.detect import os_records
 from miner2provider.detect.facts.probe import RigFacts
 
 # ansible-core 2.19 (the line m2p drives rigs with) supports target Python 3.8-3.13.
@@ -45,15 +45,20 @@ class Finding:
         return self.sentence
 
 
-# Every code a finding can carry; roles select findings by these, never by their sentences.
+# Every code a finding can carry, with the mining-OS records' refusals (known_codes()); roles select
+# findings by these, never by their sentences.
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os", "ethos-eol", "nhos-in-ram", "no-miner-adapter", "k3s-eol",
+    "no-default-route", "xid-errors", "unknown-os", "no-miner-adapter", "k3s-eol",
     "amd-gpus", "amd-gpus-left-out",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
 HARDWARE_CODES = frozenset({"cpu-arch", "no-nvidia-smi", "driver-error", "no-gpu", "amd-gpus"})
+
+
+def known_codes() -> frozenset[str]:
+    return CODES | {r.refusal.code for r in os_records.records() if r.refusal}
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class Verdict:
 
 class _Findings(list[Finding]):
     def append_code(self, code: str, sentence: str) -> None:
-        assert code in CODES, code
+        assert code in known_codes(), code
         self.append(Finding(code, sentence))
 
 
@@ -141,19 +146,8 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
     if mos.kind == "unknown":
         warnings.append_code(
             "unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
-    elif mos.kind == ETHOS:
-        # ethOS's last release is 1.3.3 (shared/reference/mining-os.md §1.4), on Ubuntu 16.04 with python3 3.5.
-        blockers.append_code(
-            "ethos-eol", f"ethOS{' ' + mos.version if mos.version else ''} is end of life (last release 1.3.3, "
-                         "on Ubuntu 16.04 with python3 3.5, which no maintained Ansible drives): reflash the rig "
-                         "with a maintained mining OS")
-    elif mos.kind == NHOS:
-        # nicehash/NHOS's local-access guide: a Tiny Core Linux system that runs from RAM, where only
-        # /mnt/nhos survives a reboot, and no password login.
-        blockers.append_code(
-            "nhos-in-ram", "NiceHash OS runs from RAM (Tiny Core Linux): k3s, the toolkit and the agent would "
-                           "be gone after a reboot, and only /mnt/nhos persists: run this rig on a mining OS "
-                           "with a disk install (HiveOS, msOS, mmpOS, SMOS) or plain Ubuntu to convert it")
+    elif mos.refusal:  # the mining-OS record says why m2p does not convert it (detect/os_records.py)
+        blockers.append_code(*mos.refusal)
     elif not mos.has_adapter:
         warnings.append_code(
             "no-miner-adapter", f"{mos.label}: m2p has no miner adapter for it yet: convert installs k3s without "

@@ -1,6 +1,9 @@
 """Readiness verdicts: pure, from facts built in the test."""
 
 import dataclasses
+import re
+
+import pytest
 
 from miner2provider.detect.facts import FACTS_BY_NAME
 from miner2provider.detect.facts.base import Output
@@ -139,12 +142,88 @@ def test_amd_cards_are_named_and_refused_not_taken_for_a_rig_without_gpus():
     assert [b.code for b in v.blockers] == [] and [w.code for w in v.warnings] == ["amd-gpus-left-out"]
 
 
-def test_adapted_mining_oses_are_the_roles_adapter_files():
-    from miner2provider.core import collection
-    from miner2provider.detect.facts.mining_os import ADAPTED
+def test_every_mining_os_is_one_record_and_adapted_ones_carry_their_commands():
+    """The mining_os role's vars/<kind>.yml is the record: detect and the roles read the same file."""
+    import yaml
 
-    files = {p.stem for p in (collection.root() / "roles/mining_os/vars").glob("*.yml")}
-    assert files == {*ADAPTED, "default", "unadapted"} and {"mmpos", "smos"} <= set(ADAPTED)
+    from miner2provider.detect import os_records
+
+    kinds = {r.kind: r for r in os_records.records()}
+    assert set(kinds) == {"hiveos", "msos", "ethos", "mmpos", "smos", "nhos", "raveos"}
+    assert {k for k, r in kinds.items() if r.has_adapter} == {"hiveos", "msos", "mmpos", "smos"}
+    assert {k for k, r in kinds.items() if r.refusal} == {"ethos", "nhos"}
+    for kind, record in kinds.items():
+        adapter = yaml.safe_load((os_records.folder() / f"{kind}.yml").read_text())
+        assert all(key.startswith("mining_os_") for key in adapter), kind  # role variables, prefixed
+        has_commands = bool(adapter["mining_os_miner_stop_cmd"] and adapter["mining_os_miner_start_cmd"])
+        assert has_commands == record.has_adapter == (not adapter.get("mining_os_unadapted", False)), kind
+
+
+THROWAWAY = """---
+# A test's mining OS: recognised by its marker, its version from its own file.
+mining_os_label: Throwaway OS
+mining_os_detect_order: 0
+mining_os_markers_any: [/opt/throwaway/agent]
+mining_os_version_probes: ['[ -r /opt/throwaway/VERSION ] && echo "tw $(head -n1 /opt/throwaway/VERSION)"']
+mining_os_version_from: [{line: tw, strip: "v"}]
+mining_os_miner_control: %(control)s
+mining_os_driver_upgrade: none
+%(refusal)s
+mining_os_miner_stop_cmd: %(stop)s
+mining_os_miner_start_cmd: %(start)s
+"""
+
+
+@pytest.mark.parametrize("how", ["adapted", "refused", "unadapted"])
+def test_adding_a_mining_os_is_one_record(tmp_path, monkeypatch, how):
+    """A throwaway record beside the real ones is probed, recognised, named, refused or adapted: no other
+    file is touched (the fact's command and parser, readiness and the adapter all come from records)."""
+    import shutil
+
+    from miner2provider.detect import os_records
+    from miner2provider.detect.facts.base import Output
+    from miner2provider.detect.facts.mining_os import probe_command, recognise
+
+    folder = tmp_path / "vars"
+    shutil.copytree(os_records.folder(), folder)
+    (folder / "throwaway.yml").write_text(THROWAWAY % {
+        "control": "verified" if how == "adapted" else "none",
+        "refusal": "mining_os_refusal: {code: throwaway-eol, sentence: '{os} is gone: reflash it'}"
+                   if how == "refused" else "",
+        "stop": "/opt/throwaway/stop" if how == "adapted" else '""',
+        "start": "/opt/throwaway/start" if how == "adapted" else '""'})
+    monkeypatch.setattr(os_records, "folder", lambda: folder)
+    records = os_records.records()
+    assert "/opt/throwaway/agent" in probe_command(records) and "/opt/throwaway/VERSION" in probe_command(records)
+    found = recognise(Output("marker /opt/throwaway/agent\ntw v2.1\nosid ubuntu\n", 0), records)
+    assert (found.kind, found.version, found.label, found.markers) == (
+        "throwaway", "2.1", "Throwaway OS", ("/opt/throwaway/agent",))
+    verdict = assess(facts(mining_os="marker /opt/throwaway/agent\ntw v2.1\n"))
+    blockers = [(b.code, b.sentence) for b in verdict.blockers]
+    warnings = [w.code for w in verdict.warnings]
+    if how == "refused":
+        assert blockers == [("throwaway-eol", "Throwaway OS 2.1 is gone: reflash it")]
+    elif how == "unadapted":
+        assert blockers == [] and "no-miner-adapter" in warnings
+    else:
+        assert blockers == [] and "no-miner-adapter" not in warnings
+        assert found.has_adapter and found.miner_control == "verified"
+
+
+@pytest.mark.parametrize("broken, said", [
+    ("mining_os_label: X\n", "not a mining-OS record (KeyError: 'detect_order')"),
+    ("mining_os_label: X\nmining_os_detect_order: 1\n", "needs markers"),
+    ("mining_os_label: X\nmining_os_detect_order: 1\nmining_os_markers_any: [relative]\n", "absolute paths"),
+    ("mining_os_label: X\nmining_os_detect_order: 1\nmining_os_markers_any: [/x]\nmining_os_miner_control: maybe\n",
+     "miner_control is one of"),
+])
+def test_a_broken_record_names_its_file(tmp_path, broken, said):
+    from miner2provider.detect import os_records
+
+    (tmp_path / "bad.yml").write_text(broken)
+    with pytest.raises(os_records.RecordError, match=re.escape(said)) as caught:
+        os_records.records(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'bad.yml'}: ")
 
 
 def test_cgroup_v1_names_the_last_line_and_its_end_of_life_and_an_old_k3s_is_past_its_own():

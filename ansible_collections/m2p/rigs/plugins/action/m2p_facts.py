@@ -64,7 +64,13 @@ class ActionModule(ActionBase):
                              "warning_codes": [f.code for f in verdict.warnings],
                              # what no setting fixes (wrong CPU, no GPU or driver): refused even when warn-only
                              "hardware_blockers": [f.sentence for f in verdict.blockers if f.code in HARDWARE_CODES]}
-        data["mining_os"]["label"] = facts.mining_os.label  # roles name the OS in their sentences
+        # From the OS's record (detect/os_records.py): roles name the OS in their sentences, preflight
+        # refuses what m2p does not convert, nvidia_driver upgrades the OS's way.
+        mos = facts.mining_os
+        refusal = mos.refusal
+        data["mining_os"].update(label=mos.label, miner_control=mos.miner_control, driver_upgrade=mos.driver_upgrade,
+                                 refusal=refusal[1] if refusal else "",
+                                 supported=refusal is None and mos.kind != "unknown")
         data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
         data["gpu_signature"] = gpu_signature(facts.gpus)
         data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)

@@ -28,8 +28,9 @@ from typing import Tuple  # noqa: UP035 (see Hashrates)
 
 from miner2provider.timeshare.economics import Economics
 
-# Akash's per-model label with the count as value (attributes/labels.py): ...vendor.nvidia.model.rtx3090=2
-_MODEL_LABEL = re.compile(r"^akash\.network/capabilities\.gpu\.vendor\.[a-z0-9-]+\.model\.([A-Za-z0-9_-]+)$")
+# m2p's own per-model label with the count as value (market/labels.py): m2p.io/gpu.model.rtx3090=2.  The
+# marketplace's labels are its own business (they say the same today, and may change with it).
+_MODEL_LABEL = re.compile(r"^m2p\.io/gpu\.model\.([A-Za-z0-9_-]+)$")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ Hashrates = Tuple[str, Tuple[float, ...], Tuple[float, ...]]  # noqa: UP006
 
 
 def quote(cards: Mapping[str, int], economics: Economics, measured: Hashrates | None = None) -> Quote:
-    """``cards``: model -> count (the rig's Akash model labels)."""
+    """``cards``: model -> count (the rig's m2p.io/gpu.model labels)."""
     file_quote = _file_quote(cards, economics)
     if measured is None or not cards or any(economics.lease_price(m) is None for m in cards):
         return file_quote
@@ -96,7 +97,7 @@ def _file_quote(cards: Mapping[str, int], economics: Economics) -> Quote:
         else:
             floor += count * model_floor
     if not cards:
-        missing.append("the rig's GPU models (no Akash model labels yet)")
+        missing.append("the rig's GPU models (no m2p.io/gpu.model labels yet: run m2p convert)")
     return Quote(None if missing else lease, None if missing else floor, "; ".join(missing))
 
 

@@ -438,13 +438,14 @@ def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a
     """Issue 17: policy profit on a HiveOS rig.  The economics file changes mid-run (`schedule apply
     --economics` again: the role copies it, the running agent reads it on its next tick); the rig is
     offered only while a lease pays more than mining, and a lease running when mining pays more again
-    is not cut: the rig drains.  The node's Akash model labels are those convert's gpu_attributes role
+    is not cut: the rig drains.  The node's model labels (Akash's and m2p's own, which the agent reads) are those convert's gpu_attributes role
     writes (the rig is not converted here: the API is the stand-in)."""
     (r,) = boot_rigs(sandbox.RigSpec("ag-profit", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
     api = KubeApiStandin(host=str(network.gateway()))
     token = secrets.token_urlsafe(24)
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
-    api.add_node(r.name, token, {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2"}, gpus=2)
+    api.add_node(r.name, token, {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2",
+                                 "m2p.io/gpu.model.rtx3090": "2"}, gpus=2)
     profit = "timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nhysteresis: 0.05\n"
     figures = tmp_path / "economics.yml"
 

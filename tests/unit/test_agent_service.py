@@ -451,7 +451,7 @@ def test_the_ledger_gets_one_line_per_change_never_per_tick_across_restarts(api,
 
 
 PROFIT = "timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nhysteresis: 0.1\n"
-RTX3090_LABELS = {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2", "nvidia.com/gpu.count": "2"}
+RTX3090_LABELS = {"m2p.io/gpu.model.rtx3090": "2", "nvidia.com/gpu.count": "2"}
 
 
 def economics_file(path, lease: float) -> None:

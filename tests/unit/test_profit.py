@@ -35,11 +35,14 @@ def test_the_rig_quote_sums_its_cards_and_names_what_is_missing():
     unknown = profit.quote({"rtx3090": 1, "a4000": 1}, ECONOMICS)
     assert unknown.lease_per_hour is None and unknown.floor_per_hour is None
     assert unknown.missing == "mining_revenue_per_gpu_day for a4000"
-    assert "no Akash model labels" in profit.quote({}, ECONOMICS).missing
+    assert "no m2p.io/gpu.model labels" in profit.quote({}, ECONOMICS).missing
 
 
-def test_cards_come_from_the_rigs_akash_model_labels_only():
-    labels = {"akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2",
+def test_cards_come_from_m2ps_own_model_labels_only():
+    labels = {"m2p.io/gpu.model.rtx3090": "2", "m2p.io/gpu.model.cmp90hx": "1", "m2p.io/gpu.model.x": "two",
+              "m2p.io/gpu-models": "2",
+              # the marketplace's labels say the same, and are not read (they are the marketplace's business)
+              "akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090": "2",
               "akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090.ram.24Gi": "2",
               "akash.network/capabilities.gpu.vendor.nvidia.model.rtx3090.interface.pcie": "2",
               "akash.network/capabilities.gpu.vendor.nvidia.model.cmp90hx": "1",

@@ -1,33 +1,26 @@
-"""Kubernetes node labels for one rig's GPUs.  Pure.
+"""Akash's node labels for one rig's GPUs.  Pure.
 
-- Akash's set, with GPU **counts** as values (akash-network/provider
-  operator/inventory/node-discovery.go generateLabels):
-  ``akash.network/capabilities.gpu.vendor.nvidia.model.<model>[.ram.<size>|.interface.<iface>]``
-- ``nvidia.com/gpu.present=true`` (the device plugin's default affinity wants it).
-- GPU-feature-discovery-style ``nvidia.com/gpu.*`` and ``nvidia.com/cuda.*`` labels.
-- m2p's own under ``m2p.io/`` (the Akash operator owns and rewrites ``akash.network*``).
+Akash's set, with GPU **counts** as values (akash-network/provider
+operator/inventory/node-discovery.go generateLabels):
+``akash.network/capabilities.gpu.vendor.nvidia.model.<model>[.ram.<size>|.interface.<iface>]``.
+m2p's own labels (``m2p.io/``, ``nvidia.com/``) are market/labels.py's (the Akash operator owns and
+rewrites ``akash.network*``).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.market.akash.database import Card, card_for
+from miner2provider.market.labels import M2P, own_labels
 
 AKASH = "akash.network/capabilities.gpu.vendor"
-M2P = "m2p.io"
-_LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def label_value(text: str) -> str:
-    """A valid label value: [A-Za-z0-9._-], alphanumeric at both ends, at most 63 characters."""
-    return _LABEL_VALUE.sub("-", text).strip("-._")[:63].rstrip("-._")
-
-
-def node_labels(gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def akash_labels(gpus: Gpus) -> dict[str, str]:
+    """Akash's GPU capability labels, with GPU counts as values."""
     if gpus.state != "ok" or not gpus.gpus:
         return {}
     cards = [card_for(g) for g in gpus.gpus]
@@ -41,35 +34,12 @@ def node_labels(gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> d
         labels[f"{AKASH}.{vendor}.model.{slug}.ram.{ram}"] = str(n)
     for (vendor, slug, iface), n in sorted(per_iface.items()):
         labels[f"{AKASH}.{vendor}.model.{slug}.interface.{iface}"] = str(n)
-    labels["nvidia.com/gpu.present"] = "true"
-    first = gpus.gpus[0]
-    labels["nvidia.com/gpu.count"] = str(len(gpus.gpus))
-    labels["nvidia.com/gpu.product"] = label_value(first.name)
-    labels["nvidia.com/gpu.memory"] = str(first.memory_mib)
-    known = cards[0]
-    if known.known:
-        labels["nvidia.com/gpu.family"] = known.architecture
-        major, _, minor = known.compute_capability.partition(".")
-        labels["nvidia.com/gpu.compute.major"], labels["nvidia.com/gpu.compute.minor"] = major, minor
-    labels.update(_version_labels("nvidia.com/cuda.driver-version", first.driver_version, with_revision=True))
-    labels.update(_version_labels("nvidia.com/cuda.runtime-version", cuda, with_revision=False))
-    labels[f"{M2P}/gpu-models"] = str(len(per_model))
-    labels[f"{M2P}/gpu-db"] = "known" if all(c.known for c in cards) else "unknown-card"
-    for key, value in (extra or {}).items():
-        labels[f"{M2P}/{key}"] = label_value(value)
     return labels
 
 
-def _version_labels(prefix: str, version: str, with_revision: bool) -> dict[str, str]:
-    parts = version.split(".") if version else []
-    if not parts or not all(p.isdigit() for p in parts):
-        return {}
-    out = {f"{prefix}.major": parts[0], f"{prefix}.full": version}
-    if len(parts) > 1:
-        out[f"{prefix}.minor"] = parts[1]
-    if with_revision and len(parts) > 2:
-        out[f"{prefix}.revision"] = parts[2]
-    return out
+def node_labels(gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Akash's labels, then m2p's own (market/labels.py): what a node of an Akash farm carries."""
+    return {**akash_labels(gpus), **own_labels(gpus, cuda, extra)}
 
 
 def cards_of(gpus: Gpus) -> list[Card]:

@@ -16,6 +16,8 @@ EXPECTED = {
     "nvidia.com/gpu.count": "2",
     "nvidia.com/device-plugin.config": "ts2",
     "m2p.io/nvidia-device-plugin": "true",
+    "m2p.io/gpu.model.rtx3090": "1",
+    "m2p.io/gpu.model.rtx3080": "1",
     "m2p.io/gpu-models": "2",
     "m2p.io/gpu-db": "known",
     "m2p.io/schedule": "night-lease",

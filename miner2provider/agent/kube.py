@@ -19,6 +19,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,18 +96,22 @@ def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and p.get("metadata", {}).get("namespace") != M2P_NAMESPACE]
 
 
-# Namespaces of the cluster's own workloads (k3s, m2p, Akash's provider services): not leases.
-SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", M2P_NAMESPACE, "akash-services"}
+# Namespaces of the cluster's own workloads (k3s, m2p): not leases.  The marketplace's own services'
+# namespaces come in the agent's configuration (system_namespaces, from market/: the agent knows no
+# marketplace by name).
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", M2P_NAMESPACE})
 
 
-def tenant_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tenant_pods(pods: list[dict[str, Any]], marketplace_namespaces: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Pods on this node that restarting k3s would kill under a tenant: every unfinished pod
-    outside the system namespaces that no DaemonSet runs (a DaemonSet's pod is on every node;
-    GPUs or not: a CPU-only lease is a lease too)."""
+    outside the system namespaces (the cluster's, and the marketplace's own services') that no
+    DaemonSet runs (a DaemonSet's pod is on every node; GPUs or not: a CPU-only lease is a lease too)."""
+    system_namespaces = SYSTEM_NAMESPACES | set(marketplace_namespaces)
+
     def system(pod: dict[str, Any]) -> bool:
         meta = pod.get("metadata", {})
         owners = meta.get("ownerReferences") or []
-        return meta.get("namespace") in SYSTEM_NAMESPACES or any(o.get("kind") == "DaemonSet" for o in owners)
+        return meta.get("namespace") in system_namespaces or any(o.get("kind") == "DaemonSet" for o in owners)
     return [p for p in pods if not system(p) and p.get("status", {}).get("phase") not in FINISHED]
 
 

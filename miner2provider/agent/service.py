@@ -63,6 +63,8 @@ class Config:
     trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
+    # The marketplace's own services' namespaces (market/: Akash's akash-services): their pods are not leases.
+    system_namespaces: tuple[str, ...] = ()
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 
     @classmethod
@@ -73,6 +75,7 @@ class Config:
         raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
+        raw["system_namespaces"] = tuple(str(n) for n in raw.get("system_namespaces", ()))
         return cls(miner=miner, **raw)
 
 
@@ -224,8 +227,8 @@ class Agent:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
             self._node_labels = dict(node.get("metadata", {}).get("labels") or {})
-            self._leases = sorted((kube.lease_summary(p) for p in kube.tenant_pods(pods)),
-                                  key=lambda lease: lease["pod"])
+            tenants = kube.tenant_pods(pods, self.config.system_namespaces)
+            self._leases = sorted((kube.lease_summary(p) for p in tenants), key=lambda lease: lease["pod"])
         except kube.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()

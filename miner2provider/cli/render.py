@@ -17,8 +17,9 @@ from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.report import RigReport
 from miner2provider.fleet.pipeline import RigOutcome
-from miner2provider.market.akash.pricing import Floor, akash_mappings
+from miner2provider.market import marketplace
 from miner2provider.market.akash.provider import FleetAttributes
+from miner2provider.market.pricing import Floor
 from miner2provider.timeshare.economics import Economics
 from miner2provider.timeshare.model import Schedule
 
@@ -210,7 +211,7 @@ def schedule_summary(sched: Schedule) -> str:
 
 def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
     if shape == "akash":
-        echo(akash_mappings(floors))
+        echo(marketplace().price_mappings(floors))
         return
     rows = [{"model": f.model, "memory": f.memory, "gpus": f.gpus, "mining_per_day": f.mining_per_day,
              "power_watts": f.power_watts, "net_per_hour": _rounded(f.net_per_hour, 4),
@@ -219,7 +220,7 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
     if shape == "json":
         echo_json({"currency": economics.currency, "margin": economics.margin,
                    "power_price_per_kwh": economics.power_price_per_kwh, "models": rows,
-                   "price_target_gpu_mappings": akash_mappings(floors)})
+                   "price_target_gpu_mappings": marketplace().price_mappings(floors)})
         return
     echo(f"lease price floors per GPU ({economics.currency}; margin {economics.margin:.0%}, power "
          f"{economics.power_price_per_kwh if economics.power_price_per_kwh is not None else '?'} per kWh; "
@@ -232,7 +233,7 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
         echo(f"{r['model']:<14} {r['memory']:<6} {r['gpus']:>5} {cell(r['mining_per_day'], 11)} "
              f"{cell(r['power_watts'], 6)} {cell(r['net_per_hour'], 8)} {cell(r['floor_per_hour'], 8)} "
              f"{cell(r['floor_per_month'], 12)}")
-    echo(f"price_target_gpu_mappings: {akash_mappings(floors) or '(no model has a mining figure)'}")
+    echo(f"price_target_gpu_mappings: {marketplace().price_mappings(floors) or '(no model has a mining figure)'}")
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -17,7 +17,7 @@ from miner2provider.detect.report import report_json, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet.pipeline import fleet_role_vars
-from miner2provider.market.akash import pricing
+from miner2provider.market import pricing
 from miner2provider.market.akash.gpus_json import gpus_json
 from miner2provider.market.akash.labels import amd_combos, cards_of
 from miner2provider.market.akash.provider import RigGpus, fleet_attributes

@@ -18,6 +18,7 @@ from typing import Any
 
 from miner2provider.core.inventory import python_of
 from miner2provider.core.settings import FEEDS
+from miner2provider.market import marketplace
 
 API_PORT = 6443  # k3s's supervisor and Kubernetes API
 
@@ -121,6 +122,9 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_server_host": server.name if server else "",
         "timeshare_agent_server_manifests_dir": f"{data_dir(server, default)}/server/manifests" if server else "",
         "timeshare_agent_api_server": api,
+        # m2p_marketplace false: the rig serves its owner's workloads only, and no marketplace runs there.
+        "timeshare_agent_system_namespaces":
+            list(marketplace().system_namespaces) if rig.settings.get("m2p_marketplace", True) else [],
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
     }

@@ -48,7 +48,7 @@ class LoggedClocks(rig.Clocks):
 
 
 def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "",
-               hashrate_file: str = "", trex_api: str = "") -> Agent:
+               hashrate_file: str = "", trex_api: str = "", system_namespaces: tuple[str, ...] = ()) -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
@@ -60,7 +60,7 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
-                    hashrate_file=hashrate_file, trex_api=trex_api)
+                    hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces)
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock)
 
@@ -392,6 +392,21 @@ def test_agent_zipapp_is_self_contained_and_byte_identical_on_every_build():
     assert {"__main__.py", "miner2provider/agent/service.py", "miner2provider/timeshare/model.py",
             "yaml/__init__.py", "pynvml.py"} <= set(names)
     assert not [n for n in names if n.endswith(".so")]  # pure Python: any rig's python3
+
+
+def test_the_marketplaces_own_services_are_not_leases_when_the_config_names_their_namespace(api, tmp_path):
+    """The agent knows no marketplace by name: its configuration (role_vars, from market/) names the
+    marketplace's own namespaces; without it, a pod there counts as a lease (fail safe)."""
+    api.add_pod("akash-provider-0", NODE, 0, namespace="akash-services")
+    api.add_pod("job", NODE, 1, namespace="tenant-ns")
+
+    def leases(namespaces: tuple[str, ...]) -> list[str]:
+        agent = make_agent(api, tmp_path, LEASE_FIRST, system_namespaces=namespaces)
+        agent.tick()
+        return [lease["pod"] for lease in json.loads((tmp_path / "state" / "status.json").read_text())["leases"]]
+
+    assert leases(("akash-services",)) == ["tenant-ns/job"]
+    assert leases(()) == ["akash-services/akash-provider-0", "tenant-ns/job"]
 
 
 def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path):

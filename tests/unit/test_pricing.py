@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miner2provider.market.akash import pricing
+from miner2provider.market import pricing
+from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.timeshare import economics
 
 ECON = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, rtx3090: 0.95}\n"
@@ -20,13 +21,13 @@ def test_the_floor_pays_the_power_and_beats_mining_by_the_margin():
     assert floor.gpus == 2 and floor.net_per_hour == pytest.approx(0.95 / 24 - power)
     assert floor.floor_per_hour == pytest.approx(power + 1.15 * (0.95 / 24 - power))
     assert floor.floor_per_month == pytest.approx(floor.floor_per_hour * 730)
-    assert pricing.akash_mappings([floor]) == f"rtx3090.24Gi={floor.floor_per_hour * 730:.2f}"
+    assert akash_mappings([floor]) == f"rtx3090.24Gi={floor.floor_per_hour * 730:.2f}"
 
 
 def test_a_model_without_a_revenue_figure_has_no_floor_and_no_mapping():
     bare = economics.parse("gpu_power_watts: {default: 200}\npower_price_per_kwh: 0.1\n")
     (floor,) = pricing.floors([("cmp90hx", "10Gi")], bare)
-    assert floor.floor_per_hour is None and pricing.akash_mappings([floor]) == ""
+    assert floor.floor_per_hour is None and akash_mappings([floor]) == ""
 
 
 def test_mining_at_a_loss_still_asks_the_power_back():

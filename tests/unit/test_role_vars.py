@@ -85,3 +85,12 @@ def test_every_derived_variable_is_a_role_variable():
     options = collection.role_options()
     for name, values in role_vars(rigs, K3S_DIR).items():
         assert set(values) <= set(options), (name, set(values) - set(options))
+
+
+def test_the_agent_learns_the_marketplaces_own_namespaces_from_the_marketplace():
+    """The agent names no marketplace: role_vars hands it the marketplace's namespaces (market/)."""
+    from miner2provider.market import marketplace
+
+    out = role_vars([rig("r"), rig("own", m2p_marketplace=False)], K3S_DIR)
+    assert out["r"]["timeshare_agent_system_namespaces"] == list(marketplace().system_namespaces) == ["akash-services"]
+    assert out["own"]["timeshare_agent_system_namespaces"] == []

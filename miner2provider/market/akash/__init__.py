@@ -1,2 +1,30 @@
 """Akash: the GPU card database in Akash's model names, node labels, provider attributes,
-gpus.json, and price mappings for Akash's bid script."""
+gpus.json, and price mappings for Akash's bid script; ``AKASH`` is its implementation of the
+marketplace seam (market/base.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from miner2provider.detect.facts.gpu import Gpus
+from miner2provider.market.akash.labels import node_labels
+from miner2provider.market.akash.prices import akash_mappings
+from miner2provider.market.pricing import Floor
+
+
+@dataclass(frozen=True)
+class Akash:
+    name: str = "akash"
+    label: str = "Akash"
+    # The provider's own services (helm-charts: provider, operators, gateway) run in akash-services.
+    system_namespaces: tuple[str, ...] = ("akash-services",)
+
+    def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return node_labels(gpus, cuda, extra)
+
+    def price_mappings(self, floors: Sequence[Floor]) -> str:
+        return akash_mappings(floors)
+
+
+AKASH = Akash()

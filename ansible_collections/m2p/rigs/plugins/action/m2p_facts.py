@@ -23,7 +23,8 @@ from miner2provider.core.inventory import python_of
 from miner2provider.detect.facts import probe
 from miner2provider.detect.facts.fingerprint import gpu_signature
 from miner2provider.detect.readiness import HARDWARE_CODES, Thresholds, assess
-from miner2provider.market.akash.labels import cards_of, node_labels
+from miner2provider.market import marketplace
+from miner2provider.market.akash.labels import cards_of
 
 
 def plain(value: Any) -> Any:
@@ -73,6 +74,6 @@ class ActionModule(ActionBase):
                                  supported=refusal is None and mos.kind != "unknown")
         data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
         data["gpu_signature"] = gpu_signature(facts.gpus)
-        data["gpu_labels"] = node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)
+        data["gpu_labels"] = marketplace().node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)
         result.update(changed=False, ansible_facts={"m2p": data})
         return result

@@ -15,9 +15,8 @@ the file's per-GPU figures; the output says which.  A model without a revenue fi
 "unknown", never a guess.  Measured figures are paired with cards only on rigs of one model with as
 many hashrates as cards (the miner's GPU order is not proven to be nvidia-smi's).
 
-The Akash provider chart's ``price_target_gpu_mappings`` takes USD per GPU-month (keys ``<model>``,
-``<model>.<vram>``, ``<model>.<vram>.<interface>``; an unlisted model gets the highest price in the
-map: helm-charts provider chart, price_script_generic.sh); a month here is 730 hours (365 x 24 / 12).
+Marketplaces take these floors in their own form (market/akash/prices.py); a month here is 730 hours
+(365 x 24 / 12).
 """
 
 from __future__ import annotations
@@ -101,8 +100,3 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics,
 def _mean(values: Iterable[float]) -> float:
     listed = list(values)
     return sum(listed) / len(listed)
-
-
-def akash_mappings(listed: list[Floor]) -> str:
-    """``price_target_gpu_mappings``: ``model.vram=USD per GPU-month`` for every model with a floor."""
-    return ",".join(f"{f.key}={f.floor_per_month:.2f}" for f in listed if f.floor_per_month is not None)

@@ -15,7 +15,7 @@ T-Rex's own HTTP API, on any mining OS (``m2p_trex_api_port``): T-Rex serves ``/
 T-Rex integration reads ``.algorithm`` and ``.gpus[].hashrate`` (H/s) from it [V: hive/miners/t-rex/
 h-stats.sh]; ``.gpus[].power`` (W) is read when present [unverified against a running T-Rex].
 
-Other mining OSes without T-Rex: no verified stats source yet (README's mining-OS table); their rigs
+Other mining OSes without T-Rex: no verified stats source yet (docs/mining-os.md); their rigs
 use the economics file's per-GPU figures.
 """
 

@@ -59,7 +59,7 @@ def read_token(path: str) -> str:
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
               help="The history database (default ~/.local/share/m2p/history.sqlite3).")
 @click.option("--economics", "economics_path", type=click.Path(dir_okay=False), default=None,
-              help="Prices and mining revenue for the earnings estimates (README: economics file).")
+              help="Prices and mining revenue for the earnings estimates (docs: the economics file).")
 @click.option("--interval", default="5m", show_default=True, metavar="DURATION",
               help="How often the rigs are swept over SSH (90s, 5m, 1h); 0: once at start.")
 @click.option("--kube-api", "kube_api", default=None, metavar="URL",

@@ -122,7 +122,7 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
 @click.option("--region", help="Provider attribute location-region (default: the rigs' m2p_location_region).")
 @click.option("--gpus-json", "gpus_json_path", type=click.Path(dir_okay=False),
               help="Also write the farm's card list in Akash's gpus.json shape to this file (for the inventory "
-                   "operator's --provider-configs-url; README: the farm's own card list).")
+                   "operator's --provider-configs-url; docs: attributes).")
 @limit_option
 @vault_option
 @ssh_options
@@ -173,7 +173,7 @@ def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, li
 @click.option("--from", "report", type=click.Path(dir_okay=False),
               help="Use a saved `m2p detect --json` report instead of probing.")
 @click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
-              help="Mining revenue, power and margin per model (README: economics file).")
+              help="Mining revenue, power and margin per model (docs: the economics file).")
 @click.option("--format", "shape", type=click.Choice(["table", "akash", "json"]), default="table", show_default=True,
               help="akash: the provider chart's price_target_gpu_mappings value.")
 @limit_option

@@ -68,7 +68,7 @@ def schedule_show(file: str, days: int, start: str | None) -> None:
               help="The Kubernetes API the agents talk to (https://HOST:6443); default: each rig's k3s server "
                    "(m2p_agent_api_server, m2p_k3s_server_url).  [env M2P_AGENT_API_SERVER]")
 @click.option("--economics", "economics_file", type=click.Path(dir_okay=False),
-              help="Prices, mining revenue and power for policy profit (README: economics file); a rig's "
+              help="Prices, mining revenue and power for policy profit (docs: the economics file); a rig's "
                    "m2p_economics overrides it.  The agents re-read it when it changes: apply again to update.")
 @click.option("--check", is_flag=True, help="Show what would change on each rig, change nothing.  Exit 1: pending.")
 @yes_option

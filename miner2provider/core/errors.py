@@ -99,7 +99,7 @@ class ScheduleError(M2PError):
 
 
 def exit_codes() -> list[tuple[str, str]]:
-    """(code, meaning) for README's exit-code table, from the classes above (a test keeps them equal).
+    """(code, meaning) for docs/errors.md's exit-code table, from the classes above (a test keeps them equal).
     A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""
     rows = [("0", "success")]
     codes: dict[int, str] = {M2PError.exit_code: M2PError.meaning}

@@ -5,7 +5,7 @@ Each setting is declared once, here.  A setting that hands its value to role var
 role's ``meta/argument_specs.yml``, so a default lives in one place: the role.  A setting the
 controller reads itself (passwords from the environment, the schedule file, ...) is declared
 with its own.  ``role_vars.py`` turns settings into role variables; ``inventory.py`` checks an
-inventory against the contract; README's settings table is this contract (tested).
+inventory against the contract; the settings table (docs/commands/inventory-check.md) is this contract (tested).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def contract() -> dict[str, Setting]:
 
 
 def markdown_table(settings: Mapping[str, Setting]) -> str:
-    """README's settings table."""
+    """The settings table in docs/commands/inventory-check.md."""
     rows = ["| Setting | Type | Default | What it does |", "|---|---|---|---|"]
     for s in settings.values():
         default = "" if s.default in (None, "") else f"`{str(s.default).lower() if s.kind == 'bool' else s.default}`"

@@ -14,7 +14,7 @@ it, and revert would take its node away: those rigs are refused with one sentenc
 fleet run (pipeline.py) does the I/O.
 
 A rig without an agent (converted, never given a schedule) reports no leases: m2p has no eyes on
-its node and cannot guard it (README says so).
+its node and cannot guard it (docs/commands/convert.md says so).
 """
 
 from __future__ import annotations

@@ -101,9 +101,9 @@ def test_status_line_of_the_agent():
                                    "of 2 GPUs); miner kawpow 58 + 56.5 MH/s")
 
 
-def test_readme_exit_code_table_is_the_code_s():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("### Exit codes\n", 1)[1].split("\n\n", 1)[0]
+def test_docs_exit_code_table_is_the_code_s():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    table = page.split("## Exit codes\n", 1)[1].strip("\n").split("\n\n", 1)[0]
     rows = [line.split(" | ", 1) for line in table.splitlines() if line.startswith("| `")]
     assert [(code.strip("| `"), meaning.rstrip(" |")) for code, meaning in rows] == errors.exit_codes()
 

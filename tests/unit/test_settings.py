@@ -11,6 +11,8 @@ from miner2provider.core import collection, settings
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = [ROOT / "miner2provider", collection.root()]
 README = ROOT / "README.md"
+SETTINGS_PAGE = ROOT / "docs" / "commands" / "inventory-check.md"  # the settings table
+DOCS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Names with the m2p_ prefix that are not inventory settings: plugins, and the variables the
 # collection's playbooks read (the offline bundle's folder, rolling batches for own runs).
@@ -26,10 +28,10 @@ def product_files(*suffixes):
                 yield path
 
 
-def test_readme_shows_the_contract():
-    text = README.read_text()
+def test_the_docs_show_the_contract():
+    text = SETTINGS_PAGE.read_text()
     table = text.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
-    assert table == settings.markdown_table(settings.contract()), "README's settings table is stale: run scripts/settings-table"
+    assert table == settings.markdown_table(settings.contract()), "the settings table is stale: run scripts/settings-table"
 
 
 def test_a_fed_setting_takes_its_default_from_the_role():
@@ -45,7 +47,7 @@ def test_every_m2p_name_users_are_told_about_is_a_setting():
     """A message or README that names a setting must name one that works (issue: the driver advice
     once named a variable the mapping layer overrode)."""
     contract = settings.contract()
-    texts = {README: README.read_text(), **{p: p.read_text() for p in product_files(".py", ".yml", ".j2", ".md")}}
+    texts = {**{p: p.read_text() for p in DOCS}, **{p: p.read_text() for p in product_files(".py", ".yml", ".j2", ".md")}}
     for path, text in texts.items():
         for name in set(re.findall(r"\bm2p_[a-z0-9_]+", text)):
             assert name in contract or name in NOT_SETTINGS, f"{path}: {name} is no m2p setting"
@@ -87,7 +89,7 @@ def test_each_constant_is_written_once(what):
     assert len(places) == 1 and places[0].endswith("defaults/main.yml"), f"{what} {value!r} in {places}"
 
 
-def test_readme_quotes_the_pins_it_shows():
-    """README's sample output shows a k3s version: it is the pinned one."""
-    shown = set(re.findall(r"k3s (v\d+\.\d+\.\d+\+k3s\d+)", README.read_text()))
+def test_the_docs_quote_the_pins_they_show():
+    """The docs' sample output shows a k3s version: it is the pinned one."""
+    shown = set(re.findall(r"k3s (v\d+\.\d+\.\d+\+k3s\d+)", "".join(p.read_text() for p in DOCS)))
     assert shown == {pins()["k3s version"]}

@@ -1,7 +1,7 @@
 """Which mining OS a rig runs, its version, and whether its miner is running.
 
 A generic matcher over the mining-OS records (detect/os_records.py: one per OS, with its markers and
-version sources and where each was read; README's mining-OS table names each source and how sure it
+version sources and where each was read; docs/mining-os.md names each source and how sure it
 is).  Detection goes through the records from the most specific markers down, then /etc/os-release.
 """
 

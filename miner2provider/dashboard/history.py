@@ -53,6 +53,12 @@ MIGRATIONS = (
     ALTER TABLE ledger ADD COLUMN until REAL;
     UPDATE ledger SET until = (SELECT min(n.at) FROM ledger n WHERE n.rig = ledger.rig AND n.at > ledger.at);
     """,
+    # 5: stored reports carry their schema (detect/report.py, schema 1: the shape they already had, so
+    # marking them is the whole upgrade); a later shape is a later migration.
+    """
+    UPDATE snapshots SET report = json_set(report, '$.schema', 1) WHERE json_type(report, '$.schema') IS NULL;
+    UPDATE latest SET report = json_set(report, '$.schema', 1) WHERE json_type(report, '$.schema') IS NULL;
+    """,
 )
 SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
 

@@ -13,7 +13,6 @@ says so; the agent's profit quote (policy profit: lease floor, offered or not) i
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,8 +21,7 @@ from typing import Any
 
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.dashboard.history import Window
-from miner2provider.detect.facts.base import Output
-from miner2provider.detect.facts.node import AgentStatusFact
+from miner2provider.detect.facts.node import agent_status_from
 from miner2provider.market.akash.database import load as card_database
 from miner2provider.market.akash.database import slug_from_name
 from miner2provider.timeshare.economics import Economics
@@ -146,9 +144,9 @@ def _money(value: float | None) -> float | None:
 
 def economy(agent: dict[str, Any], from_api: bool, economics: Economics) -> dict[str, Any]:
     """The agent's measured miner and profit quote.  The sweep's status row carries them checked
-    (facts/cluster.py); the API's annotation is the agent's raw status, checked here by the same parser."""
+    (detect/facts/node.py); the API's annotation is the agent's raw status, checked here by the same parser."""
     if from_api:
-        parsed = AgentStatusFact.parse(Output(json.dumps(agent), 0))
+        parsed = agent_status_from(agent)
         fields: dict[str, Any] = {"lease_pays": parsed.lease_pays, "floor_per_hour": parsed.floor_per_hour,
                                   "quote_source": parsed.quote_source,
                                   "measured": None if parsed.measured is None else {

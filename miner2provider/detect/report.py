@@ -1,8 +1,14 @@
-"""The rig report: what detect found on one rig, and the JSON-ready dicts ``m2p detect --json`` and
-``m2p status --json`` print and the history keeps (no I/O, nothing printed)."""
+"""The rig report: what detect found on one rig, and its one JSON schema (``schema: 1``): what ``m2p detect
+--json`` and ``m2p status --json`` print, what the history keeps, and what ``report_from_json`` reads back
+into the same typed RigReport (no I/O, nothing printed).  A change of shape is a new schema number and a
+history migration (dashboard/history.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import types
+import typing
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,8 +32,15 @@ class RigReport:
         return self.failure is None
 
 
+REPORT_SCHEMA = 1
+
+
+class SchemaError(ValueError):
+    """A stored or given report that is not of a schema this m2p reads."""
+
+
 def report_json(report: RigReport) -> dict[str, Any]:
-    data = asdict(report)
+    data = {"schema": REPORT_SCHEMA, **asdict(report)}
     data["status"] = "failed" if not report.ok else report.verdict.status if report.verdict else "unknown"
     if report.facts:
         data["facts"]["mining_os"]["label"] = report.facts.mining_os.label
@@ -40,8 +53,8 @@ def report_json(report: RigReport) -> dict[str, Any]:
 def status_row(report: RigReport) -> dict[str, Any]:
     """converged: the fingerprint convert left is there and nothing drifted since."""
     if not report.ok or report.facts is None:
-        return {"rig": report.name, "state": "failed", "k3s": "-", "node": "-", "gpus": report.error or "",
-                "detail": "", "agent": None}
+        return {"schema": REPORT_SCHEMA, "rig": report.name, "state": "failed", "k3s": "-", "node": "-",
+                "gpus": report.error or "", "detail": "", "agent": None}
     f = report.facts
     inst = f.installed
     drift = reasons_to_run(f.fingerprint, f.gpus, None)
@@ -56,5 +69,42 @@ def status_row(report: RigReport) -> dict[str, Any]:
         agent = {"service": inst.agent or "not installed", **asdict(f.agent_status),
                  "ledger": [asdict(entry) for entry in f.agent_ledger]}
         del agent["present"]
-    return {"rig": report.name, "state": state, "k3s": k3s, "node": f.hostname if inst.k3s_service else "-",
-            "gpus": gpus, "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}
+    return {"schema": REPORT_SCHEMA, "rig": report.name, "state": state, "k3s": k3s,
+            "node": f.hostname if inst.k3s_service else "-", "gpus": gpus,
+            "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}
+
+
+def report_from_json(data: Any) -> RigReport:
+    """The RigReport ``report_json`` wrote (fields it derived for readers, such as ``status``, are not read
+    back: the typed report derives them again)."""
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise SchemaError(f"a rig report of schema {REPORT_SCHEMA} expected, found {found!r}")
+    return typing.cast(RigReport, _typed(RigReport, data))
+
+
+@functools.cache
+def _fields(kind: type) -> tuple[tuple[str, Any], ...]:
+    """(name, type) of a dataclass's init fields (type hints resolved once: they cost ~1 ms a report)."""
+    hints = typing.get_type_hints(kind)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(kind) if f.init)
+
+
+def _typed(kind: Any, value: Any) -> Any:
+    """``value`` (plain JSON) as ``kind``: dataclasses field by field, tuples, optionals, plain values."""
+    origin = typing.get_origin(kind)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return kind(**{name: _typed(hint, value[name]) for name, hint in _fields(kind) if name in value})
+    if origin is tuple:
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_typed(args[0], v) for v in value)
+        return tuple(_typed(a, v) for a, v in zip(args, value, strict=True))
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(kind) if a is not type(None)]
+        return _typed(inner, value)
+    if kind is float and isinstance(value, int):
+        return float(value)
+    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime
 
@@ -100,4 +101,28 @@ def test_a_first_version_database_moves_forward_with_its_latest_reports(tmp_path
     db.close()
     with History(path) as h:
         assert h.version == len(MIGRATIONS)
-        assert h.latest_snapshots() == {"rig01": (T0 + 600, {"n": 2})} and h.nodes() == {}
+        assert h.latest_snapshots() == {"rig01": (T0 + 600, {"n": 2, "schema": 1})} and h.nodes() == {}
+
+
+def test_reports_stored_before_the_schema_read_back_typed_after_the_migration(tmp_path):
+    """A version-4 database (reports without ``schema``, as m2p wrote them before it): migration 5 marks
+    them schema 1, and report_from_json reads them into the same typed report."""
+    from test_readiness import facts  # tests/unit is on sys.path (no package)
+
+    from miner2provider.detect.report import RigReport, report_from_json, report_json, status_row
+
+    report = RigReport("rig01", "10.0.0.1", facts(), None)
+    old = {k: v for k, v in report_json(report).items() if k != "schema"}
+    old["status_row"] = {k: v for k, v in status_row(report).items() if k != "schema"}
+    path = tmp_path / "h.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("".join(MIGRATIONS[:4]) + "PRAGMA user_version = 4;")
+    db.execute("INSERT INTO rigs VALUES ('rig01', ?, ?)", (T0, T0))
+    db.execute("INSERT INTO snapshots VALUES ('rig01', ?, ?)", (T0, json.dumps(old)))
+    db.execute("INSERT INTO latest VALUES ('rig01', ?, ?)", (T0, json.dumps(old)))
+    db.commit()
+    db.close()
+    with History(path) as h:
+        stored = h.latest_snapshot("rig01")
+        assert stored is not None and stored["schema"] == 1
+        assert report_from_json(stored) == report

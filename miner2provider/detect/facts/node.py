@@ -104,22 +104,29 @@ class AgentStatusFact(Fact[AgentStatus]):
             return AgentStatus(False)
         try:
             raw = json.loads(out.text)
-            if not isinstance(raw, dict):
-                raise ValueError("not a JSON object")
         except (ValueError, RecursionError) as exc:
             reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
             return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: {reason}")
-        listed = raw.get("leases")
-        leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
-                       for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
-        found = raw.get("profit")
-        profit: dict[str, Any] = found if isinstance(found, dict) else {}
-        lease_pays = profit.get("lease_pays")
-        return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
-                           _field(raw, "next_change"), _field(raw, "schedule"),
-                           _field(raw, "last_error", 300), leases, raw.get("drain") is True,
-                           measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
-                           _number(profit.get("floor_per_hour")), _field(profit, "source"))
+        return agent_status_from(raw)
+
+
+def agent_status_from(raw: object) -> AgentStatus:
+    """The one reader of the agent's status, decoded: from the rig's status.json (above) and from the
+    ``m2p.io/status`` annotation the agent publishes on its node (the dashboard).  Every field is
+    checked: the rig, and whoever can annotate its node, may send anything."""
+    if not isinstance(raw, dict):
+        return AgentStatus(True, "unknown", last_error=f"{AGENT_STATUS} unreadable: not a JSON object")
+    listed = raw.get("leases")
+    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
+                   for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
+    found = raw.get("profit")
+    profit: dict[str, Any] = found if isinstance(found, dict) else {}
+    lease_pays = profit.get("lease_pays")
+    return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
+                       _field(raw, "next_change"), _field(raw, "schedule"),
+                       _field(raw, "last_error", 300), leases, raw.get("drain") is True,
+                       measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
+                       _number(profit.get("floor_per_hour")), _field(profit, "source"))
 
 
 def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:

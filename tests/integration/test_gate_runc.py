@@ -29,7 +29,7 @@ import yaml
 
 from m2p_sandbox import gpu_standin
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent import package
+from miner2provider.fleet import agent_zipapp as package
 
 pytestmark = pytest.mark.integration
 

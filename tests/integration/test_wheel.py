@@ -64,7 +64,7 @@ def test_installed_m2p_runs_without_the_checkout(installed):
     # From another folder, with no PYTHONPATH: only the installed files can answer.
     env = {"PYTHONPATH": "", "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
     assert "convert" in ok(sh(venv / "bin/m2p", "--help", cwd=tmp, env=env))
-    where = ok(sh(venv / "bin/python", "-c", "from miner2provider import collection; print(collection.root())",
+    where = ok(sh(venv / "bin/python", "-c", "from miner2provider.core import collection; print(collection.root())",
                   cwd=tmp, env=env)).strip()
     assert where.startswith(str(venv)), where
     demo = sh(venv / "bin/m2p", "demo", cwd=tmp, env=env)

@@ -63,7 +63,7 @@ class Config:
     trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
-    # The marketplace's own services' namespaces (market/: Akash's akash-services): their pods are not leases.
+    # The marketplace's own services' namespaces (from market/, by role_vars): their pods are not leases.
     system_namespaces: tuple[str, ...] = ()
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 

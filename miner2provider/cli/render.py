@@ -17,8 +17,8 @@ from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.report import RigReport
 from miner2provider.fleet.pipeline import RigOutcome
-from miner2provider.market import marketplace
-from miner2provider.market.akash.provider import FleetAttributes
+from miner2provider.market import MARKETPLACES, marketplace
+from miner2provider.market.base import FleetAttributes
 from miner2provider.market.pricing import Floor
 from miner2provider.timeshare.economics import Economics
 from miner2provider.timeshare.model import Schedule
@@ -115,17 +115,18 @@ def detect_summary(reports: list[RigReport]) -> None:
 # -- attributes --------------------------------------------------------------------------
 
 
-def attributes(fleet: FleetAttributes, failed: list[str], as_json: bool) -> None:
+def attributes(market: str, fleet: FleetAttributes, failed: list[str], as_json: bool) -> None:
+    """``market``: the marketplace's name as people read it (Akash)."""
     if as_json:
         echo_json({
             "rigs": {r.name: {"labels": r.labels, "warnings": list(r.warnings)} for r in fleet.rigs},
             "attributes": [{"key": k, "value": v} for k, v in fleet.attributes],
-            "warnings": list(fleet.warnings), "akash_gpus_json_additions": list(fleet.unknown_entries),
+            "warnings": list(fleet.warnings), "card_list_additions": list(fleet.unknown_entries),
             "failed": failed})
         return
     echo("# Node labels per rig (m2p's gpu_attributes role applies them)")
     echo(yaml.safe_dump({"rigs": {r.name: r.labels for r in fleet.rigs}}, sort_keys=False).rstrip())
-    echo("# Akash provider attributes for this fleet (paste into your provider config)")
+    echo(f"# {market} provider attributes for this fleet (paste into your provider config)")
     echo(yaml.safe_dump({"attributes": [{"key": k, "value": v} for k, v in fleet.attributes]},
                         sort_keys=False).rstrip())
     for r in fleet.rigs:
@@ -134,7 +135,8 @@ def attributes(fleet: FleetAttributes, failed: list[str], as_json: bool) -> None
     for w in fleet.warnings:
         echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
     if fleet.unknown_entries:
-        echo("# Entries missing from Akash's devices/pcie/gpus.json (under \"10de\" -> \"devices\"):", err=True)
+        echo(f"# Entries missing from {market}'s card list (Akash: devices/pcie/gpus.json, under \"10de\" -> "
+             "\"devices\"):", err=True)
         for entry in fleet.unknown_entries:
             echo(f"#   {entry}", err=True)
 
@@ -210,8 +212,8 @@ def schedule_summary(sched: Schedule) -> str:
 
 
 def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
-    if shape == "akash":
-        echo(marketplace().price_mappings(floors))
+    if shape in MARKETPLACES:
+        echo(marketplace(shape).price_mappings(floors))
         return
     rows = [{"model": f.model, "memory": f.memory, "gpus": f.gpus, "mining_per_day": f.mining_per_day,
              "power_watts": f.power_watts, "net_per_hour": _rounded(f.net_per_hour, 4),

@@ -17,11 +17,10 @@ from miner2provider.detect.report import report_json, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet.pipeline import fleet_role_vars
-from miner2provider.market import pricing
-from miner2provider.market.akash.gpus_json import gpus_json
-from miner2provider.market.akash.labels import amd_combos, cards_of
-from miner2provider.market.akash.provider import RigGpus, fleet_attributes
-from miner2provider.market.akash.saved_report import load_report
+from miner2provider.market import MARKETPLACES, marketplace, pricing
+from miner2provider.market.base import RigGpus
+from miner2provider.market.cards import amd_combos, cards_of
+from miner2provider.market.saved_report import load_report
 from miner2provider.timeshare import economics
 
 from . import render
@@ -134,15 +133,16 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
         raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
                          "(such as us-west)")
     rigs, failed = _fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
-    render.attributes(fleet_attributes(rigs, region), failed, as_json)
+    market = marketplace()
+    render.attributes(market.label, market.fleet_attributes(rigs, region), failed, as_json)
     if gpus_json_path:
-        card_list, lacking = gpus_json(rigs)
+        card_list, lacking = market.card_list(rigs)
         try:
             Path(gpus_json_path).write_text(json.dumps(card_list, indent=2) + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write {textfiles.shown(gpus_json_path)}: {exc.strerror}") from None
         count = sum(len(v["devices"]) for v in card_list.values())
-        render.echo(f"wrote {gpus_json_path}: {count} cards, {len(lacking)} of them not in Akash's list "
+        render.echo(f"wrote {gpus_json_path}: {count} cards, {len(lacking)} of them not in {market.label}'s list "
                     f"({', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''})", err=True)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))
@@ -174,8 +174,9 @@ def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, li
               help="Use a saved `m2p detect --json` report instead of probing.")
 @click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
               help="Mining revenue, power and margin per model (docs: the economics file).")
-@click.option("--format", "shape", type=click.Choice(["table", "akash", "json"]), default="table", show_default=True,
-              help="akash: the provider chart's price_target_gpu_mappings value.")
+@click.option("--format", "shape", type=click.Choice(["table", *MARKETPLACES, "json"]), default="table",
+              show_default=True, help="A marketplace's name: its price mapping (Akash: the provider chart's "
+                                      "price_target_gpu_mappings value).")
 @limit_option
 @vault_option
 @ssh_options

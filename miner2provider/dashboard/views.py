@@ -22,8 +22,8 @@ from typing import Any
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.facts.node import agent_status_from
-from miner2provider.market.akash.database import load as card_database
-from miner2provider.market.akash.database import slug_from_name
+from miner2provider.market.cards import load as card_database
+from miner2provider.market.cards import slug_from_name
 from miner2provider.timeshare.economics import Economics
 
 MINING_MODES = ("mining", "idle-mining")

@@ -1,20 +1,52 @@
 """The marketplace seam: what m2p needs of a GPU marketplace, whichever it is.
 
 A marketplace labels a node its own way (``node_labels``: its labels and m2p's own, market/labels.py),
-takes lease prices in its own format (``price_mappings``), and runs its own services on the cluster
-(``system_namespaces``: never leases).  Akash's provider attributes, gpus.json and (next) its provider
-install are Akash's own commands for now (market/akash/).
+describes a fleet to buyers (``fleet_attributes``), keeps its own card list (``card_list``), takes lease
+prices in its own format (``price_mappings``), and runs its own services on the cluster
+(``system_namespaces``: never leases).  The types here are the seam's: what m2p knows of a rig, and
+what a marketplace says back.
 m2p's ``m2p.io/`` labels are the internal truth; nothing outside market/ reads a marketplace's labels.
-Implementations register in market/__init__.py; Akash is the first (market/akash/).
+Implementations register in market/__init__.py (Akash is the first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
+from miner2provider.detect.facts.node import Measured
 from miner2provider.market.pricing import Floor
+
+
+@dataclass(frozen=True)
+class RigGpus:
+    """What a marketplace needs to know of one rig."""
+
+    name: str
+    gpus: Gpus
+    cuda: str
+    region: str | None = None
+    labels_extra: dict[str, str] = field(default_factory=dict)
+    amd: tuple[AmdGpu, ...] = ()  # read from sysfs; listed, never converted yet
+    measured: Measured | None = None  # the agent's average of the miner's own stats (HiveOS rigs)
+
+
+@dataclass(frozen=True)
+class RigAttributes:
+    name: str
+    labels: dict[str, str]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FleetAttributes:
+    rigs: tuple[RigAttributes, ...]
+    attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
+    warnings: tuple[str, ...]
+    unknown_entries: tuple[str, ...]  # the fleet's cards the marketplace's own list lacks, ready to add
 
 
 class Marketplace(Protocol):
@@ -35,6 +67,14 @@ class Marketplace(Protocol):
 
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Every label a node of this marketplace carries: its own, then m2p's."""
+        ...
+
+    def fleet_attributes(self, rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
+        """Each rig's labels and warnings, and what the provider tells buyers about the whole fleet."""
+        ...
+
+    def card_list(self, rigs: Iterable[RigGpus]) -> tuple[dict[str, Any], list[str]]:
+        """The farm's own card list in the marketplace's format, and the cards its own list lacks."""
         ...
 
     def price_mappings(self, floors: Sequence[Floor]) -> str:

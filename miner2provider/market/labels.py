@@ -6,7 +6,7 @@
 - GPU-feature-discovery-style ``nvidia.com/gpu.*`` and ``nvidia.com/cuda.*`` labels.
 - ``m2p.io/gpu-models``, ``m2p.io/gpu-db`` and the inventory's extra labels.
 
-Model names and the card database are the first marketplace's (market/akash/database.py).
+Model names and the card database are the first marketplace's (market/cards.py, market/gpus.yml).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from collections import Counter
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash.database import card_for
+from miner2provider.market.cards import card_for
 
 M2P = "m2p.io"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -15,7 +15,7 @@ the file's per-GPU figures; the output says which.  A model without a revenue fi
 "unknown", never a guess.  Measured figures are paired with cards only on rigs of one model with as
 many hashrates as cards (the miner's GPU order is not proven to be nvidia-smi's).
 
-Marketplaces take these floors in their own form (market/akash/prices.py); a month here is 730 hours
+Marketplaces take these floors in their own form (Marketplace.price_mappings); a month here is 730 hours
 (365 x 24 / 12).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from miner2provider.detect.facts.node import Measured
-from miner2provider.market.akash.database import Card
+from miner2provider.market.cards import Card
 from miner2provider.timeshare.economics import Economics
 
 HOURS_PER_MONTH = 730.0

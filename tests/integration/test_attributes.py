@@ -35,7 +35,7 @@ def test_attributes_follow_the_cards_on_the_rigs(boot_rigs, tmp_path):
     assert labels[MODEL + "rtx3080"] == "2" and labels[MODEL + "rtx3080.ram.10Gi"] == "2"
     assert {"key": "location-region", "value": "eu-central"} in first["attributes"]
     # 10de:2206 is the original RTX 3080, which Akash's list lacks: flagged with the entry to add.
-    assert first["akash_gpus_json_additions"] == [
+    assert first["card_list_additions"] == [
         '"2206": {"name": "rtx3080", "interface": "PCIe", "memory_size": "10Gi"}']
 
     # The owner swaps one card for an RTX 4090: the next run sees two models.

@@ -102,3 +102,13 @@ def test_every_agent_module_is_packed(module: str) -> None:
     assert module in agent_zipapp.rig_modules()
     assert {p.stem for p in (PACKAGE / "agent").glob("*.py")} - {"__init__", "__main__"} <= {
         m.rpartition(".")[2] for m in agent_zipapp.rig_modules()}
+
+
+def test_only_the_marketplace_seam_names_akash():
+    """Akash lives behind the seam (market/base.py): its package, and the registry that names it."""
+    allowed = {PACKAGE / "market" / "__init__.py"}
+    named = [f"{p.relative_to(PACKAGE.parent)}:{n}" for p in sorted(PACKAGE.rglob("*"))
+             if p.is_file() and p.suffix in {".py", ".yml", ".j2", ".json"} and p not in allowed
+             and "akash" not in p.relative_to(PACKAGE).parts
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "akash" in line]
+    assert named == []

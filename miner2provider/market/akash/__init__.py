@@ -4,12 +4,15 @@ marketplace seam (market/base.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
+from miner2provider.market.akash import gpus_json, provider
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
+from miner2provider.market.base import FleetAttributes, RigGpus
 from miner2provider.market.pricing import Floor
 
 
@@ -22,6 +25,12 @@ class Akash:
 
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         return node_labels(gpus, cuda, extra)
+
+    def fleet_attributes(self, rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
+        return provider.fleet_attributes(rigs, region)
+
+    def card_list(self, rigs: Iterable[RigGpus]) -> tuple[dict[str, Any], list[str]]:
+        return gpus_json.gpus_json(rigs)
 
     def price_mappings(self, floors: Sequence[Floor]) -> str:
         return akash_mappings(floors)

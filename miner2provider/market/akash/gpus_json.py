@@ -15,19 +15,24 @@ the mining cards Akash lacks), and every card the fleet reported that the databa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from miner2provider.detect.facts.amd import AMD_VENDOR, AmdGpu
-
-from .database import Card, card_for, load
-from .provider import RigGpus
+from miner2provider.market.base import RigGpus
+from miner2provider.market.cards import Card, card_for, load
 
 INTERFACES = {"pcie": "PCIe", "sxm": "SXM"}  # Akash writes these; m2p's database folds SXM2..SXM5 to sxm
 
 
 def entry(card: Card) -> dict[str, str]:
     return {"name": card.slug, "interface": INTERFACES.get(card.interface, "PCIe"), "memory_size": card.memory}
+
+
+def entry_line(card: Card) -> str:
+    """The entry to add under "10de" -> "devices" in Akash's devices/pcie/gpus.json."""
+    return f'"{card.pci_id.split(":")[1]}": {json.dumps(entry(card))}'
 
 
 def amd_entry(card: AmdGpu) -> dict[str, str] | None:
@@ -53,7 +58,7 @@ def gpus_json(rigs: Iterable[RigGpus]) -> tuple[dict[str, Any], list[str]]:
                 amd.setdefault(amd_card.device_id.lower(), listed)
     cards = load()
     lacking = sorted(f"10de:{device} {body['name']}" for device, body in nvidia.items()
-                     if not (f"10de:{device}" in cards and cards[f"10de:{device}"].in_akash))
+                     if not (f"10de:{device}" in cards and cards[f"10de:{device}"].listed))
     lacking += sorted(f"{AMD_VENDOR}:{device} {body['name']}" for device, body in amd.items())
     out: dict[str, Any] = {"10de": {"name": "nvidia", "devices": dict(sorted(nvidia.items()))}}
     if amd:

@@ -13,7 +13,7 @@ from collections import Counter
 
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash.database import Card, card_for
+from miner2provider.market.cards import amd_combos, card_for
 from miner2provider.market.labels import M2P, own_labels
 
 AKASH = "akash.network/capabilities.gpu.vendor"
@@ -40,16 +40,6 @@ def akash_labels(gpus: Gpus) -> dict[str, str]:
 def node_labels(gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Akash's labels, then m2p's own (market/labels.py): what a node of an Akash farm carries."""
     return {**akash_labels(gpus), **own_labels(gpus, cuda, extra)}
-
-
-def cards_of(gpus: Gpus) -> list[Card]:
-    return [card_for(g) for g in gpus.gpus] if gpus.state == "ok" else []
-
-
-def amd_combos(amd: tuple[AmdGpu, ...]) -> list[tuple[str, str, str]]:
-    """(slug, memory as Akash writes it, interface) per AMD card.  A card whose VRAM sysfs does not
-    report (no amdgpu driver) has no memory key."""
-    return [(c.slug, f"{c.vram_gib}Gi" if c.vram_bytes else "", "pcie") for c in amd]
 
 
 def amd_labels(amd: tuple[AmdGpu, ...]) -> dict[str, str]:

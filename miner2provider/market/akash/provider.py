@@ -8,41 +8,10 @@ CUDA version any rig's driver supports) and ``location-region`` (never the legac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from miner2provider.detect.facts.amd import AmdGpu
-from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.detect.facts.node import Measured
-from miner2provider.market.akash.database import Card
-from miner2provider.market.akash.labels import amd_combos, amd_labels, cards_of, node_labels
-
-
-@dataclass(frozen=True)
-class RigGpus:
-    """What attributes need to know of one rig."""
-
-    name: str
-    gpus: Gpus
-    cuda: str
-    region: str | None = None
-    labels_extra: dict[str, str] = field(default_factory=dict)
-    amd: tuple[AmdGpu, ...] = ()  # read from sysfs; listed, never converted yet
-    measured: Measured | None = None  # the agent's average of the miner's own stats (HiveOS rigs)
-
-
-@dataclass(frozen=True)
-class RigAttributes:
-    name: str
-    labels: dict[str, str]
-    warnings: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class FleetAttributes:
-    rigs: tuple[RigAttributes, ...]
-    attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
-    warnings: tuple[str, ...]
-    unknown_entries: tuple[str, ...]  # ready to paste into Akash's gpus.json
+from miner2provider.market.akash.gpus_json import entry_line
+from miner2provider.market.akash.labels import amd_labels, node_labels
+from miner2provider.market.base import FleetAttributes, RigAttributes, RigGpus
+from miner2provider.market.cards import Card, amd_combos, cards_of
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -67,10 +36,10 @@ def rig_attributes(rig: RigGpus) -> RigAttributes:
     for card in {c.pci_id: c for c in cards}.values():
         if not card.known:
             warnings.append(f"unknown card {card.pci_id} ({card.name}): labelled as {card.slug!r}, derived from "
-                            "its name; add it to m2p's database (attributes/gpus.yml)")
-        elif not card.in_akash:
+                            "its name; add it to m2p's database (market/gpus.yml)")
+        elif not card.listed:
             warnings.append(f"{card.pci_id} ({card.name}) is not in Akash's gpus.json: the Akash inventory operator "
-                            f"skips it until upstream adds {card.akash_entry()}")
+                            f"skips it until upstream adds {entry_line(card)}")
     labels = {**node_labels(rig.gpus, rig.cuda, rig.labels_extra), **amd_labels(rig.amd)}
     return RigAttributes(rig.name, labels, tuple(warnings))
 
@@ -109,5 +78,5 @@ def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAtt
                         "pass --region or split the fleet")
     if chosen:
         attrs.append(("location-region", chosen))
-    unknown = tuple(sorted({c.akash_entry() for c in all_cards.values() if not c.in_akash}))
+    unknown = tuple(sorted({entry_line(c) for c in all_cards.values() if not c.listed}))
     return FleetAttributes(per_rig, tuple(attrs), tuple(warnings), unknown)

@@ -14,7 +14,8 @@ import pytest
 
 from miner2provider.detect.facts.base import Output
 from miner2provider.detect.facts.gpu import GpusFact
-from miner2provider.market.akash.provider import RigGpus, fleet_attributes
+from miner2provider.market.akash.provider import fleet_attributes
+from miner2provider.market.base import RigGpus
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.json"))
 

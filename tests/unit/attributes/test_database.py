@@ -6,7 +6,8 @@ from pathlib import Path
 import yaml
 
 from miner2provider.detect.facts.gpu import Gpu
-from miner2provider.market.akash import database
+from miner2provider.market import cards as database
+from miner2provider.market.akash.gpus_json import entry_line
 
 HERE = Path(__file__).parent
 
@@ -21,7 +22,7 @@ def akash_entries():
 def test_schema_and_formats():
     raw = yaml.safe_load(database.DATABASE.read_text())
     devices = raw["vendors"]["10de"]["devices"]
-    fields = {"slug", "name", "memory", "interface", "architecture", "compute_capability", "akash", "source"}
+    fields = {"slug", "name", "memory", "interface", "architecture", "compute_capability", "listed", "source"}
     for device, entry in devices.items():
         assert re.fullmatch(r"[0-9a-f]{4}", device), device
         assert set(entry) == fields, device
@@ -44,9 +45,9 @@ def test_every_akash_entry_is_covered_with_its_slug_and_memory():
     assert len(entries) == 96
     for device, slug, iface, memory in entries:
         card = cards[f"10de:{device}"]
-        assert (card.slug, card.memory, card.in_akash) == (slug, memory, True), device
+        assert (card.slug, card.memory, card.listed) == (slug, memory, True), device
         assert card.interface == ("sxm" if iface.lower().startswith("sxm") else "pcie")
-    assert sum(c.in_akash for c in cards.values()) == 96
+    assert sum(c.listed for c in cards.values()) == 96
 
 
 def test_mining_cards_akash_lacks_are_present():
@@ -57,11 +58,11 @@ def test_mining_cards_akash_lacks_are_present():
               "1f0b": "cmp40hx", "2189": "cmp30hx"}
     for device, slug in wanted.items():
         card = cards[f"10de:{device}"]
-        assert card.slug == slug and not card.in_akash, device
+        assert card.slug == slug and not card.listed, device
 
 
 def test_unknown_card_gets_a_derived_flagged_slug_and_upstream_entry():
     gpu = Gpu(0, "NVIDIA GeForce RTX 5060 Ti", "GPU-x", "00000000:01:00.0", "10de", "2d04", "0x0", 16311, "575.57")
     card = database.card_for(gpu)
     assert (card.slug, card.memory, card.known) == ("rtx5060ti", "16Gi", False)
-    assert card.akash_entry() == '"2d04": {"name": "rtx5060ti", "interface": "PCIe", "memory_size": "16Gi"}'
+    assert entry_line(card) == '"2d04": {"name": "rtx5060ti", "interface": "PCIe", "memory_size": "16Gi"}'

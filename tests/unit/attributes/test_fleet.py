@@ -5,7 +5,8 @@ import json
 from miner2provider import cli
 from miner2provider.detect.facts.base import Output
 from miner2provider.detect.facts.gpu import GpusFact
-from miner2provider.market.akash.provider import RigGpus, fleet_attributes
+from miner2provider.market.akash.provider import fleet_attributes
+from miner2provider.market.base import RigGpus
 
 ROW_3090 = "0, NVIDIA GeForce RTX 3090, GPU-1, 00000000:01:00.0, 0x220410DE, 0x38801462, 24576, {drv}"
 ROW_NEW = "0, NVIDIA GeForce RTX 5060 Ti, GPU-2, 00000000:01:00.0, 0x2D0410DE, 0x00000000, 16311, 575.57.08"

@@ -10,7 +10,7 @@ from pathlib import Path
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpu, Gpus
 from miner2provider.market.akash.gpus_json import gpus_json
-from miner2provider.market.akash.provider import RigGpus
+from miner2provider.market.base import RigGpus
 
 HERE = Path(__file__).parent
 # Akash's shapes (provider-configs@2d04f4f devices/pcie/gpus.json; operator/inventory/registry.go)

@@ -24,7 +24,7 @@ from miner2provider.detect.facts import probe
 from miner2provider.detect.facts.fingerprint import gpu_signature
 from miner2provider.detect.readiness import HARDWARE_CODES, Thresholds, assess
 from miner2provider.market import marketplace
-from miner2provider.market.akash.labels import cards_of
+from miner2provider.market.cards import cards_of
 
 
 def plain(value: Any) -> Any:

@@ -1,23 +1,24 @@
-"""The GPU database (gpus.yml): PCI vendor:device id -> slug, name, memory, interface, ...
+"""m2p's GPU card database (gpus.yml): PCI vendor:device id -> model name, card name, memory, interface, ...
 
-A card that is not in it still gets a usable slug derived from its nvidia-smi name,
-flagged as unknown, with an entry ready to paste into Akash's gpus.json.
+Model names and memory sizes are written as the first marketplace (Akash) writes them, and ``listed``
+says whether its own card list has the id.  A card that is not in the database still gets a usable
+model name derived from its nvidia-smi name, flagged as unknown.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from miner2provider.detect.facts.gpu import Gpu
+from miner2provider.detect.facts.amd import AmdGpu
+from miner2provider.detect.facts.gpu import Gpu, Gpus
 
 DATABASE = Path(__file__).parent / "gpus.yml"
-SLUG = re.compile(r"^[a-z0-9]+$")  # Akash model names: lower-case letters and digits
+SLUG = re.compile(r"^[a-z0-9]+$")  # model names: lower-case letters and digits
 MEMORY = re.compile(r"^[0-9]+Gi$")
 VENDOR_NAMES = {"10de": "nvidia"}
 
@@ -31,19 +32,12 @@ class Card:
     interface: str  # pcie | sxm
     architecture: str
     compute_capability: str
-    in_akash: bool  # Akash's own gpus.json lists this id
+    listed: bool  # the marketplace's own card list (Akash's gpus.json) has this id
     known: bool = True  # False: derived from nvidia-smi, not in m2p's database
 
     @property
     def vendor(self) -> str:
         return VENDOR_NAMES.get(self.pci_id.split(":")[0], self.pci_id.split(":")[0])
-
-    def akash_entry(self) -> str:
-        """The entry to add under "10de" -> "devices" in Akash's devices/pcie/gpus.json."""
-        device = self.pci_id.split(":")[1]
-        body = {"name": self.slug, "interface": "PCIe" if self.interface == "pcie" else "SXM",
-                "memory_size": self.memory}
-        return f'"{device}": {json.dumps(body)}'
 
 
 @functools.cache
@@ -54,12 +48,12 @@ def load(path: Path = DATABASE) -> dict[str, Card]:
         for device, e in spec["devices"].items():
             pci_id = f"{vendor}:{device}"
             cards[pci_id] = Card(pci_id, e["slug"], e["name"], e["memory"], e["interface"], e["architecture"],
-                                 str(e["compute_capability"]), bool(e["akash"]))
+                                 str(e["compute_capability"]), bool(e["listed"]))
     return cards
 
 
 def slug_from_name(name: str) -> str:
-    """Akash-style model name from nvidia-smi's name: "NVIDIA GeForce RTX 3080 Ti" -> "rtx3080ti"."""
+    """A model name from nvidia-smi's name: "NVIDIA GeForce RTX 3080 Ti" -> "rtx3080ti"."""
     words = [w for w in re.split(r"[\s_-]+", name.lower()) if w not in {"nvidia", "geforce", "tesla", "quadro"}]
     words = ["s" if w == "super" else w for w in words]
     return re.sub(r"[^a-z0-9]", "", "".join(words)) or "unknown"
@@ -75,4 +69,14 @@ def card_for(gpu: Gpu) -> Card:
     if found:
         return found
     return Card(gpu.pci_id, slug_from_name(gpu.name), gpu.name, memory_from_mib(gpu.memory_mib), "pcie",
-                "unknown", "", in_akash=False, known=False)
+                "unknown", "", listed=False, known=False)
+
+
+def cards_of(gpus: Gpus) -> list[Card]:
+    return [card_for(g) for g in gpus.gpus] if gpus.state == "ok" else []
+
+
+def amd_combos(amd: tuple[AmdGpu, ...]) -> list[tuple[str, str, str]]:
+    """(slug, memory as the card database writes it, interface) per AMD card.  A card whose VRAM sysfs does not
+    report (no amdgpu driver) has no memory key."""
+    return [(c.slug, f"{c.vram_gib}Gi" if c.vram_bytes else "", "pcie") for c in amd]

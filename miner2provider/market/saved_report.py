@@ -17,7 +17,7 @@ from miner2provider.core.errors import UsageError
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpu, Gpus
 from miner2provider.detect.facts.node import measured_from
-from miner2provider.market.akash.provider import RigGpus
+from miner2provider.market.base import RigGpus
 
 
 def _text(pattern: str) -> Callable[[Any], bool]:

@@ -1,0 +1,131 @@
+"""The dashboard's JSON API under ``/api/``: one module-level endpoint each, whose docstring's first line
+is its entry in ``GET /api`` (the index is made from ROUTES).  The pages (pages.py) are views of it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import views
+from .actions import ACTIONS, Refused
+from .state import days_of, fleet_view, one, state_of
+
+
+async def api_rigs(request: Request) -> Response:
+    """the fleet: summary, and per rig mode, since, next change, GPUs, readiness, drift, agent error, hours
+    per mode and earnings over DAYS"""
+    return JSONResponse(fleet_view(request))
+
+
+async def api_rig(request: Request) -> Response:
+    """one rig's row"""
+    state, now = state_of(request), time.time()
+    rig = one(state, request.path_params["rig"], 1, now)
+    if rig is None:
+        return not_found(request.path_params["rig"])
+    return JSONResponse(views.fleet_row(rig, state.config.economics, now, days_of(request)))
+
+
+async def api_timeline(request: Request) -> Response:
+    """the rig's modes as spans, hours per UTC day, earnings"""
+    state, now, days = state_of(request), time.time(), days_of(request)
+    rig = one(state, request.path_params["rig"], days, now)
+    if rig is None:
+        return not_found(request.path_params["rig"])
+    return JSONResponse(views.timeline(rig, state.config.economics, now, days))
+
+
+async def api_action(request: Request) -> Response:
+    """action: {actions}; kind: plan (first) or run; X-CSRF-Token header; answers the job"""
+    return await _start_action(request, [request.path_params["rig"]], await json_body(request))
+
+
+async def api_actions(request: Request) -> Response:
+    """the same for a selection of rigs: one job (--limit a,b,...)"""
+    body = await json_body(request)
+    rigs = body.get("rigs") if isinstance(body, dict) else None
+    if not isinstance(rigs, list) or not all(isinstance(r, str) for r in rigs):
+        return JSONResponse({"error": "send JSON: {\"rigs\": [names], \"action\": ..., \"kind\": ...}"}, 400)
+    return await _start_action(request, rigs, body)
+
+
+async def api_job(request: Request) -> Response:
+    """an action's state, exit code and output lines from line N"""
+    job = state_of(request).config.actions.jobs.get(request.path_params["job"])
+    if job is None:
+        return JSONResponse({"error": "no such job"}, 404)
+    since = request.query_params.get("since", "0")
+    return JSONResponse(job.view(int(since) if since.isdigit() else 0))
+
+
+async def api_economics(request: Request) -> Response:
+    """the prices earnings are estimated with"""
+    e = state_of(request).config.economics
+    return JSONResponse({"source": e.source, "currency": e.currency,
+                         "lease_price_per_gpu_hour": e.lease_per_gpu_hour,
+                         "mining_revenue_per_gpu_day": e.mining_per_gpu_day})
+
+
+async def api_index(request: Request) -> Response:
+    """this index"""
+    return JSONResponse(api_doc())
+
+
+async def _start_action(request: Request, names: list[str], body: Any) -> Response:
+    state = state_of(request)
+    try:
+        action, kind = str(body.get("action", "")), str(body.get("kind", "plan"))
+    except AttributeError:
+        return JSONResponse({"error": "send JSON: {\"action\": ..., \"kind\": \"plan\" | \"run\"}"}, 400)
+    if kind not in {"plan", "run"}:
+        return JSONResponse({"error": f"kind {kind!r}: plan or run"}, 400)
+    now = time.time()
+    leases = {}
+    for name in dict.fromkeys(names):
+        rig = one(state, name, 1, now)
+        if rig is None:
+            return not_found(name)
+        leases[name] = views.fleet_row(rig, state.config.economics, now, 1)["leases"]
+    try:
+        job = state.config.actions.start(leases, action, kind)
+    except Refused as exc:
+        return JSONResponse({"error": exc.message}, 409)
+    return JSONResponse(job.view(), 202)
+
+
+async def json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        return None
+
+
+def not_found(name: str) -> Response:
+    return JSONResponse({"error": f"no rig {name!r} in the inventory"}, 404)
+
+
+# (route, the query or body it takes, shown in the index)
+ROUTES = [
+    (Route("/api", api_index), ""),
+    (Route("/api/rigs", api_rigs), "?days=7&group=G&mode=M"),
+    (Route("/api/rigs/{rig}", api_rig), ""),
+    (Route("/api/rigs/{rig}/timeline", api_timeline), "?days=7|30"),
+    (Route("/api/rigs/{rig}/actions", api_action, methods=["POST"]), " {action, kind}"),
+    (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind}"),
+    (Route("/api/jobs/{job}", api_job), "?since=N"),
+    (Route("/api/economics", api_economics), ""),
+]
+
+
+def api_doc() -> dict[str, str]:
+    """``GET /api``: every route with its method and what it answers, from the endpoints' docstrings."""
+    doc = {}
+    for route, takes in ROUTES[1:]:
+        method = "POST" if "POST" in (route.methods or ()) else "GET"
+        summary = " ".join((route.endpoint.__doc__ or "").split()).format(actions=", ".join(ACTIONS))
+        doc[f"{method} {route.path}{takes}"] = summary
+    return doc

@@ -1,0 +1,92 @@
+"""The dashboard's pages: server-rendered views of the API's data (api.py), one endpoint, one view and one
+template each (templates/)."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from . import views
+from .actions import ACTIONS
+from .api import not_found
+from .state import SORT_KEYS, days_of, fleet_view, one, state_of
+
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+SESSION, CSRF = "m2p-session", "m2p-csrf"
+
+
+async def page_fleet(request: Request) -> Response:
+    query = dict(request.query_params)
+    links = {key: urlencode({**query, "sort": key}) for key in SORT_KEYS}
+    return render(request, "fleet.html.j2", {"fleet": fleet_view(request), "query": query, "sort_links": links,
+                                             "actions": ACTIONS})
+
+
+async def page_rig(request: Request) -> Response:
+    state, now, days = state_of(request), time.time(), days_of(request)
+    rig = one(state, request.path_params["rig"], days, now)
+    if rig is None:
+        return not_found(request.path_params["rig"])
+    line = views.timeline(rig, state.config.economics, now, days)
+    return render(request, "rig.html.j2", {"row": views.fleet_row(rig, state.config.economics, now, days),
+                                           "timeline": line, "chart": chart(line), "actions": ACTIONS})
+
+
+async def login(request: Request) -> Response:
+    state = state_of(request)
+    if request.method == "POST":
+        given = (await form(request)).get("token", "")
+        token = state.config.token
+        if token and hmac.compare_digest(given.encode(), token.encode()):
+            response = RedirectResponse("/", 303)
+            response.set_cookie(SESSION, state.session, httponly=True, samesite="strict")
+            return response
+        return render(request, "login.html.j2", {"failed": True}, 401)
+    return render(request, "login.html.j2", {"failed": False})
+
+
+ROUTES = [Route("/", page_fleet), Route("/rigs/{rig}", page_rig), Route("/login", login, methods=["GET", "POST"])]
+
+
+def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    csrf_token = state_of(request).csrf_token
+    response = TEMPLATES.TemplateResponse(request, template, {**context, "csrf": csrf_token}, status_code=status)
+    response.set_cookie(CSRF, csrf_token, samesite="strict")
+    return response
+
+
+async def form(request: Request) -> dict[str, str]:
+    """The login form's fields (urlencoded, a few hundred bytes; anything longer is no login)."""
+    body = await request.body()
+    if len(body) > 4 << 10:
+        return {}
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+COLOURS = {"mining": "#d98e04", "idle-mining": "#f2c14e", "leasing": "#2a9d8f", "draining": "#8d99ae"}
+CHART_W, ROW_H = 720, 14
+
+
+def chart(line: dict[str, Any]) -> dict[str, Any]:
+    """Server-side SVG geometry: one row per day, a rect per span piece, coloured by mode."""
+    rects = []
+    for span in line["spans"]:
+        start, left = span["from_start_s"], span["seconds"]
+        while left > 0:
+            day, offset = divmod(start, int(views.DAY))
+            piece = min(left, int(views.DAY) - offset)
+            rects.append({"x": round(offset / views.DAY * CHART_W, 1), "y": day * (ROW_H + 4),
+                          "w": max(round(piece / views.DAY * CHART_W, 1), 0.5), "h": ROW_H,
+                          "fill": "#bbbbbb" if span["blind"] else COLOURS.get(span["mode"], "#999999"),
+                          "title": f"{span['mode']} {span['start']} to {span['end']}"
+                                   + (f" ({', '.join(span['leases'])})" if span["leases"] else "")})
+            start, left = start + piece, left - piece
+    return {"width": CHART_W, "height": line["days"] * (ROW_H + 4), "rects": rects, "colours": COLOURS}

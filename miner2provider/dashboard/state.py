@@ -1,0 +1,107 @@
+"""What every endpoint reads from ``request.app.state.m2p``: the configuration and the app's secrets,
+and the rigs' inputs from the history (views.py turns them into rows).  No Starlette routing here."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+
+from miner2provider.core.inventory import Host
+from miner2provider.dashboard.history import History, Window
+from miner2provider.timeshare.economics import Economics
+
+from . import views
+from .actions import Actions
+
+SORT_KEYS = ("rig", "mode", "mining_os", "state", "gpu_count", "since")
+
+
+@dataclass
+class DashboardConfig:
+    db: Path
+    hosts: list[Host]
+    economics: Economics
+    actions: Actions
+    sweep: Callable[[list[Host]], object]  # reads rigs into the history (SSH)
+    sweep_api: Callable[[list[Host]], object]  # reads the farm's Kubernetes API into it (or nothing)
+    interval_s: float  # 0: no sweeps in the background
+    token: str | None
+    # The names the page may be asked for under (the Host header): on loopback only loopback names, so
+    # a web page elsewhere cannot reach it by pointing its own DNS name at 127.0.0.1 (DNS rebinding).
+    # None: any (a --bind beyond loopback, which needs the token anyway).
+    hosts_allowed: frozenset[str] | None = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+@dataclass
+class DashboardState:
+    config: DashboardConfig
+    csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def session(self) -> str:
+        """The login cookie's value: an HMAC of the token."""
+        token = self.config.token
+        return hmac.new(token.encode(), b"m2p dashboard session", hashlib.sha256).hexdigest() if token else ""
+
+
+def state_of(request: Request) -> DashboardState:
+    found: DashboardState = request.app.state.m2p
+    return found
+
+
+def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigInput]:
+    with History(state.config.db) as history:
+        latest = history.latest_snapshots()
+        windows = history.windows(now - days * views.DAY, now)
+        nodes = history.nodes()
+    return [dataclasses.replace(_input(h, latest[h.name][1] if h.name in latest else None, [], nodes),
+                                window=windows.get(h.name, Window((), None)))
+            for h in state.config.hosts]
+
+
+def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInput | None:
+    host = next((h for h in state.config.hosts if h.name == name), None)
+    if host is None:
+        return None
+    with History(state.config.db) as history:
+        start = now - (days + 1) * views.DAY  # timelines start at a UTC midnight, up to a day earlier
+        # every line from start on: a line after now (a rig's clock ahead) still ends the one before
+        return _input(host, history.latest_snapshot(name), history.ledger(name, start, math.inf), history.nodes())
+
+
+def fleet_view(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    days = days_of(request)
+    now = time.time()
+    data = views.fleet(rig_inputs(state, days, now), state.config.economics, now, days)
+    group, mode = request.query_params.get("group", ""), request.query_params.get("mode", "")
+    data["rigs"] = [r for r in data["rigs"]
+                    if (not group or group in r["groups"]) and (not mode or r["mode"] == mode)]
+    key = request.query_params.get("sort", "rig")
+    if key in SORT_KEYS:
+        data["rigs"].sort(key=lambda r: (r[key], r["rig"]))
+    data["busy"] = state.config.actions.running()
+    return data
+
+
+def _input(host: Host, snap: dict[str, Any] | None, ledger: list[Any],
+           nodes: dict[str, tuple[float, str, dict[str, Any]]]) -> views.RigInput:
+    return views.RigInput(host.name, host.groups, (snap or {}).get("read_at"), snap, tuple(ledger),
+                          nodes.get(views.node_name(host.name, snap)))
+
+
+def days_of(request: Request) -> int:
+    value = request.query_params.get("days", "7")
+    return min(int(value), 400) if value.isdigit() and int(value) > 0 else 7

@@ -11,6 +11,8 @@ from __future__ import annotations
 INTERNAL_ERROR = 70
 ABORTED = 130
 RIG_FAILURES_LAST = 99  # 10 + N failed rigs, capped here
+# The sandbox harness's errors (m2p_sandbox/errors.py: its own distribution, `m2p demo` among it) exit so.
+HARNESS_EXIT_CODE = 5
 
 
 class M2PError(Exception):
@@ -80,17 +82,6 @@ class BundleError(M2PError):
     meaning = "bad offline bundle or failed download"
 
 
-class SandboxError(M2PError):
-    """The sandbox-rig harness (tests and `m2p demo`) could not do its job."""
-
-    exit_code = 5
-    meaning = "sandbox harness error (tests, `m2p demo`)"
-
-
-class DemoFailed(SandboxError):
-    """A step of `m2p demo` ended with another exit code than the one it shows (exit 5, as the harness)."""
-
-
 class ScheduleError(M2PError):
     """A time-share schedule file is invalid (file:line says where)."""
 
@@ -107,6 +98,7 @@ def exit_codes() -> list[tuple[str, str]]:
         code = vars(cls).get("exit_code")
         if isinstance(code, int):  # RigFailures' code is a property: its row comes below
             codes.setdefault(code, cls.meaning)
+    codes.setdefault(HARNESS_EXIT_CODE, "sandbox harness error (tests, `m2p demo`)")
     rows += [(str(code), meaning) for code, meaning in sorted(codes.items())]
     rows.append(("10 + N", f"N rigs failed: unreachable, refused or a task failed; the others were handled "
                            f"(capped at {RIG_FAILURES_LAST}; e.g. 13: three rigs)"))

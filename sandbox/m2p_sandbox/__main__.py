@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from m2p_sandbox import base, rig
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 
 def main(argv: list[str] | None = None) -> int:

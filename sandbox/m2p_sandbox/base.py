@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 SUITE = "bookworm"
 

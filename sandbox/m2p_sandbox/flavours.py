@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 FLAVOURS_DIR = Path(__file__).parent / "flavours"
 

@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 BRIDGE = "m2pbr0"
 

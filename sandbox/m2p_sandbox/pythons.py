@@ -26,7 +26,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 # Left out of the copy: not needed to run Ansible's modules or m2p's agent, and 150 MB of 190.
 LEFT_OUT = ("test", "site-packages", "config-*", "ensurepip", "idlelib", "tkinter", "turtledemo",

@@ -29,7 +29,7 @@ from pathlib import Path
 import paramiko
 
 from m2p_sandbox import base, flavours, gpu_standin, network, processes, pythons
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 BOOT_TIMEOUT = float(os.environ.get("M2P_SANDBOX_BOOT_TIMEOUT", "90"))
 

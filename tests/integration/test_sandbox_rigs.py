@@ -192,7 +192,7 @@ def test_stop_removes_everything(boot_rigs):
 
 def test_a_rig_that_does_not_come_up_is_booted_again(monkeypatch):
     """The first wait fails (as a hung boot would): that rig is torn down, a new one boots."""
-    from miner2provider.core.errors import SandboxError
+    from m2p_sandbox.errors import SandboxError
 
     real_wait = sandbox.wait_ssh
     failed_once: list[str] = []  # the hung rig's key, to tell the new rig from it

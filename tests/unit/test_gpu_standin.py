@@ -51,7 +51,7 @@ def test_unknown_field_and_bad_arguments_fail_like_the_real_tool(standin):
 
 
 def test_unknown_card_is_refused():
-    from miner2provider.core.errors import SandboxError
+    from m2p_sandbox.errors import SandboxError
 
     with pytest.raises(SandboxError, match="unknown stand-in card"):
         gpu_standin.rig_config("r", ["gtx9999"])

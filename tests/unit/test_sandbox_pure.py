@@ -3,7 +3,7 @@
 import pytest
 
 from m2p_sandbox import base, flavours, network
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 
 def test_recipe_hash_is_stable_and_tracks_the_recipe(monkeypatch):

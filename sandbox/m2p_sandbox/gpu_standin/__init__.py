@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from miner2provider.core.errors import SandboxError
+from m2p_sandbox.errors import SandboxError
 
 HERE = Path(__file__).parent
 DRIVER_VERSION = "550.127.05"  # an R550 production driver, as HiveOS ships

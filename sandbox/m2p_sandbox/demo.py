@@ -1,4 +1,9 @@
-"""``m2p demo``: the whole flow on a sandbox rig, for people without rigs at hand."""
+"""``m2p demo``: the whole flow on a sandbox rig, for people without rigs at hand.
+
+The harness's, not the product's: the m2p command line finds it through the entry point
+``miner2provider.commands`` this distribution declares (sandbox/pyproject.toml); without the harness,
+``m2p demo`` says how to get it (miner2provider/cli/app.py).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +18,9 @@ from typing import Any
 
 import click
 
+from m2p_sandbox.errors import DemoFailed
+from miner2provider.cli.app import Context, cli, main, pass_ctx
 from miner2provider.core import collection
-from miner2provider.core.errors import DemoFailed, UsageError
-
-from .app import Context, cli, main, pass_ctx
 
 DEMO_TOKEN_ENV = "M2P_DEMO_AGENT_TOKEN"
 
@@ -34,15 +38,10 @@ def demo_command(ctx: Context, serve: bool) -> None:
     toolkit are stand-ins.  Nothing outside this machine is touched.  Needs the sandbox
     harness (m2p-sandbox), which a plain install of m2p leaves out.
     """
-    try:
-        from m2p_sandbox import network, tenant
-        from m2p_sandbox import rig as sandbox
-        from m2p_sandbox.bundle import build_test_bundle
-        from m2p_sandbox.kube_api import KubeApiStandin
-    except ModuleNotFoundError:
-        raise UsageError("m2p demo needs the sandbox harness (m2p-sandbox), which a plain install leaves out: "
-                         "from a clone of m2p's repository run scripts/install as root, then .venv/bin/m2p demo"
-                         ) from None
+    from m2p_sandbox import network, tenant
+    from m2p_sandbox import rig as sandbox
+    from m2p_sandbox.bundle import build_test_bundle
+    from m2p_sandbox.kube_api import KubeApiStandin
 
     ctx.info(click.style("m2p demo: a SANDBOX rig (HiveOS layout, 2 stand-in RTX 3090s), STAND-IN k3s and NVIDIA "
                          "toolkit packages, a STAND-IN Kubernetes API and a STAND-IN tenant's lease; no real rig, "

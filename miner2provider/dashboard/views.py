@@ -13,6 +13,7 @@ says so; the agent's profit quote (policy profit: lease floor, offered or not) i
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from typing import Any
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.facts.node import agent_status_from
-from miner2provider.market.cards import load as card_database
-from miner2provider.market.cards import slug_from_name
+from miner2provider.detect.report import RigReport, stored_report
+from miner2provider.market.cards import card_for
 from miner2provider.timeshare.economics import Economics
 
 MINING_MODES = ("mining", "idle-mining")
@@ -39,10 +40,15 @@ class RigInput:
     name: str
     groups: tuple[str, ...]
     seen_at: float | None  # the last sweep that read it; None: never read
-    snapshot: dict[str, Any] | None  # the latest detect report (reports.report_json plus "status_row")
+    snapshot: dict[str, Any] | None  # the latest detect report as stored (report_json plus "status_row")
     ledger: tuple[Entry, ...]  # led by the line in force when the window opens
     node: tuple[float, str, dict[str, Any]] | None = None  # what the Kubernetes API last said: (at, mode, status)
     window: Window | None = None  # the fleet page's: the ledger summed in SQL instead of ``ledger``
+
+    @functools.cached_property
+    def report(self) -> RigReport | None:
+        """The stored report, typed (detect/report.py's one schema); None: never read, or not readable."""
+        return stored_report(self.snapshot)
 
 
 @dataclass(frozen=True)
@@ -90,16 +96,11 @@ def node_name(name: str, snapshot: dict[str, Any] | None) -> str:
     return node if node and node != "-" else name
 
 
-def gpu_models(snapshot: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """(Akash model name, card name) per NVIDIA GPU of the report."""
-    if not snapshot or not snapshot.get("facts"):
+def gpu_models(report: RigReport | None) -> list[tuple[str, str]]:
+    """(model name, card name) per NVIDIA GPU of the report."""
+    if report is None or report.facts is None:
         return []
-    cards = card_database()
-    out = []
-    for gpu in snapshot["facts"]["gpus"]["gpus"]:
-        card = cards.get(f"{gpu['vendor_id']}:{gpu['device_id']}")
-        out.append((card.slug if card else slug_from_name(gpu["name"]), gpu["name"]))
-    return out
+    return [(card_for(gpu).slug, gpu.name) for gpu in report.facts.gpus.gpus]
 
 
 def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
@@ -172,9 +173,9 @@ def agent_of(rig: RigInput) -> tuple[dict[str, Any], str]:
 
 def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dict[str, Any]:
     snap = rig.snapshot or {}
-    facts = snap.get("facts") or {}
+    facts = rig.report.facts if rig.report is not None else None
     status = snap.get("status_row") or {}
-    models = gpu_models(snap)
+    models = gpu_models(rig.report)
     counted = Counter(name for _, name in models)
     since = now - days * DAY
     if rig.window is not None:
@@ -188,11 +189,11 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "rig": rig.name, "groups": [g for g in rig.groups if g not in IMPLICIT_GROUPS],
         "seen_at": _iso(rig.seen_at), "reachable": bool(snap) and snap.get("failure") is None,
         "error": snap.get("error") or "",
-        "mining_os": (facts.get("mining_os") or {}).get("label", ""),
-        "miner_control": (facts.get("mining_os") or {}).get("miner_control", ""),
+        "mining_os": facts.mining_os.label if facts else "",
+        "miner_control": facts.mining_os.miner_control if facts else "",
         "gpus": [{"model": name, "count": n} for name, n in counted.items()],
         "gpu_count": len(models),
-        "amd_gpus": len(facts.get("amd_gpus") or []),
+        "amd_gpus": len(facts.amd_gpus) if facts else 0,
         "readiness": snap.get("status", "unknown"),
         "state": status.get("state", "unknown"), "drift": status.get("detail", ""),
         "mode": mode, "mode_from": source, "since": agent.get("since") or (_iso(last.at) if last else ""),
@@ -232,7 +233,7 @@ def timeline(rig: RigInput, economics: Economics, now: float, days: int) -> dict
         seconds = seconds_by_mode(window, lo, min(lo + DAY, now))
         per_day.append({"date": (first + timedelta(days=n)).isoformat(),
                         "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds.items())}})
-    models = [m for m, _ in gpu_models(rig.snapshot)]
+    models = [m for m, _ in gpu_models(rig.report)]
     agent, source = agent_of(rig)
     valued = economy(agent, source == "api", economics)
     return {"rig": rig.name, "days": days, "from": _iso(start), "to": _iso(now),

@@ -108,3 +108,15 @@ def _typed(kind: Any, value: Any) -> Any:
     if kind is float and isinstance(value, int):
         return float(value)
     return value
+
+
+def stored_report(data: Any) -> RigReport | None:
+    """A report as the history keeps it (report_json plus what the sweep adds), typed; None when there is
+    none, it holds no facts (a rig never read), or it is of another schema (history migrations upgrade
+    every report m2p wrote)."""
+    if not isinstance(data, dict) or not data.get("facts"):
+        return None
+    try:
+        return report_from_json(data)
+    except (SchemaError, KeyError, TypeError, ValueError):
+        return None

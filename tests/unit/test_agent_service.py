@@ -410,7 +410,7 @@ def test_the_marketplaces_own_services_are_not_leases_when_the_config_names_thei
 
 
 def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path):
-    """The lease guard's eyes (leases.py): every tenant pod on the node (GPU or not, not the
+    """The lease guard's eyes (fleet/guards.py): every tenant pod on the node (GPU or not, not the
     placeholder, not a system or DaemonSet pod); --drain's request cordons the node while it
     exists, and the agent lifts only its own cordon."""
     api.add_pod("gpu-job", NODE, 1, namespace="akash-abc")

@@ -1,4 +1,4 @@
-"""The lease guard's sentences and durations (leases.py)."""
+"""The lease guard's sentences and durations (fleet/guards.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The miner's measured hashrate (agent/measure.py) and the quote built on it (schedule/profit.py).
+"""The miner's measured hashrate (agent/measure.py) and the quote built on it (timeshare/profit.py).
 
 The stats files are shaped as HiveOS's agent writes /run/hive/last_stat.json (hive/bin/agent: the stats
 request, ``params`` with the rig's id and password, temp/fan/power arrays and the miner's h-stats.sh

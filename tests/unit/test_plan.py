@@ -1,4 +1,4 @@
-"""plan.py: which rigs convert runs on, judged from the fingerprint the probe read.  Pure."""
+"""detect/drift.py and fleet/fingerprint.py: which rigs convert runs on, judged from the fingerprint the probe read.  Pure."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Policy profit (schedule/profit.py): the offer from the economics file's prices, with hysteresis and the
+"""Policy profit (timeshare/profit.py): the offer from the economics file's prices, with hysteresis and the
 switch interval.  Property tests (hypothesis) for the offer alone and for the offer driving the agent's
 decisions (decide.py) in the simulated world of test_agent_decide."""
 

@@ -23,17 +23,15 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import decide, gate, kube, ledger, measure, rig
+from miner2provider.agent import decide, economy, gate, kube, ledger, measure, rig
 from miner2provider.agent.decide import Observation, State
-from miner2provider.core.errors import EconomicsError
-from miner2provider.timeshare import economics, model, policy, profit
+from miner2provider.timeshare import model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
 # label): Akash counted them allocated and never bid.  The label is removed where found.
@@ -42,8 +40,6 @@ GPU_RECHECK_S = 10.0
 GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WATCHDOG_RECHECK_S = 10.0
-STATS_EVERY_S = 10.0  # T-Rex's API is asked this often while the miner runs (HiveOS's own loop: ~10 s)
-MEASURED_SHOWN_S = 600.0  # the measured average goes into status and state at most this often (USB sticks)
 
 
 @dataclass(frozen=True)
@@ -98,17 +94,13 @@ class Agent:
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
     _gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
     _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
-    offer: profit.Offer = field(default_factory=profit.Offer)  # policy profit's offer (saved with the state)
-    _economics: tuple[float, economics.Economics | None, str] = (float("nan"), None, "")  # (mtime, file, error)
-    _quote: profit.Quote | None = None
     _ticks: int = 0  # ticks begun
     _labels_read: tuple[int, dict[str, str]] = (-1, {})  # (the tick, labels_file's labels)
-    measured: measure.Average | None = None  # the miner's hashrate and power, averaged
-    shown: measure.Average | None = None  # ``measured`` as last put into status and state.json
-    _stats_seen: float = float("nan")  # the stats file's mtime, or when T-Rex's API was last asked
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
+        self.stats = economy.MinerStats(self.config.hashrate_file, self.config.trex_api)
+        self.profit = economy.ProfitQuote(self.config.economics)
         self.dir = Path(self.config.state_dir)
         self.gates = gate.GateDir(self.dir / "gate")
         saved = _read_json(self.dir / "state.json")
@@ -117,12 +109,8 @@ class Agent:
             if state.get("gave_up") is not None:
                 state["gave_up"] = tuple(state["gave_up"])
             self.state = State(**state)
-            if saved.get("offer"):
-                self.offer = profit.Offer(**saved["offer"])
-            if saved.get("measured"):
-                m = saved["measured"]
-                self.measured = self.shown = measure.Average(m["algo"], tuple(m["mhs"]), tuple(m["watts"]), m["at"],
-                                                             m["samples"])
+            self.profit.restore(saved.get("offer"))
+            self.stats.restore(saved.get("measured"))
             self.applied_labels = dict(saved.get("applied_labels", {}))
 
     # -- observe ---------------------------------------------------------------------
@@ -147,78 +135,28 @@ class Agent:
             self._labels_read = (self._ticks, dict(_read_json(Path(self.config.labels_file)) or {}))
         return self._labels_read[1]
 
-    def load_economics(self) -> economics.Economics | None:
-        """The economics file, parsed again only when its mtime changes; a broken file is reported (in
-        the quote) and decides nothing."""
-        path = self.config.economics
-        if not path:
-            self._economics = (float("nan"), None, "no economics file (m2p schedule apply --economics FILE)")
-            return None
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError as exc:
-            self._economics = (float("nan"), None, f"economics file {path}: {exc.strerror}")
-            return None
-        if mtime != self._economics[0]:
-            try:
-                self._economics = (mtime, economics.load(path), "")
-            except EconomicsError as exc:
-                self._economics = (mtime, None, str(exc))
-        return self._economics[1]
+    @property
+    def offer(self) -> profit.Offer:
+        return self.profit.offer
+
+    @property
+    def measured(self) -> measure.Average | None:
+        return self.stats.measured
 
     def sample_miner(self, now: float, miner_running: bool) -> None:
-        """One more sample of the miner's own stats when the mining OS wrote them anew, or from T-Rex's
-        API every STATS_EVERY_S (only while the miner runs: a stopped miner's last stats are not its rate)."""
-        path = self.config.hashrate_file
-        if not miner_running:
-            return
-        if self.config.trex_api:
-            if now - self._stats_seen < STATS_EVERY_S:
-                return
-            self._stats_seen = now
-            sample = measure.trex_summary(_loopback_get(self.config.trex_api))
-        elif not path:
-            return
-        else:
-            sample = self._stats_file(path)
-        if sample is not None:
-            self.measured = measure.update(self.measured, sample, now)
-            if self.shown is None or now - self.shown.at >= MEASURED_SHOWN_S or self.shown.algo != sample.algo:
-                self.shown = self.measured
-                self._save()
-
-    def _stats_file(self, path: str) -> measure.Sample | None:
-        try:
-            mtime = os.stat(path).st_mtime
-            if mtime == self._stats_seen:
-                return None
-            self._stats_seen = mtime
-            return measure.hiveos_stats(Path(path).read_text(errors="replace"))
-        except OSError:
-            return None
-
-    def _hashrates(self, now: float) -> profit.Hashrates | None:
-        m = self.measured
-        return (m.algo, m.mhs, m.watts) if m is not None and now - m.at <= measure.MAX_AGE_S else None
+        if self.stats.sample(now, miner_running):
+            self._save()
 
     def price_offer(self, now: float) -> bool:
         """Policy profit: is the rig offered at the economics file's prices now (profit.py)?"""
         if self.schedule.policy != "profit":
             return False
-        figures = self.load_economics()
-        if figures is None:
-            self._quote = profit.Quote(None, None, self._economics[2])
-        else:
-            # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
-            cards = profit.cards_from_labels(self.file_labels() or self._node_labels)
-            self._quote = profit.quote(cards, figures, self._hashrates(now))
-        offer = profit.decide_offer(self.offer, self._quote, now, self.schedule.hysteresis,
-                                    self.schedule.min_switch_interval_s)
-        if offer != self.offer:
-            self.offer = offer
+        # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
+        cards = profit.cards_from_labels(self.file_labels() or self._node_labels)
+        if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now)):
             self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
             self._save()
-        return self.offer.offered
+        return self.profit.offer.offered
 
     def observe(self, now: float) -> tuple[Observation, dict[str, Any] | None]:
         node: dict[str, Any] | None = None
@@ -311,7 +249,7 @@ class Agent:
             entries, _ = ledger.read(self.dir)
             self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
         leases = tuple(lease["pod"] for lease in self._leases) if not blind else self._ledger_last.leases
-        m = self.measured
+        m = self.stats.measured
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
                              *((m.algo, m.mhs) if m is not None else ("", ())))
         if entry.same_state(self._ledger_last):
@@ -376,8 +314,8 @@ class Agent:
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
         _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels,
-                                              "offer": asdict(self.offer),
-                                              "measured": asdict(self.shown) if self.shown else None})
+                                              "offer": self.profit.saved(),
+                                              "measured": asdict(self.stats.shown) if self.stats.shown else None})
 
     def next_change(self, now: float) -> datetime | None:
         """The schedule's next change, recomputed only once it has passed: the scan costs tens of
@@ -385,18 +323,19 @@ class Agent:
         at = datetime.fromtimestamp(now, timezone.utc)
         due, value = self._next
         if at >= due:
-            value = policy.next_change(self.schedule, at, lease_pays=self.offer.offered)
+            value = policy.next_change(self.schedule, at, lease_pays=self.profit.offer.offered)
             self._next = (value if value is not None else at + timedelta(hours=1), value)
         return value
 
     def status(self, now: float) -> dict[str, Any]:
         change = self.next_change(now)
+        quote, shown = self.profit.quote, self.stats.shown
         return {"mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
-                **({"profit": {"lease_pays": self.offer.offered, **self._quote.as_status()}} if self._quote else {}),
-                **({"measured": {**self.shown.as_status(), "at": _iso(self.shown.at)}} if self.shown else {})}
+                **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),
+                **({"measured": {**shown.as_status(), "at": _iso(shown.at)}} if shown else {})}
 
     def leases_seen(self) -> list[dict[str, str]]:
         """The tenant pods the API lists, and the containers the gate let through that the API does not list
@@ -436,16 +375,6 @@ class Agent:
             return
         self._pushed, self.applied_labels = text, labels
         self._save()
-
-
-def _loopback_get(url: str) -> str:
-    """GET a miner's API on the rig's own loopback (the role only ever writes http://127.0.0.1:PORT/...);
-    "" when it does not answer (a miner starting, another miner on the rig)."""
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 (a fixed loopback URL)
-            return str(response.read(1_000_000).decode(errors="replace"))
-    except (OSError, ValueError):
-        return ""
 
 
 def _iso(ts: float) -> str:

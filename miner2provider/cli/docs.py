@@ -88,3 +88,28 @@ def records_table() -> str:
 def with_records(page: str) -> str:
     return re.sub(re.escape(RECORDS_BEGIN) + ".*?" + re.escape(RECORDS_END), lambda _: records_table(), page,
                   count=1, flags=re.S)
+
+
+def role_readme(role: str) -> str:
+    """roles/<role>/README.md: what the role does and its variables, from meta/argument_specs.yml (the
+    source of truth: ansible-core validates them there)."""
+    import yaml
+
+    from miner2provider.core import collection
+
+    specs = yaml.safe_load((collection.root() / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    main = specs["argument_specs"]["main"]
+    said = [main.get("short_description", "").strip(), *(" ".join(d.split()) for d in main.get("description", []))]
+    lines = [f"# m2p.rigs.{role}", "", "<!-- generated from meta/argument_specs.yml by scripts/docs -->", "",
+             *[s for s in said if s], "",
+             "Variables (types, defaults and the full text: [meta/argument_specs.yml](meta/argument_specs.yml)):", "",
+             "| variable | type | default | what it is |", "|---|---|---|---|"]
+    for name, option in (main.get("options") or {}).items():
+        default = option.get("default", "")
+        shown = "" if default in ("", None) else f"`{default}`" if not isinstance(default, (list, dict)) else \
+            f"`{yaml.safe_dump(default, default_flow_style=True).strip()}`"
+        text = " ".join(str(option.get("description", "")).split()) if isinstance(option.get("description"), str) \
+            else " ".join(" ".join(d.split()) for d in option.get("description", []))
+        lines.append(f"| `{name}` | {option.get('type', 'str')} | {shown.replace('|', '&#124;')} "
+                     f"| {text.replace('|', '&#124;')} |")
+    return "\n".join(lines) + "\n"

@@ -55,3 +55,12 @@ def test_the_readme_is_an_entrance_not_a_manual():
     assert len(text.splitlines()) <= 220
     for page in ("docs/README.md", "docs/layout.md", "docs/commands/convert.md", "docs/errors.md"):
         assert f"({page})" in text, page
+
+
+def test_every_role_has_a_readme_from_its_argument_specs():
+    from miner2provider.core import collection
+
+    for role in collection.role_names():
+        readme = collection.root() / "roles" / role / "README.md"
+        assert readme.exists() and readme.read_text() == docs.role_readme(role), f"{readme}: run scripts/docs"
+        assert "meta/argument_specs.yml" in readme.read_text()

@@ -31,6 +31,7 @@ from typing import Any
 from miner2provider import __version__
 from miner2provider.agent import decide, economy, gate, kube, ledger, measure, rig
 from miner2provider.agent.decide import Observation, State
+from miner2provider.agent.status import STATUS_SCHEMA
 from miner2provider.timeshare import model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
@@ -330,7 +331,7 @@ class Agent:
     def status(self, now: float) -> dict[str, Any]:
         change = self.next_change(now)
         quote, shown = self.profit.quote, self.stats.shown
-        return {"mode": self.state.mode, "since": _iso(self.state.since),
+        return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,

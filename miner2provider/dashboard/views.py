@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
+from miner2provider.agent.status import agent_status_from
 from miner2provider.dashboard.history import Window
-from miner2provider.detect.facts.node import agent_status_from
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
 from miner2provider.timeshare.economics import Economics

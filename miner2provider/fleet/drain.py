@@ -14,8 +14,8 @@ import shlex
 import time
 from collections.abc import Callable
 
+from miner2provider.agent.status import Lease
 from miner2provider.core.inventory import Host
-from miner2provider.detect.facts.node import Lease
 from miner2provider.detect.ssh import SshOptions, run_one
 from miner2provider.detect.survey import detect
 from miner2provider.fleet.guards import DRAIN_REQUEST

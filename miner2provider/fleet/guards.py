@@ -22,10 +22,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from miner2provider.agent.status import Lease
 from miner2provider.core import k8s_lines, textfiles
 from miner2provider.core.errors import BundleError, UsageError
 from miner2provider.core.inventory import Host
-from miner2provider.detect.facts.node import Lease
 from miner2provider.detect.report import RigReport
 from miner2provider.fleet.bundle import pins
 from miner2provider.fleet.bundle.manifest import Bundle

@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from miner2provider.agent.status import Lease
 from miner2provider.core import collection
 from miner2provider.core.inventory import Host
-from miner2provider.detect.facts.node import Lease
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect

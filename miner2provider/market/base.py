@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from miner2provider.agent.status import Measured
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.detect.facts.node import Measured
 from miner2provider.market.pricing import Floor
 
 

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from miner2provider.detect.facts.node import Measured
+from miner2provider.agent.status import Measured
 from miner2provider.market.cards import Card
 from miner2provider.timeshare.economics import Economics
 

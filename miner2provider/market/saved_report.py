@@ -12,11 +12,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from miner2provider.agent.status import measured_from
 from miner2provider.core import textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpu, Gpus
-from miner2provider.detect.facts.node import measured_from
 from miner2provider.market.base import RigGpus
 
 

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from test_readiness import facts  # tests/unit is on sys.path (no package)
 
 from miner2provider.agent.ledger import Entry
+from miner2provider.agent.status import AgentStatus, Lease
 from miner2provider.core import inventory
 from miner2provider.core.errors import EconomicsError
 from miner2provider.dashboard import views
@@ -22,7 +23,6 @@ from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.app import DashboardConfig, create_app
 from miner2provider.dashboard.collect import snapshot
 from miner2provider.dashboard.history import History
-from miner2provider.detect.facts.node import AgentStatus, Lease
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from miner2provider.agent.status import Lease
 from miner2provider.core.errors import UsageError
-from miner2provider.detect.facts.node import Lease
 from miner2provider.fleet import guards as leases
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)

@@ -90,8 +90,8 @@ def test_measured_hashrates_price_their_model_and_say_so(tmp_path, capsys, saved
 
 
 def test_measured_figures_pair_with_cards_only_on_one_model_rigs():
+    from miner2provider.agent.status import Measured
     from miner2provider.detect.facts.gpu import Gpu
-    from miner2provider.detect.facts.node import Measured
     from miner2provider.market.cards import card_for
 
     def card(name, device, mib):

@@ -37,3 +37,22 @@ def test_a_real_report_round_trips_and_carries_its_schema():
 def test_a_report_of_another_schema_is_refused_by_name(data, found):
     with pytest.raises(SchemaError, match=f"schema {REPORT_SCHEMA} expected, found {found}"):
         report_from_json(data)
+
+
+def test_the_agent_status_carries_its_schema_and_one_reader_reads_it_from_the_rig_and_the_node(tmp_path):
+    """status.json on the rig and the m2p.io/status annotation are the same text, read by agent_status_from;
+    a status of a newer schema is said to be one, never read as a wrong one; one without (older agents) is 1."""
+    from miner2provider.agent.status import STATUS_SCHEMA, agent_status_from
+    from miner2provider.detect.facts.base import Output
+    from miner2provider.detect.facts.node import AgentStatusFact
+
+    written = {"schema": STATUS_SCHEMA, "mode": "leasing", "since": "2026-11-25T10:00:00+00:00",
+               "leases": [{"pod": "tenant/job", "since": "2026-11-25T10:00:01Z"}], "drain": False,
+               "profit": {"lease_pays": True, "floor_per_hour": 0.24, "source": "economics file"}}
+    from_rig = AgentStatusFact.parse(Output(json.dumps(written), 0))
+    assert from_rig == agent_status_from(json.loads(json.dumps(written)))  # the annotation's path
+    assert (from_rig.mode, from_rig.leases[0].pod, from_rig.lease_pays, from_rig.floor_per_hour) == (
+        "leasing", "tenant/job", True, 0.24)
+    assert agent_status_from({k: v for k, v in written.items() if k != "schema"}) == from_rig
+    newer = agent_status_from({**written, "schema": STATUS_SCHEMA + 1})
+    assert newer.mode == "unknown" and "status schema '2' is not 1" in newer.last_error and not newer.leases

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from miner2provider.agent.ledger import Entry
+from miner2provider.agent.status import AgentStatus
 from miner2provider.detect.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.base import Output, whole
@@ -25,7 +26,7 @@ from miner2provider.detect.facts.fingerprint import Fingerprint
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.facts.health import DefaultRoute, XidErrors
 from miner2provider.detect.facts.mining_os import MinerState, MiningOs
-from miner2provider.detect.facts.node import AgentStatus, Installed
+from miner2provider.detect.facts.node import Installed
 from miner2provider.detect.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
 
 FACT_MARK = "@@m2p-fact "

@@ -1,0 +1,98 @@
+"""The agent's status: the one schema the agent writes (status.json on the rig, the ``m2p.io/status``
+annotation on its node) and the one reader of it (``agent_status_from``), for the controller's detect
+probe and dashboard alike.  py38-safe: it ships in the agent's zipapp.
+
+``schema``: STATUS_SCHEMA; a status without one is of schema 1 (agents before the field).  A reader
+meets a newer schema as an unreadable status, said so, never as a wrong one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from miner2provider.agent.ledger import MAX_GPUS
+from miner2provider.agent.measure import ALGO_CHARS
+
+STATUS_SCHEMA = 1
+WHERE = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
+
+
+@dataclass(frozen=True)
+class Lease:
+    pod: str  # namespace/name
+    since: str  # ISO 8601 ("" when the API did not say)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The miner's hashrate and power per GPU as the agent averaged them (agent/measure.py)."""
+
+    algo: str
+    mhs: tuple[float, ...]
+    watts: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    present: bool  # the agent has written a status
+    mode: str = ""  # mining | idle-mining | leasing | draining | unknown (status unreadable)
+    since: str = ""  # ISO 8601
+    next_change: str = ""  # ISO 8601, or "" when the schedule never changes
+    schedule: str = ""
+    last_error: str = ""
+    leases: tuple[Lease, ...] = ()  # tenant pods on the rig's node, as the agent last read them
+    drain: bool = False  # m2p asked the agent to cordon the node (--drain)
+    measured: Measured | None = None  # HiveOS rigs: the running miner's own stats, averaged
+    lease_pays: bool | None = None  # policy profit: the agent's offer (None: another policy)
+    floor_per_hour: float | None = None  # policy profit: the rig's lease floor, all its GPUs
+    quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
+
+
+def agent_status_from(raw: object) -> AgentStatus:
+    """The one reader of the agent's status, decoded: from the rig's status.json (above) and from the
+    ``m2p.io/status`` annotation the agent publishes on its node (the dashboard).  Every field is
+    checked: the rig, and whoever can annotate its node, may send anything."""
+    if not isinstance(raw, dict):
+        return AgentStatus(True, "unknown", last_error=f"{WHERE} unreadable: not a JSON object")
+    schema = raw.get("schema", 1)
+    if schema != STATUS_SCHEMA:
+        return AgentStatus(True, "unknown", last_error=f"{WHERE}: status schema {str(schema)[:20]!r} is not "
+                                                       f"{STATUS_SCHEMA}, which this m2p reads: upgrade m2p")
+    listed = raw.get("leases")
+    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
+                   for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
+    found = raw.get("profit")
+    profit: dict[str, Any] = found if isinstance(found, dict) else {}
+    lease_pays = profit.get("lease_pays")
+    return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
+                       _field(raw, "next_change"), _field(raw, "schedule"),
+                       _field(raw, "last_error", 300), leases, raw.get("drain") is True,
+                       measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
+                       _number(profit.get("floor_per_hour")), _field(profit, "source"))
+
+
+def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:
+    """One text field of status.json (a file on the rig): a string, cut; anything else reads as absent."""
+    value = raw.get(key)
+    return value[:cut] if isinstance(value, str) else ""
+
+
+def _number(value: object) -> float | None:
+    """A finite, non-negative number from status.json; anything else reads as absent."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def measured_from(raw: object) -> Measured | None:
+    """``measured`` of status.json (or of a saved report's agent_status), checked; None when absent or odd."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("mhs"), list):
+        return None
+    mhs = [_number(v) for v in raw["mhs"]][:MAX_GPUS]
+    watts = [_number(v) for v in raw.get("watts") or []][:MAX_GPUS] if isinstance(raw.get("watts"), list) else []
+    if not mhs or None in mhs or None in watts:
+        return None
+    return Measured(_field(raw, "algo", ALGO_CHARS) or "unknown", tuple(v for v in mhs if v is not None),
+                    tuple(v for v in watts if v is not None))

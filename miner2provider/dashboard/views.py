@@ -13,6 +13,7 @@ says so; the agent's profit quote (policy profit: lease floor, offered or not) i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Iterable
@@ -21,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
-from miner2provider.agent.status import agent_status_from
+from miner2provider.agent.status import AgentStatus, agent_status_from
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
@@ -143,32 +144,25 @@ def _money(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def economy(agent: dict[str, Any], from_api: bool, economics: Economics) -> dict[str, Any]:
-    """The agent's measured miner and profit quote.  The sweep's status row carries them checked
-    (detect/facts/node.py); the API's annotation is the agent's raw status, checked here by the same parser."""
-    if from_api:
-        parsed = agent_status_from(agent)
-        fields: dict[str, Any] = {"lease_pays": parsed.lease_pays, "floor_per_hour": parsed.floor_per_hour,
-                                  "quote_source": parsed.quote_source,
-                                  "measured": None if parsed.measured is None else {
-                                      "algo": parsed.measured.algo, "mhs": list(parsed.measured.mhs),
-                                      "watts": list(parsed.measured.watts)}}
-    else:
-        fields = {k: agent.get(k) for k in ("lease_pays", "floor_per_hour", "quote_source", "measured")}
-    measured = fields["measured"]
-    per_mhs = economics.mining_per_mhs_day.get(measured["algo"]) if measured else None
-    per_gpu_day = (sum(measured["mhs"]) / len(measured["mhs"]) * per_mhs
-                   if measured and measured["mhs"] and per_mhs is not None else None)
-    return {**fields, "measured_per_gpu_day": _money(per_gpu_day)}
+def economy(agent: AgentStatus, economics: Economics) -> dict[str, Any]:
+    """The agent's measured miner and profit quote, as its status (agent/status.py) says them."""
+    measured = agent.measured
+    per_mhs = economics.mining_per_mhs_day.get(measured.algo) if measured else None
+    per_gpu_day = (sum(measured.mhs) / len(measured.mhs) * per_mhs
+                   if measured and measured.mhs and per_mhs is not None else None)
+    return {"lease_pays": agent.lease_pays, "floor_per_hour": agent.floor_per_hour, "quote_source": agent.quote_source,
+            "measured": None if measured is None else {"algo": measured.algo, "mhs": list(measured.mhs),
+                                                       "watts": list(measured.watts)},
+            "measured_per_gpu_day": _money(per_gpu_day)}
 
 
-def agent_of(rig: RigInput) -> tuple[dict[str, Any], str]:
-    """The agent's status and where it came from: the last sweep ("ssh") or, when fresher, the API ("api")."""
-    agent = ((rig.snapshot or {}).get("status_row") or {}).get("agent") or {}
+def agent_of(rig: RigInput) -> tuple[AgentStatus, str]:
+    """The agent's status and where it came from: the last sweep ("ssh") or, when fresher, the API ("api":
+    the agent's own status as it published it on the node, read by the same reader)."""
     if rig.node is not None and (rig.seen_at is None or rig.node[0] > rig.seen_at):
-        # the API is fresher than the last sweep: the agent's own status, as it published it
-        return {**agent, **rig.node[2], "mode": rig.node[1]}, "api"
-    return agent, "ssh"
+        return dataclasses.replace(agent_status_from(rig.node[2]), mode=rig.node[1]), "api"
+    facts = rig.report.facts if rig.report is not None else None
+    return (facts.agent_status if facts is not None else AgentStatus(False)), "ssh"
 
 
 def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dict[str, Any]:
@@ -183,8 +177,8 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
     else:
         totals, last = span_totals(rig_spans(rig, since, now), len(models)), (rig.ledger[-1] if rig.ledger else None)
     agent, source = agent_of(rig)
-    mode = agent.get("mode") or (last.mode if last else "") or ("no agent" if facts else "unknown")
-    valued = economy(agent, source == "api", economics)
+    mode = agent.mode or (last.mode if last else "") or ("no agent" if facts else "unknown")
+    valued = economy(agent, economics)
     return {
         "rig": rig.name, "groups": [g for g in rig.groups if g not in IMPLICIT_GROUPS],
         "seen_at": _iso(rig.seen_at), "reachable": bool(snap) and snap.get("failure") is None,
@@ -196,10 +190,10 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "amd_gpus": len(facts.amd_gpus) if facts else 0,
         "readiness": snap.get("status", "unknown"),
         "state": status.get("state", "unknown"), "drift": status.get("detail", ""),
-        "mode": mode, "mode_from": source, "since": agent.get("since") or (_iso(last.at) if last else ""),
-        "next_change": agent.get("next_change") or "",
-        "leases": [lease["pod"] for lease in agent.get("leases") or []],
-        "agent_error": agent.get("last_error", ""),
+        "mode": mode, "mode_from": source, "since": agent.since or (_iso(last.at) if last else ""),
+        "next_change": agent.next_change,
+        "leases": [lease.pod for lease in agent.leases],
+        "agent_error": agent.last_error,
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
         "earnings": earnings(totals, [m for m, _ in models], economics, valued["measured_per_gpu_day"]),
         "economy": valued,
@@ -234,8 +228,8 @@ def timeline(rig: RigInput, economics: Economics, now: float, days: int) -> dict
         per_day.append({"date": (first + timedelta(days=n)).isoformat(),
                         "hours": {m: round(s / 3600, 2) for m, s in sorted(seconds.items())}})
     models = [m for m, _ in gpu_models(rig.report)]
-    agent, source = agent_of(rig)
-    valued = economy(agent, source == "api", economics)
+    agent, _ = agent_of(rig)
+    valued = economy(agent, economics)
     return {"rig": rig.name, "days": days, "from": _iso(start), "to": _iso(now),
             "spans": [{"mode": s.mode, "start": _iso(s.start), "end": _iso(s.end), "blind": s.blind,
                        "leases": list(s.leases), "from_start_s": round(s.start - start), "seconds": round(s.seconds)}

@@ -331,15 +331,20 @@ def test_the_fleet_pages_sql_sums_equal_the_spans(drawn, gpus):
 
 
 def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api():
-    """The sweep's status row carries the agent's fields checked; the API's annotation is the agent's raw
-    status.json, checked by the same parser (a garbled figure is dropped, never shown)."""
+    """The sweep's report carries the agent's status checked (agent/status.py); the API's annotation is the
+    agent's raw status.json, checked by the same reader (a garbled figure is dropped, never shown)."""
+    from miner2provider.agent.status import AgentStatus, Measured, agent_status_from
+
     econ = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 1.20}\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
-    swept = {"lease_pays": True, "floor_per_hour": 0.187, "quote_source": "measured kawpow hashrate of 2 GPUs",
-             "measured": {"algo": "kawpow", "mhs": [58.0, 56.0], "watts": [240.0, 240.0]}}
-    assert views.economy(swept, False, econ) == {**swept, "measured_per_gpu_day": 2.85}
+    swept = AgentStatus(True, "idle-mining", measured=Measured("kawpow", (58.0, 56.0), (240.0, 240.0)),
+                        lease_pays=True, floor_per_hour=0.187, quote_source="measured kawpow hashrate of 2 GPUs")
+    assert views.economy(swept, econ) == {
+        "lease_pays": True, "floor_per_hour": 0.187, "quote_source": "measured kawpow hashrate of 2 GPUs",
+        "measured": {"algo": "kawpow", "mhs": [58.0, 56.0], "watts": [240.0, 240.0]}, "measured_per_gpu_day": 2.85}
     raw = {"mode": "idle-mining", "profit": {"lease_pays": True, "floor_per_hour": 0.187, "source": "x"},
            "measured": {"algo": "kawpow", "mhs": [58.0, "lots"], "watts": []}}
-    assert views.economy(raw, True, econ) == {"lease_pays": True, "floor_per_hour": 0.187, "quote_source": "x",
-                                              "measured": None, "measured_per_gpu_day": None}
-    unpriced = views.economy({**swept, "measured": {**swept["measured"], "algo": "etchash"}}, False, econ)
+    assert views.economy(agent_status_from(raw), econ) == {"lease_pays": True, "floor_per_hour": 0.187,
+                                                          "quote_source": "x", "measured": None,
+                                                          "measured_per_gpu_day": None}
+    unpriced = views.economy(dataclasses.replace(swept, measured=Measured("etchash", (58.0,), ())), econ)
     assert unpriced["measured_per_gpu_day"] is None

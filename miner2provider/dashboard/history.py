@@ -186,8 +186,13 @@ class History:
         return [RigSummary(*row) for row in rows]
 
     def latest_snapshot(self, rig: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT report FROM latest WHERE rig = ?", (rig,)).fetchone()
-        return json.loads(row[0]) if row else None
+        found = self.latest(rig)
+        return found[1] if found else None
+
+    def latest(self, rig: str) -> tuple[float, dict[str, Any]] | None:
+        """The rig's latest report and when it was stored."""
+        row = self.db.execute("SELECT at, report FROM latest WHERE rig = ?", (rig,)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
 
     def latest_snapshots(self) -> dict[str, tuple[float, dict[str, Any]]]:
         """Every rig's latest report and when it was read."""

@@ -3,7 +3,6 @@ and the rigs' inputs from the history (views.py turns them into rows).  No Starl
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import math
@@ -19,6 +18,7 @@ from starlette.requests import Request
 
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History, Window
+from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.timeshare.economics import Economics
 
 from . import views
@@ -48,6 +48,15 @@ class DashboardState:
     config: DashboardConfig
     csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     stop: threading.Event = field(default_factory=threading.Event)
+    # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
+    # on every page (1,000 rigs: ~100 ms a page otherwise).
+    reports: dict[str, tuple[float, RigReport | None]] = field(default_factory=dict)
+
+    def typed(self, rig: str, at: float, snapshot: dict[str, Any] | None) -> RigReport | None:
+        cached = self.reports.get(rig)
+        if cached is None or cached[0] != at:
+            cached = self.reports[rig] = (at, stored_report(snapshot))
+        return cached[1]
 
     @property
     def session(self) -> str:
@@ -66,9 +75,11 @@ def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigIn
         latest = history.latest_snapshots()
         windows = history.windows(now - days * views.DAY, now)
         nodes = history.nodes()
-    return [dataclasses.replace(_input(h, latest[h.name][1] if h.name in latest else None, [], nodes),
-                                window=windows.get(h.name, Window((), None)))
-            for h in state.config.hosts]
+    inputs = []
+    for h in state.config.hosts:
+        at, snap = latest.get(h.name, (0.0, None))
+        inputs.append(_input(h, snap, [], nodes, state.typed(h.name, at, snap), windows.get(h.name, Window((), None))))
+    return inputs
 
 
 def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInput | None:
@@ -78,7 +89,8 @@ def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInp
     with History(state.config.db) as history:
         start = now - (days + 1) * views.DAY  # timelines start at a UTC midnight, up to a day earlier
         # every line from start on: a line after now (a rig's clock ahead) still ends the one before
-        return _input(host, history.latest_snapshot(name), history.ledger(name, start, math.inf), history.nodes())
+        at, snap = history.latest(name) or (0.0, None)
+        return _input(host, snap, history.ledger(name, start, math.inf), history.nodes(), state.typed(name, at, snap))
 
 
 def fleet_view(request: Request) -> dict[str, Any]:
@@ -97,9 +109,10 @@ def fleet_view(request: Request) -> dict[str, Any]:
 
 
 def _input(host: Host, snap: dict[str, Any] | None, ledger: list[Any],
-           nodes: dict[str, tuple[float, str, dict[str, Any]]]) -> views.RigInput:
+           nodes: dict[str, tuple[float, str, dict[str, Any]]], report: RigReport | None,
+           window: Window | None = None) -> views.RigInput:
     return views.RigInput(host.name, host.groups, (snap or {}).get("read_at"), snap, tuple(ledger),
-                          nodes.get(views.node_name(host.name, snap)))
+                          nodes.get(views.node_name(host.name, snap)), window, report)
 
 
 def days_of(request: Request) -> int:

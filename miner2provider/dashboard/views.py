@@ -14,7 +14,6 @@ says so; the agent's profit quote (policy profit: lease floor, offered or not) i
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,11 +44,13 @@ class RigInput:
     ledger: tuple[Entry, ...]  # led by the line in force when the window opens
     node: tuple[float, str, dict[str, Any]] | None = None  # what the Kubernetes API last said: (at, mode, status)
     window: Window | None = None  # the fleet page's: the ledger summed in SQL instead of ``ledger``
+    # The stored report, typed (detect/report.py's one schema; None: never read, or not readable): read from
+    # ``snapshot`` when not given (the app gives it from its cache: typing 1,000 reports costs ~100 ms).
+    report: RigReport | None = None
 
-    @functools.cached_property
-    def report(self) -> RigReport | None:
-        """The stored report, typed (detect/report.py's one schema); None: never read, or not readable."""
-        return stored_report(self.snapshot)
+    def __post_init__(self) -> None:
+        if self.report is None and self.snapshot:
+            object.__setattr__(self, "report", stored_report(self.snapshot))
 
 
 @dataclass(frozen=True)

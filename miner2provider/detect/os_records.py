@@ -122,7 +122,12 @@ def _load(where: Path) -> tuple[OsRecord, ...]:
 
 
 def by_kind(kind: str, where: Path | None = None) -> OsRecord | None:
-    return next((r for r in records(where) if r.kind == kind), None)
+    return _index(records(where)).get(kind)
+
+
+@functools.cache
+def _index(found: tuple[OsRecord, ...]) -> dict[str, OsRecord]:
+    return {r.kind: r for r in found}
 
 
 def parse(kind: str, doc: Mapping[str, Any], where: str) -> OsRecord:

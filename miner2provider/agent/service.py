@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import decide, economy, gate, kube, ledger, measure, rig
+from miner2provider.agent import decide, economy, gate, kube, ledger, measure, publish, rig
 from miner2provider.agent.decide import Observation, State
 from miner2provider.agent.status import STATUS_SCHEMA
 from miner2provider.timeshare import model, policy, profit
@@ -84,14 +83,11 @@ class Agent:
     clock: Any = time.time
     state: State = field(default_factory=State)
     last_error: str = ""
-    applied_labels: dict[str, str] = field(default_factory=dict)
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
-    _written: str = ""  # status.json as last written
-    _pushed: str = ""  # the status annotation as last patched onto the node
     _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
     _gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
     _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
@@ -102,6 +98,7 @@ class Agent:
         self.schedule = model.load(self.config.schedule)
         self.stats = economy.MinerStats(self.config.hashrate_file, self.config.trex_api)
         self.profit = economy.ProfitQuote(self.config.economics)
+        self.publisher = publish.Publisher(Path(self.config.state_dir) / "status.json")
         self.dir = Path(self.config.state_dir)
         self.gates = gate.GateDir(self.dir / "gate")
         saved = _read_json(self.dir / "state.json")
@@ -112,7 +109,7 @@ class Agent:
             self.state = State(**state)
             self.profit.restore(saved.get("offer"))
             self.stats.restore(saved.get("measured"))
-            self.applied_labels = dict(saved.get("applied_labels", {}))
+            self.publisher.applied_labels = dict(saved.get("applied_labels", {}))
 
     # -- observe ---------------------------------------------------------------------
     def lease_waiting(self) -> bool:
@@ -314,9 +311,9 @@ class Agent:
 
     # -- state and status ------------------------------------------------------------
     def _save(self) -> None:
-        _write_json(self.dir / "state.json", {"state": asdict(self.state), "applied_labels": self.applied_labels,
-                                              "offer": self.profit.saved(),
-                                              "measured": asdict(self.stats.shown) if self.stats.shown else None})
+        publish.write_json(self.dir / "state.json", {
+            "state": asdict(self.state), "applied_labels": self.publisher.applied_labels,
+            "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
 
     def next_change(self, now: float) -> datetime | None:
         """The schedule's next change, recomputed only once it has passed: the scan costs tens of
@@ -354,28 +351,18 @@ class Agent:
         return listed
 
     def _publish(self, now: float, api_ok: bool) -> None:
-        status = self.status(now)
-        text = json.dumps(status, sort_keys=True)
-        if text != self._written:  # not on every tick: many rigs run from USB sticks
-            _write_json(self.dir / "status.json", status)
-            self._written = text
+        text = self.publisher.write(self.status(now))
         if not api_ok:
             return
-        labels = {**self.file_labels(), "m2p.io/mode": self.state.mode,
-                  "m2p.io/agent-version": __version__}
-        stale = {k: None for k in self.applied_labels if k not in labels}
-        if OLD_PLACEHOLDER_LABEL in self._node_labels:
-            stale[OLD_PLACEHOLDER_LABEL] = None
-        if text == self._pushed and labels == self.applied_labels and not stale:
-            return
+        labels = {**self.file_labels(), "m2p.io/mode": self.state.mode, "m2p.io/agent-version": __version__}
+        old = (OLD_PLACEHOLDER_LABEL,) if OLD_PLACEHOLDER_LABEL in self._node_labels else ()
         try:
-            self.client.patch_node(self.config.node, {"metadata": {
-                "labels": {**labels, **stale}, "annotations": {"m2p.io/status": text}}})
+            patched = self.publisher.push(self.client, self.config.node, text, labels, old)
         except kube.ApiError as exc:
             self.last_error = f"status: {exc}"
             return
-        self._pushed, self.applied_labels = text, labels
-        self._save()
+        if patched:
+            self._save()
 
 
 def _iso(ts: float) -> str:
@@ -387,13 +374,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _write_json(path: Path, data: Any) -> None:
-    """Atomic: a rig that loses power mid-write keeps the previous file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

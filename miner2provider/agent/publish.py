@@ -1,0 +1,50 @@
+"""Where the agent says what it does: ``status.json`` on the rig, and on its node the ``m2p.io/status``
+annotation (the same text), the mode label and the GPU labels.  Each is written only when it changes
+(many rigs run from USB sticks; the API is the farm's), and the labels the agent put on the node are
+remembered (saved with its state) so that a label it no longer wants is removed, never someone else's."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miner2provider.agent import kube
+
+
+@dataclass
+class Publisher:
+    status_file: Path
+    applied_labels: dict[str, str] = field(default_factory=dict)  # the labels last patched onto the node
+    _written: str = ""  # status.json as last written
+    _pushed: str = ""  # the status annotation as last patched onto the node
+
+    def write(self, status: dict[str, Any]) -> str:
+        """status.json, when it changed; returns its text (the annotation's too)."""
+        text = json.dumps(status, sort_keys=True)
+        if text != self._written:
+            write_json(self.status_file, status)
+            self._written = text
+        return text
+
+    def push(self, client: kube.KubeClient, node: str, text: str, labels: dict[str, str],
+             stale_extra: tuple[str, ...] = ()) -> bool:
+        """The annotation and the labels onto the node when they changed; labels the agent applied before
+        and wants no more (and ``stale_extra``, labels of an earlier design) are removed.  True when the
+        node was patched (the applied labels changed: the caller saves them)."""
+        stale = {k: None for k in self.applied_labels if k not in labels}
+        stale.update({k: None for k in stale_extra})
+        if text == self._pushed and labels == self.applied_labels and not stale:
+            return False
+        client.patch_node(node, {"metadata": {"labels": {**labels, **stale}, "annotations": {"m2p.io/status": text}}})
+        self._pushed, self.applied_labels = text, labels
+        return True
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic: a rig that loses power mid-write keeps the previous file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)

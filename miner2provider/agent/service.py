@@ -76,6 +76,17 @@ class Config:
 
 
 @dataclass
+class Sight:
+    """What the agent last saw, kept between ticks: the API's leases and labels stay as last read while
+    the API does not answer (m2p's lease guard errs on the safe side)."""
+
+    leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node
+    gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
+    node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels
+    file_labels: dict[str, str] | None = None  # labels_file's, read once a tick (None: not yet this tick)
+
+
+@dataclass
 class Agent:
     config: Config
     client: kube.KubeClient
@@ -88,11 +99,7 @@ class Agent:
     _watchdog_checked: float = float("-inf")
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
-    _leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node, as last read
-    _gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
-    _node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels, as last read
-    _ticks: int = 0  # ticks begun
-    _labels_read: tuple[int, dict[str, str]] = (-1, {})  # (the tick, labels_file's labels)
+    seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -129,9 +136,9 @@ class Agent:
     def file_labels(self) -> dict[str, str]:
         """``labels_file`` (gpu_attributes' labels for this node), read at most once a tick: the profit quote
         and the node's labels both want it."""
-        if self._labels_read[0] != self._ticks:
-            self._labels_read = (self._ticks, dict(_read_json(Path(self.config.labels_file)) or {}))
-        return self._labels_read[1]
+        if self.seen.file_labels is None:
+            self.seen.file_labels = dict(_read_json(Path(self.config.labels_file)) or {})
+        return self.seen.file_labels
 
     @property
     def offer(self) -> profit.Offer:
@@ -150,7 +157,7 @@ class Agent:
         if self.schedule.policy != "profit":
             return False
         # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
-        cards = profit.cards_from_labels(self.file_labels() or self._node_labels)
+        cards = profit.cards_from_labels(self.file_labels() or self.seen.node_labels)
         if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now)):
             self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
             self._save()
@@ -162,20 +169,20 @@ class Agent:
         try:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
-            self._node_labels = dict(node.get("metadata", {}).get("labels") or {})
+            self.seen.node_labels = dict(node.get("metadata", {}).get("labels") or {})
             tenants = kube.tenant_pods(pods, self.config.system_namespaces)
-            self._leases = sorted((kube.lease_summary(p) for p in tenants), key=lambda lease: lease["pod"])
+            self.seen.leases = sorted((kube.lease_summary(p) for p in tenants), key=lambda lease: lease["pod"])
         except kube.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
-        self._gated = self.gates.gated()
+        self.seen.gated = self.gates.gated()
         waiting = bool(self.gates.waiting())
         if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
             self.sample_miner(now, running)
         desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         obs = Observation(
             now=now, desired=desired, api_ok=node is not None,
-            leases=len(kube.lease_pods(pods)), gated=len(self._gated), gate_waiting=waiting,
+            leases=len(kube.lease_pods(pods)), gated=len(self.seen.gated), gate_waiting=waiting,
             miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
         )
         return obs, node
@@ -195,7 +202,7 @@ class Agent:
             elif action == decide.GRANT:
                 self._hand_over_clocks()
                 self.gates.grant()
-                self._gated = self.gates.gated()  # named in this tick's status: the lease guard reads it
+                self.seen.gated = self.gates.gated()  # named in this tick's status: the lease guard reads it
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
 
     def _hand_over_clocks(self) -> None:
@@ -220,7 +227,7 @@ class Agent:
             raise
 
     def tick(self) -> list[str]:
-        self._ticks += 1
+        self.seen.file_labels = None  # read again this tick
         now = self.clock()
         obs, node = self.observe(now)
         if node is not None:
@@ -246,7 +253,7 @@ class Agent:
         if self._ledger_last is None:
             entries, _ = ledger.read(self.dir)
             self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
-        leases = tuple(lease["pod"] for lease in self._leases) if not blind else self._ledger_last.leases
+        leases = tuple(lease["pod"] for lease in self.seen.leases) if not blind else self._ledger_last.leases
         m = self.stats.measured
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
                              *((m.algo, m.mhs) if m is not None else ("", ())))
@@ -339,9 +346,9 @@ class Agent:
         """The tenant pods the API lists, and the containers the gate let through that the API does not list
         (yet: a lease's pod is read a tick after its container passed the gate; or the API is unreachable).
         m2p's lease guard reads these: a convert in that tick would otherwise restart k3s under a lease."""
-        listed = list(self._leases)
+        listed = list(self.seen.leases)
         known = {lease["pod"] for lease in listed}
-        for record in self._gated:
+        for record in self.seen.gated:
             pod = str(record.get("pod") or "").strip()
             pod = pod if pod.strip("/") else "a container through m2p's gate (no pod named)"
             if pod not in known:
@@ -355,7 +362,7 @@ class Agent:
         if not api_ok:
             return
         labels = {**self.file_labels(), "m2p.io/mode": self.state.mode, "m2p.io/agent-version": __version__}
-        old = (OLD_PLACEHOLDER_LABEL,) if OLD_PLACEHOLDER_LABEL in self._node_labels else ()
+        old = (OLD_PLACEHOLDER_LABEL,) if OLD_PLACEHOLDER_LABEL in self.seen.node_labels else ()
         try:
             patched = self.publisher.push(self.client, self.config.node, text, labels, old)
         except kube.ApiError as exc:

@@ -59,6 +59,7 @@ class Config:
     trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
     interval_s: float = 2.0
+    marketplace: str = ""  # the marketplace the rig is offered on, or none (said in the status)
     # The marketplace's own services' namespaces (from market/, by role_vars): their pods are not leases.
     system_namespaces: tuple[str, ...] = ()
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
@@ -337,7 +338,8 @@ class Agent:
         quote, shown = self.profit.quote, self.stats.shown
         return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
-                "schedule": self.schedule.name, "last_error": self.last_error, "agent_version": __version__,
+                "schedule": self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
+                "agent_version": __version__,
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),
                 **({"measured": {**shown.as_status(), "at": _iso(shown.at)}} if shown else {})}

@@ -215,6 +215,9 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
         if name not in contract:
             raise InventoryError(f"unknown m2p setting {name!r}{_closest(name, contract)}", where=_line(path, key))
         expected, choices = contract[name].python_type, contract[name].choices
+        if name == "m2p_marketplace" and isinstance(value, bool):  # a bool before marketplaces had names
+            raise InventoryError(f"m2p_marketplace names the marketplace now: {contract[name].default} (was true) "
+                                 f"or {settings.NO_MARKETPLACE} (was false)", where=where)
     elif name in ANSIBLE_TYPES:
         expected = ANSIBLE_TYPES[name]
     else:
@@ -434,11 +437,11 @@ def _check_slicing(name: str, values: dict[str, Any], merged: dict[str, tuple[An
     when slices outnumber the cards: NVIDIA/k8s-device-plugin#461).  Off for marketplace rigs
     unless the owner says otherwise."""
     replicas = values.get("m2p_time_slicing_replicas", 1)
-    if (isinstance(replicas, int) and replicas > 1 and values.get("m2p_marketplace", True)
+    if (isinstance(replicas, int) and replicas > 1 and values.get("m2p_marketplace") != settings.NO_MARKETPLACE
             and not values.get("m2p_time_slicing_on_marketplace", False)):
         raise InventoryError(
             f"{name}: m2p_time_slicing_replicas {replicas} on a marketplace rig: Akash would sell each slice "
-            "as a whole GPU; set m2p_marketplace: false (your own workloads only) or "
+            "as a whole GPU; set m2p_marketplace: none (your own workloads only) or "
             "m2p_time_slicing_on_marketplace: true to take that risk", where=merged["m2p_time_slicing_replicas"][1])
 
 

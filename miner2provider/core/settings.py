@@ -32,6 +32,8 @@ class Setting:
         return {"str": str, "path": str, "int": int, "bool": bool}[self.kind]
 
 
+NO_MARKETPLACE = "none"  # m2p_marketplace's value for a rig that serves its owner's workloads only
+
 # Settings whose value goes to role variables as it is: name -> those variables.
 FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_min_free_disk_gb": ("preflight_min_free_disk_gb",),
@@ -44,6 +46,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     # Also ansible_python_interpreter (role_vars.py), and the probe's python3 (detect.py).
     "m2p_python_interpreter": ("timeshare_agent_python",),
     "m2p_trex_api_port": ("timeshare_agent_trex_api_port",),
+    # Which marketplace (market/: the names it registers; none: the owner's own workloads only).
+    "m2p_marketplace": ("timeshare_agent_marketplace",),
 }
 
 # Settings read by m2p itself, or that several role variables are derived from (role_vars.py).
@@ -62,9 +66,7 @@ OWN: tuple[Setting, ...] = (
             "inventory); m2p schedule apply --economics gives one for every rig."),
     Setting("m2p_time_slicing_replicas", "int",
             "Advertise each GPU this many times (device plugin time-slicing); "
-            "needs m2p_marketplace: false or m2p_time_slicing_on_marketplace: true.", 1),
-    Setting("m2p_marketplace", "bool",
-            "The rig's GPUs are offered to tenants (Akash): leases get whole GPUs.", True),
+            "needs m2p_marketplace: none or m2p_time_slicing_on_marketplace: true.", 1),
     Setting("m2p_time_slicing_on_marketplace", "bool",
             "Allow time-slicing on a marketplace rig, knowing Akash sells each slice as a whole GPU.", False),
     Setting("m2p_k3s_token_env", "str",

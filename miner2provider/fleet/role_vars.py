@@ -17,7 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from miner2provider.core.inventory import python_of
-from miner2provider.core.settings import FEEDS
+from miner2provider.core.settings import FEEDS, NO_MARKETPLACE
+from miner2provider.market import DEFAULT as DEFAULT_MARKETPLACE
 from miner2provider.market import marketplace
 
 API_PORT = 6443  # k3s's supervisor and Kubernetes API
@@ -66,6 +67,11 @@ def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = No
         derived.update(_python(rig))
         out[rig.name] = {k: v for k, v in derived.items() if k not in rig.settings}
     return out
+
+
+def _marketplace_namespaces(rig: Rig) -> list[str]:
+    name = rig.settings.get("m2p_marketplace") or DEFAULT_MARKETPLACE
+    return [] if name == NO_MARKETPLACE else list(marketplace(str(name)).system_namespaces)
 
 
 def _python(rig: Rig) -> dict[str, Any]:
@@ -122,9 +128,8 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_server_host": server.name if server else "",
         "timeshare_agent_server_manifests_dir": f"{data_dir(server, default)}/server/manifests" if server else "",
         "timeshare_agent_api_server": api,
-        # m2p_marketplace false: the rig serves its owner's workloads only, and no marketplace runs there.
-        "timeshare_agent_system_namespaces":
-            list(marketplace().system_namespaces) if rig.settings.get("m2p_marketplace", True) else [],
+        # m2p_marketplace none: the rig serves its owner's workloads only, and no marketplace runs there.
+        "timeshare_agent_system_namespaces": _marketplace_namespaces(rig),
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
     }

@@ -134,3 +134,26 @@ def test_bad_jump_hosts_name_the_line(tmp_path, rig01, message):
     with pytest.raises(InventoryError) as err:
         inventory.load(inv)
     assert message in err.value.message and err.value.where == f"{inv}:3"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("false", "m2p_marketplace names the marketplace now: akash (was true) or none (was false)"),
+    ("true", "m2p_marketplace names the marketplace now: akash (was true) or none (was false)"),
+    ("akahs", "m2p_marketplace must be one of akash, none, found text 'akahs'"),
+])
+def test_the_marketplace_is_named_and_a_bool_of_before_says_what_to_write(tmp_path, value, message):
+    path = tmp_path / "rigs.yml"
+    path.write_text(f"all:\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n      m2p_marketplace: {value}\n")
+    with pytest.raises(InventoryError) as err:
+        inventory.load(path)
+    assert err.value.where == f"{path}:5" and message in err.value.message
+
+
+def test_the_roles_marketplace_choices_are_the_registry_s():
+    """The setting's choices come from the role's argument specs (one place for the default); the
+    registry (market/__init__.py) and they must name the same marketplaces."""
+    from miner2provider.core import collection, settings
+    from miner2provider.market import DEFAULT, MARKETPLACES
+
+    option = collection.role_options()["timeshare_agent_marketplace"]
+    assert set(option["choices"]) == {*MARKETPLACES, settings.NO_MARKETPLACE} and option["default"] == DEFAULT

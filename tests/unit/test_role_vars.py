@@ -91,6 +91,6 @@ def test_the_agent_learns_the_marketplaces_own_namespaces_from_the_marketplace()
     """The agent names no marketplace: role_vars hands it the marketplace's namespaces (market/)."""
     from miner2provider.market import marketplace
 
-    out = role_vars([rig("r"), rig("own", m2p_marketplace=False)], K3S_DIR)
+    out = role_vars([rig("r"), rig("own", m2p_marketplace="none")], K3S_DIR)
     assert out["r"]["timeshare_agent_system_namespaces"] == list(marketplace().system_namespaces) == ["akash-services"]
     assert out["own"]["timeshare_agent_system_namespaces"] == []

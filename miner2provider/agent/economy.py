@@ -8,7 +8,7 @@ import os
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable  # noqa: UP035 (the agent runs on python3 3.8)
+from typing import Any
 
 from miner2provider.agent import measure
 from miner2provider.core.errors import EconomicsError
@@ -27,7 +27,6 @@ class MinerStats:
 
     hashrate_file: str = ""
     trex_api: str = ""
-    get: Callable[[str], str] = field(default=lambda url: _loopback_get(url))
     measured: measure.Average | None = None  # the miner's hashrate and power, averaged
     shown: measure.Average | None = None  # ``measured`` as last put into status and state.json
     _seen: float = float("nan")  # the stats file's mtime, or when T-Rex's API was last asked
@@ -40,7 +39,7 @@ class MinerStats:
             if now - self._seen < STATS_EVERY_S:
                 return False
             self._seen = now
-            sample = measure.trex_summary(self.get(self.trex_api))
+            sample = measure.trex_summary(_loopback_get(self.trex_api))
         elif not self.hashrate_file:
             return False
         else:

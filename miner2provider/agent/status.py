@@ -16,7 +16,7 @@ from miner2provider.agent.ledger import MAX_GPUS
 from miner2provider.agent.measure import ALGO_CHARS
 
 STATUS_SCHEMA = 1
-WHERE = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
+STATUS_FILE = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ def agent_status_from(raw: object) -> AgentStatus:
     ``m2p.io/status`` annotation the agent publishes on its node (the dashboard).  Every field is
     checked: the rig, and whoever can annotate its node, may send anything."""
     if not isinstance(raw, dict):
-        return AgentStatus(True, "unknown", last_error=f"{WHERE} unreadable: not a JSON object")
+        return AgentStatus(True, "unknown", last_error=f"{STATUS_FILE} unreadable: not a JSON object")
     schema = raw.get("schema", 1)
     if schema != STATUS_SCHEMA:
-        return AgentStatus(True, "unknown", last_error=f"{WHERE}: status schema {str(schema)[:20]!r} is not "
+        return AgentStatus(True, "unknown", last_error=f"{STATUS_FILE}: status schema {str(schema)[:20]!r} is not "
                                                        f"{STATUS_SCHEMA}, which this m2p reads: upgrade m2p")
     listed = raw.get("leases")
     leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))

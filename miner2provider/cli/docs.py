@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 
 import click
+import yaml
+
+from miner2provider.core import collection
+from miner2provider.detect import os_records
 
 from .app import cli
 
@@ -66,8 +70,6 @@ RECORDS_BEGIN, RECORDS_END = "<!-- records:begin (scripts/docs) -->", "<!-- reco
 
 def records_table() -> str:
     """docs/mining-os.md's table, from the mining-OS records (detect/os_records.py)."""
-    from miner2provider.detect import os_records
-
     rows = ["| OS (kind) | recognised by | version from | miner control | driver upgrade | m2p does |",
             "|---|---|---|---|---|---|"]
     for r in os_records.records():
@@ -93,10 +95,6 @@ def with_records(page: str) -> str:
 def role_readme(role: str) -> str:
     """roles/<role>/README.md: what the role does and its variables, from meta/argument_specs.yml (the
     source of truth: ansible-core validates them there)."""
-    import yaml
-
-    from miner2provider.core import collection
-
     specs = yaml.safe_load((collection.root() / "roles" / role / "meta" / "argument_specs.yml").read_text())
     main = specs["argument_specs"]["main"]
     said = [main.get("short_description", "").strip(), *(" ".join(d.split()) for d in main.get("description", []))]

@@ -3,6 +3,7 @@ and the rigs' inputs from the history (views.py turns them into rows).  No Starl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -58,9 +59,9 @@ class DashboardState:
             cached = self.reports[rig] = (at, stored_report(snapshot))
         return cached[1]
 
-    @property
+    @functools.cached_property
     def session(self) -> str:
-        """The login cookie's value: an HMAC of the token."""
+        """The login cookie's value: an HMAC of the token (computed once, not on every request)."""
         token = self.config.token
         return hmac.new(token.encode(), b"m2p dashboard session", hashlib.sha256).hexdigest() if token else ""
 

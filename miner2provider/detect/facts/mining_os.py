@@ -98,8 +98,9 @@ def recognise(out: Output, records: Sequence[OsRecord]) -> MiningOs:
         key, _, value = line.partition(" ")
         if key != "marker" and value:
             info.setdefault(key, value.strip().strip("\"'"))
+    present = set(markers)
     for record in records:
-        if record.matches(set(markers), info):
+        if record.matches(present, info):
             module = info.get("module", "")
             shown = (*markers, module) if record.python_module_globs and module else markers
             return MiningOs(record.kind, record.version(info), shown)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from miner2provider.agent.ledger import Entry
 from miner2provider.agent.ledger import parse as parse_ledger
-from miner2provider.agent.status import AgentStatus, agent_status_from
+from miner2provider.agent.status import STATUS_FILE, AgentStatus, agent_status_from
 from miner2provider.detect.facts.base import Fact, Output
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
-AGENT_STATUS = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
+AGENT_STATUS = STATUS_FILE  # the agent writes it (agent/status.py)
 AGENT_LEDGER = "/var/lib/m2p/agent/ledger.jsonl"  # one line per change of mode (agent/ledger.py), 0644
 LEDGER_TAIL = 20  # the lines the probe reads: what status shows; the dashboard's sweep keeps the rest
 

@@ -17,14 +17,15 @@ Modes of a rig:
   and offers the node again: it never cuts a lease (its identity may only read pods and
   patch its own node, so it could not evict one anyway).
 
-A lease is a pod bound to the node with GPUs (from the API) or a container the gate let
-through that still runs (from the rig itself: this holds while the API is unreachable).
-The miner is never started while either exists.
+A lease is a marketplace lease's pod bound to the node with GPUs (from the API; kube.LeaseRule)
+or a lease's container the gate let through that still runs (from the rig itself: this holds
+while the API is unreachable).  The miner is never started while either exists.
 
 Switching limits: the miner is never started sooner than ``min_switch_interval`` after the
-previous start or stop.  A stop that a lease needs is never delayed.  If the Kubernetes API
-cannot be read, the agent keeps its mode and never starts the miner while NVML shows a GPU
-process or a gated container runs.
+previous start or stop (on the monotonic clock: a stepped wall clock moves no interval).  A
+stop that a lease needs is never delayed.  If the Kubernetes API cannot be read, the agent
+keeps its mode and never starts the miner while NVML shows a GPU process or a gated
+container runs.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ GRANT = "grant"  # let the containers waiting at the gate start: the GPUs are fr
 
 @dataclass(frozen=True)
 class Observation:
-    now: float  # seconds
+    # Seconds on the clock every interval is measured on: the agent's monotonic clock, so that no step of
+    # the wall clock (a rig booting without an RTC battery, NTP) holds a switch back or hurries it.
+    now: float
     desired: Desired
     api_ok: bool  # the pods on this node and the node itself could be read
     leases: int  # pods bound to this node with GPUs, not finished (API)
@@ -52,14 +55,15 @@ class Observation:
     gate_waiting: bool  # a container waits at the gate for the GPUs
     miner_running: bool
     gpus_busy: bool  # NVML: a process outside every container holds a GPU (the miner, letting go)
+    wall: float | None = None  # the wall clock at ``now``: when a mode began, as said (None: ``now`` is it)
 
 
 @dataclass(frozen=True)
 class State:
     mode: str = "mining"  # mining | idle-mining | leasing | draining
-    since: float = 0.0
-    last_switch: float = float("-inf")  # last miner start or stop by the agent
-    drain_started: float | None = None
+    since: float = 0.0  # wall clock
+    last_switch: float = float("-inf")  # last miner start or stop by the agent (Observation.now's clock)
+    drain_started: float | None = None  # (Observation.now's clock)
     gave_up: tuple[bool, bool] | None = None  # Desired.key of the mining window given up
     offered: bool = False  # the agent has uncordoned the node (OFFER) and not cordoned it since
 
@@ -67,7 +71,7 @@ class State:
 def decide(state: State, obs: Observation, lease_grace_s: float | None,
            min_switch_interval_s: float) -> tuple[State, list[str]]:
     def to(mode: str, **changes: object) -> State:
-        since = obs.now if mode != state.mode else state.since
+        since = (obs.now if obs.wall is None else obs.wall) if mode != state.mode else state.since
         return replace(state, mode=mode, since=since, **changes)  # type: ignore[arg-type]
 
     interval_ok = obs.now - state.last_switch >= min_switch_interval_s

@@ -61,7 +61,10 @@ class GateDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only disk: no hook can ask either (it fails closed); the agent runs on
+            pass
 
     def _live(self, suffix: str, pid_key: str, started_key: str) -> list[tuple[Path, dict[str, Any]]]:
         """The records of this kind whose process (``pid_key``, ``started_key``) still runs; the
@@ -81,11 +84,17 @@ class GateDir:
 
     def waiting(self) -> list[Path]:
         """Requests whose hook still waits."""
-        return [entry for entry, _ in self._live(".request", "hook_pid", "hook_started")]
+        return [entry for entry, _ in self.waiting_records()]
+
+    def waiting_records(self) -> list[tuple[Path, dict[str, Any]]]:
+        return self._live(".request", "hook_pid", "hook_started")
 
     def any_waiting(self) -> bool:
         """Cheap (no reads): for the agent's wake-up check between ticks."""
-        return any(self.path.glob("*.request"))
+        try:
+            return any(self.path.glob("*.request"))
+        except OSError:
+            return False
 
     def gated(self) -> list[dict[str, Any]]:
         """Containers let through that still run."""
@@ -94,9 +103,10 @@ class GateDir:
                 entry.unlink(missing_ok=True)
         return [record for _, record in self._live(".granted", "pid", "started")]
 
-    def grant(self) -> int:
+    def grant(self, entries: list[Path] | None = None) -> int:
+        """Let the waiting containers (``entries``; None: all) start."""
         granted = 0
-        for entry in self.waiting():
+        for entry in self.waiting() if entries is None else entries:
             try:
                 os.replace(entry, entry.with_suffix(".granted"))
                 granted += 1
@@ -104,8 +114,8 @@ class GateDir:
                 pass
         return granted
 
-    def refuse(self, reason: str) -> None:
-        for entry in self.waiting():
+    def refuse(self, reason: str, entries: list[Path] | None = None) -> None:
+        for entry in self.waiting() if entries is None else entries:
             entry.with_suffix(".refused").write_text(reason + "\n")
 
 

@@ -19,7 +19,6 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,7 @@ class KubeClient:
                                   "application/merge-patch+json"))
 
 
-def _gpu_limit(pod: dict[str, Any]) -> int:
+def gpu_limit(pod: dict[str, Any]) -> int:
     containers = pod.get("spec", {}).get("containers", []) + pod.get("spec", {}).get("initContainers", [])
     total = 0
     for c in containers:
@@ -88,38 +87,51 @@ def _gpu_limit(pod: dict[str, Any]) -> int:
     return total
 
 
-def lease_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods that hold (or will hold) GPUs on this node: bound, not finished.  A terminating
-    lease still counts: its containers hold the GPUs until they are gone.  Not m2p's own
-    namespace: the first time-share's placeholder pod, until its DaemonSet lets it go."""
-    return [p for p in pods if _gpu_limit(p) > 0 and p.get("status", {}).get("phase") not in FINISHED
-            and p.get("metadata", {}).get("namespace") != M2P_NAMESPACE]
-
-
 # Namespaces of the cluster's own workloads (k3s, m2p): not leases.  The marketplace's own services'
 # namespaces come in the agent's configuration (system_namespaces, from market/: the agent knows no
 # marketplace by name).
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", M2P_NAMESPACE})
 
 
-def tenant_pods(pods: list[dict[str, Any]], marketplace_namespaces: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Pods on this node that restarting k3s would kill under a tenant: every unfinished pod
-    outside the system namespaces (the cluster's, and the marketplace's own services') that no
-    DaemonSet runs (a DaemonSet's pod is on every node; GPUs or not: a CPU-only lease is a lease too)."""
-    system_namespaces = SYSTEM_NAMESPACES | set(marketplace_namespaces)
+@dataclass(frozen=True)
+class LeaseRule:
+    """Which pods are leases.  With the marketplace's ``label`` (a key only its lease pods carry, from
+    market/), exactly the pods carrying it outside the system namespaces; without one (no marketplace),
+    every pod outside them that no DaemonSet runs.  A monitoring DaemonSet given
+    GPUs in ``kube-system`` is never a lease: it neither stops the miner for good nor blocks a convert."""
 
-    def system(pod: dict[str, Any]) -> bool:
+    label: str = ""
+    marketplace_namespaces: tuple[str, ...] = ()
+
+    def is_lease(self, pod: dict[str, Any]) -> bool:
         meta = pod.get("metadata", {})
-        owners = meta.get("ownerReferences") or []
-        return meta.get("namespace") in system_namespaces or any(o.get("kind") == "DaemonSet" for o in owners)
-    return [p for p in pods if not system(p) and p.get("status", {}).get("phase") not in FINISHED]
+        if meta.get("namespace") in SYSTEM_NAMESPACES | set(self.marketplace_namespaces):
+            return False
+        if self.label:
+            return self.label in (meta.get("labels") or {})
+        return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+
+    def leases(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Pods on this node that restarting k3s would kill under a tenant (GPUs or not: a CPU-only
+        lease is a lease too), unfinished."""
+        return [p for p in pods if self.is_lease(p) and p.get("status", {}).get("phase") not in FINISHED]
+
+    def gpu_leases(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Leases that hold (or will hold) GPUs on this node.  A terminating lease still counts: its
+        containers hold the GPUs until they are gone."""
+        return [p for p in self.leases(pods) if gpu_limit(p) > 0]
 
 
-def lease_summary(pod: dict[str, Any]) -> dict[str, str]:
-    """What the agent reports of a lease: its identity and start, no tenant data."""
+def pod_name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def lease_summary(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the agent reports of a lease: its identity, start and GPUs, no tenant data."""
     meta = pod.get("metadata", {})
     since = pod.get("status", {}).get("startTime") or meta.get("creationTimestamp") or ""
-    return {"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "since": str(since)}
+    return {"pod": pod_name(pod), "since": str(since), "gpus": gpu_limit(pod)}
 
 
 def has_old_taint(node: dict[str, Any]) -> bool:

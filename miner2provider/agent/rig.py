@@ -4,6 +4,7 @@ commands) and the GPUs' truth (NVML: which processes hold a GPU)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -33,6 +34,12 @@ class Miner:
     processes: tuple[str, ...] = ()
     grace_s: float = 10.0
     proc: str = "/proc"
+    # How long a start is given to show a running miner before its exit code is believed (below).
+    start_settle_s: float = 5.0
+    # The miner starts in a transient scope of its own (systemd-run --scope), never in the agent's unit:
+    # HiveOS's `miner start` runs `screen -dm`, which stays in its caller's cgroup, so an agent restart
+    # (a new config, an upgrade, a crash) would kill the miner and the agent's MemoryMax would cap it.
+    own_scope: bool = True
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
         return _shell(cmd, self.timeout_s)
@@ -43,12 +50,54 @@ class Miner:
         return bool(self.miner_pids())
 
     def start(self) -> None:
-        self._checked(self.start_cmd, "start")
+        """Judged by the miner's state afterwards, not by the script's exit code: HiveOS's real `miner
+        start` exits 1 whenever its watchdog is off (hiveos-linux hive/bin/miner ends with
+        ``[[ $WD_ENABLED == 1 ]] && wd start``).  A start that exits 0 with no miner yet is believed: some
+        OSes start it from their own loop a little later (msOS's console), and the next ticks see it."""
+        if not self.start_cmd:
+            return
+        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope)
+        if self._settles(True, self.start_settle_s) or proc.returncode == 0:
+            return
+        raise RuntimeError(f"miner start ({self.start_cmd}) exited {proc.returncode} and no miner runs: "
+                           f"{_tail(proc)}")
 
-    def stop(self) -> None:
-        self._checked(self.stop_cmd, "stop")
-        if self.processes:
+    def stop(self, gpu_holders: Callable[[], list[int]] | None = None) -> None:
+        """The OS's own stop, judged by the miner's state (msOS's real core/stop always exits 1); then
+        whatever still holds a GPU outside every container (``gpu_holders``: a miner that ignored the
+        stop, or survived its screen) is given ``grace_s`` to go and then ended, TERM then KILL."""
+        proc = _shell(self.stop_cmd, self.timeout_s) if self.stop_cmd else None
+        if self.processes:  # the generic adapter: the OS's hold must hold, or the OS restarts what m2p ends
+            if proc is not None:
+                _checked(proc, f"miner stop ({self.stop_cmd})")
             self._end(self.miner_pids())
+        if gpu_holders is not None:
+            self._end_leftovers(gpu_holders)
+        if self.running_cmd and not self._settles(False, self.grace_s):
+            raise RuntimeError(f"the miner still runs after {self.stop_cmd}"
+                               + (f" (it exited {proc.returncode}: {_tail(proc)})" if proc is not None else ""))
+
+    def _settles(self, running: bool, within_s: float) -> bool:
+        deadline = time.monotonic() + within_s
+        while True:
+            if self.running() == running:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.25)
+
+    def _end_leftovers(self, gpu_holders: Callable[[], list[int]]) -> None:
+        """Real miners take seconds to free their cards (a CUDA context per card) and some ignore the
+        first stop: wait ``grace_s`` for the GPUs to be free, then end what still holds them."""
+        deadline = time.monotonic() + self.grace_s
+        while True:
+            holders = [pid for pid in gpu_holders() if pid > 1 and pid != os.getpid()]
+            if not holders:
+                return
+            if time.monotonic() >= deadline:
+                self._end(holders)
+                return
+            time.sleep(0.25)
 
     def miner_pids(self) -> list[int]:
         """Processes whose program lives under one of ``processes`` (an interpreter's script counts)."""
@@ -130,16 +179,34 @@ class Clocks:
             _checked(_shell(self.apply_cmd, self.timeout_s), self.apply_cmd)
 
 
-def _shell(cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+SCOPE_PREFIX = "m2p-miner-"  # the miner's transient scopes: m2p-miner-<ms since the epoch>.scope
+
+
+def in_own_scope(argv: list[str]) -> list[str]:
+    """``argv`` run in a new transient scope (its processes, and what they fork, are that scope's: not the
+    caller's unit, its limits or its restarts).  Unchanged where systemd does not run the host."""
+    if not Path("/run/systemd/system").is_dir() or shutil.which("systemd-run") is None:
+        return argv
+    unit = f"{SCOPE_PREFIX}{int(time.time() * 1000)}"
+    return ["systemd-run", "--scope", f"--unit={unit}", "--description=miner started by m2p-agent", *argv]
+
+
+def _shell(cmd: str, timeout_s: float, scope: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = ["/bin/sh", "-c", cmd]
     try:
-        return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout_s)
+        return subprocess.run(in_own_scope(argv) if scope else argv, capture_output=True, text=True,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
         raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
 
 
+def _tail(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stderr or proc.stdout or "").strip()[-200:]
+
+
 def _checked(proc: subprocess.CompletedProcess[str], what: str) -> None:
     if proc.returncode != 0:
-        raise RuntimeError(f"{what} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-200:]}")
+        raise RuntimeError(f"{what} exited {proc.returncode}: {_tail(proc)}")
 
 
 def _reset_card(nvml: Any, handle: Any, index: int) -> None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ class Config:
     marketplace: str = ""  # the marketplace the rig is offered on, or none (said in the status)
     # The marketplace's own services' namespaces (from market/, by role_vars): their pods are not leases.
     system_namespaces: tuple[str, ...] = ()
+    lease_label: str = ""  # the label key only the marketplace's lease pods carry (market/); empty: no marketplace
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
 
     @classmethod
@@ -81,10 +83,22 @@ class Sight:
     """What the agent last saw, kept between ticks: the API's leases and labels stay as last read while
     the API does not answer (m2p's lease guard errs on the safe side)."""
 
-    leases: list[dict[str, str]] = field(default_factory=list)  # tenant pods on the node
-    gated: list[dict[str, Any]] = field(default_factory=list)  # containers the gate let through, still running
+    leases: list[dict[str, Any]] = field(default_factory=list)  # lease pods on the node (any: CPU-only too)
+    gated: list[dict[str, Any]] = field(default_factory=list)  # lease containers the gate let through, still running
     node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels
     file_labels: dict[str, str] | None = None  # labels_file's, read once a tick (None: not yet this tick)
+    # Pods the API listed on the node this tick, lease or not (None: the API did not answer): a container
+    # at the gate whose pod is listed and is no lease is not handed the GPUs while the miner runs.
+    listed: set[str] | None = None
+    lease_names: set[str] = field(default_factory=set)  # the lease pods' names among them
+
+
+def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
+    """This boot's identity: a monotonic clock reading means something only within the boot it was read in."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
 
 
 @dataclass
@@ -92,7 +106,11 @@ class Agent:
     config: Config
     client: kube.KubeClient
     gpu_processes: Any = rig.gpu_processes
-    clock: Any = time.time
+    clock: Any = time.time  # the wall clock: what is said (status, ledger) and the schedule's windows
+    # Intervals (switching, the drain's grace, rechecks) run on the monotonic clock, which no step of the
+    # wall clock moves (a rig without an RTC battery boots in the past; NTP steps it later).
+    monotonic: Any = time.monotonic
+    boot: str = field(default_factory=boot_id)
     state: State = field(default_factory=State)
     last_error: str = ""
     _gpus: tuple[float, bool] = (float("-inf"), True)
@@ -109,12 +127,19 @@ class Agent:
         self.publisher = publish.Publisher(Path(self.config.state_dir) / "status.json")
         self.dir = Path(self.config.state_dir)
         self.gates = gate.GateDir(self.dir / "gate")
+        self._stopped_at = float("-inf")  # (monotonic) the last stop of the miner by the agent
+        self._cordoned_here = False  # the agent cordoned the node (also marked on disk, when the disk lets it)
         saved = _read_json(self.dir / "state.json")
         if saved:
             state = dict(saved.get("state", {}))
             if state.get("gave_up") is not None:
                 state["gave_up"] = tuple(state["gave_up"])
             self.state = State(**state)
+            if saved.get("boot") != self.boot or not self.boot:
+                # Saved in another boot (or by an agent that kept the wall clock): its monotonic readings mean
+                # nothing now.  The switching interval is served; a drain's grace starts again.
+                self.state = replace(self.state, last_switch=float("-inf"), drain_started=(
+                    None if self.state.drain_started is None else self.monotonic()))
             self.profit.restore(saved.get("offer"))
             self.stats.restore(saved.get("measured"))
             self.publisher.applied_labels = dict(saved.get("applied_labels", {}))
@@ -123,14 +148,18 @@ class Agent:
     def lease_waiting(self) -> bool:
         return self.gates.any_waiting()
 
+    def gpu_holders(self) -> list[int]:
+        """Processes outside every container that hold a GPU (NVML)."""
+        return rig.outside_containers(self.gpu_processes())
+
     def gpus_busy(self, now: float, miner_running: bool, waiting: bool) -> bool:
         """A process outside every container holds a GPU (the miner letting go; a lease's own
         processes do not count: they are in a pod's cgroup)."""
         if miner_running:
             return True  # a running miner holds the GPUs: no need to ask NVML
         checked, busy = self._gpus
-        if waiting or now - checked >= GPU_RECHECK_S or busy:
-            busy = bool(rig.outside_containers(self.gpu_processes()))
+        if waiting or not 0 <= now - checked < GPU_RECHECK_S or busy:
+            busy = bool(self.gpu_holders())
             self._gpus = (now, busy)
         return busy
 
@@ -164,35 +193,66 @@ class Agent:
             self._save()
         return self.profit.offer.offered
 
-    def observe(self, now: float) -> tuple[Observation, dict[str, Any] | None]:
+    @property
+    def lease_rule(self) -> kube.LeaseRule:
+        return kube.LeaseRule(self.config.lease_label, self.config.system_namespaces)
+
+    def for_a_lease(self, record: dict[str, Any]) -> bool:
+        """A container at (or through) the gate is a lease's unless the API lists its pod as no lease.  A pod
+        the API does not list (yet), or no API at all, counts as a lease: the miner stops for it, and mining
+        resumes once the API says otherwise."""
+        pod = str(record.get("pod") or "")
+        return self.seen.listed is None or pod in self.seen.lease_names or pod not in self.seen.listed
+
+    def observe(self, now: float, mono: float) -> tuple[Observation, dict[str, Any] | None]:
         node: dict[str, Any] | None = None
-        pods: list[dict[str, Any]] = []
+        gpu_leases = 0
+        self.seen.listed = None
         try:
             pods = self.client.pods_on_node(self.config.node)
             node = self.client.node(self.config.node)
             self.seen.node_labels = dict(node.get("metadata", {}).get("labels") or {})
-            tenants = kube.tenant_pods(pods, self.config.system_namespaces)
-            self.seen.leases = sorted((kube.lease_summary(p) for p in tenants), key=lambda lease: lease["pod"])
+            leases = self.lease_rule.leases(pods)
+            self.seen.leases = sorted((kube.lease_summary(p) for p in leases), key=lambda lease: lease["pod"])
+            self.seen.listed = {kube.pod_name(p) for p in pods}
+            self.seen.lease_names = {kube.pod_name(p) for p in leases}
+            gpu_leases = len(self.lease_rule.gpu_leases(pods))
         except kube.ApiError as exc:
             self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
-        self.seen.gated = self.gates.gated()
-        waiting = bool(self.gates.waiting())
+        self.seen.gated = [r for r in self.gates.gated() if self.for_a_lease(r)]
+        requests = self.gates.waiting_records()
+        waiting = any(self.for_a_lease(record) for _, record in requests)
         if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
             self.sample_miner(now, running)
         desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
+        busy = self.gpus_busy(mono, running, waiting)
+        others = [entry for entry, record in requests if not self.for_a_lease(record)]
+        if others:
+            self.answer_others(others, running or busy)
         obs = Observation(
-            now=now, desired=desired, api_ok=node is not None,
-            leases=len(kube.lease_pods(pods)), gated=len(self.seen.gated), gate_waiting=waiting,
-            miner_running=running, gpus_busy=self.gpus_busy(now, running, waiting),
+            now=mono, desired=desired, api_ok=node is not None,
+            leases=gpu_leases if node is not None else len(self.seen.leases), gated=len(self.seen.gated),
+            gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
         )
         return obs, node
+
+    def answer_others(self, entries: list[Path], mining: bool) -> None:
+        """GPU containers that are no lease (a monitoring DaemonSet, the owner's own job): refused while the
+        miner holds the cards, let through while it does not.  They never stop the miner and never count as
+        a lease: mining resumes beside them when the schedule says so."""
+        if mining:
+            self.gates.refuse("this rig is mining: m2p hands its GPUs only to the marketplace's leases "
+                              "while its miner runs", entries)
+        else:
+            self.gates.grant(entries)
 
     # -- act -------------------------------------------------------------------------
     def act(self, actions: list[str], node: dict[str, Any] | None) -> None:
         for action in actions:
             if action == decide.STOP_MINER:
                 self._stop_miner()
+                self._stopped_at = self.monotonic()
             elif action == decide.START_MINER:
                 self._clocks_reset = False
                 try:
@@ -202,8 +262,9 @@ class Agent:
                 self.config.miner.start()
             elif action == decide.GRANT:
                 self._hand_over_clocks()
-                self.gates.grant()
-                self.seen.gated = self.gates.gated()  # named in this tick's status: the lease guard reads it
+                self.gates.grant([entry for entry, record in self.gates.waiting_records() if self.for_a_lease(record)])
+                # named in this tick's status: the lease guard reads it
+                self.seen.gated = [r for r in self.gates.gated() if self.for_a_lease(r)]
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
 
     def _hand_over_clocks(self) -> None:
@@ -221,7 +282,7 @@ class Agent:
     def _stop_miner(self) -> None:
         self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
         try:
-            self.config.miner.stop()
+            self.config.miner.stop(self.gpu_holders)
         except (RuntimeError, OSError) as exc:
             # Fail closed and say why: a waiting container is refused now rather than at its timeout.
             self.gates.refuse(f"the miner could not be stopped: {exc}")
@@ -229,24 +290,36 @@ class Agent:
 
     def tick(self) -> list[str]:
         self.seen.file_labels = None  # read again this tick
-        now = self.clock()
-        obs, node = self.observe(now)
+        now, mono = self.clock(), self.monotonic()
+        obs, node = self.observe(now, mono)
         if node is not None:
             self.last_error = ""
         before = self.state
         self.state, actions = decide.decide(self.state, obs, self.schedule.lease_grace_s,
                                             self.schedule.min_switch_interval_s)
+        if self.state != before and not self._save():
+            actions = self._unrecorded(before, actions)
         try:
             self.act(actions, node)
         except (kube.ApiError, RuntimeError, OSError) as exc:
             self.last_error = f"{' '.join(actions)}: {exc}"
-        self.keep_watchdog_off(now)
+        self.keep_watchdog_off(mono)
         self.keep_cordon(node)
-        if self.state != before:
-            self._save()
         self.record(now, blind=node is None)
         self._publish(now, node is not None)
         return actions
+
+    def _unrecorded(self, before: State, actions: list[str]) -> list[str]:
+        """The state could not be written (a full or read-only USB stick).  A switch away from mining is
+        not made unrecorded (after a restart the agent would not know it made it): the rig stays as it is
+        and leaves the market, since it could not hand its GPUs over.  Toward mining (start, cordon) it
+        goes on: mining is where the rig returns to anyway."""
+        if not any(a in (decide.STOP_MINER, decide.OFFER) for a in actions):
+            return actions
+        self.state = replace(before, offered=False)
+        self.last_error = (f"{self.last_error}; " if self.last_error else "") + (
+            f"cannot write {self.dir}: not switching ({' '.join(actions)}) and off the market until it can")
+        return [decide.UNOFFER] if before.offered else []
 
     def record(self, now: float, blind: bool) -> None:
         """A ledger line when the mode, the sight of the API or the set of leases changed (never per
@@ -254,10 +327,14 @@ class Agent:
         if self._ledger_last is None:
             entries, _ = ledger.read(self.dir)
             self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
-        leases = tuple(lease["pod"] for lease in self.seen.leases) if not blind else self._ledger_last.leases
+        last = self._ledger_last
+        leases = tuple(lease["pod"] for lease in self.seen.leases) if not blind else last.leases
+        # The GPUs the leases hold (their pods' limits), not the rig's: a 1-GPU lease on an 8-GPU rig is one.
+        leased = (min(self.config.gpu_count, sum(int(lease.get("gpus") or 0) for lease in self.seen.leases))
+                  if not blind else last.leased)
         m = self.stats.measured
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
-                             *((m.algo, m.mhs) if m is not None else ("", ())))
+                             *((m.algo, m.mhs) if m is not None else ("", ())), leased=leased)
         if entry.same_state(self._ledger_last):
             return
         try:
@@ -270,7 +347,7 @@ class Agent:
     def keep_watchdog_off(self, now: float) -> None:
         """While leased the rig has no hashrate: a mining OS watchdog would restart the miner or
         reboot the rig under a lease.  Checked every WATCHDOG_RECHECK_S (it acts in minutes)."""
-        if self.state.mode not in {"leasing", "draining"} or now - self._watchdog_checked < WATCHDOG_RECHECK_S:
+        if self.state.mode not in {"leasing", "draining"} or 0 <= now - self._watchdog_checked < WATCHDOG_RECHECK_S:
             return
         self._watchdog_checked = now
         try:
@@ -302,26 +379,56 @@ class Agent:
             return
         wanted = ((self.dir / "drain").exists() or not self.state.offered
                   or (self.state.mode == "idle-mining" and not self.gate_in_spec()))
-        mark = self.dir / "cordoned"
         cordoned = bool(node.get("spec", {}).get("unschedulable"))
         try:
             if kube.has_old_taint(node):
                 self.client.patch_node(self.config.node, kube.without_old_taint(node))
             if wanted and not cordoned:
+                self._mark_cordoned()
                 self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})
-                mark.write_text(f"{self.clock():.0f}\n")
-            elif not wanted and mark.exists():
+            elif not wanted and (self._cordoned_here or self._cordon_mark.exists()):
                 if cordoned:
                     self.client.patch_node(self.config.node, {"spec": {"unschedulable": None}})
-                mark.unlink()
+                self._cordoned_here = False
+                self._cordon_mark.unlink(missing_ok=True)
         except (kube.ApiError, OSError) as exc:
             self.last_error = f"cordon: {exc}"
 
+    @property
+    def _cordon_mark(self) -> Path:
+        return self.dir / "cordoned"
+
+    def _mark_cordoned(self) -> None:
+        """Remembered in memory too: a disk that cannot take the mark does not leave the node cordoned for good."""
+        self._cordoned_here = True
+        try:
+            self._cordon_mark.write_text(f"{self.clock():.0f}\n")
+        except OSError as exc:
+            self.last_error = f"cordon mark: {exc}"
+
+    def leave_market(self) -> bool:
+        """The agent stops (``m2p-agent stopped``: the unit's ExecStopPost, after any end, a crash or the OOM
+        killer included): nothing can answer the gate now, so a node the agent offered is cordoned; running
+        leases stay.  The next agent offers it again.  True when the node was cordoned."""
+        if not self.state.offered:
+            return False
+        self._mark_cordoned()
+        self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})
+        self.state = replace(self.state, offered=False)
+        self._save()
+        return True
+
     # -- state and status ------------------------------------------------------------
-    def _save(self) -> None:
-        publish.write_json(self.dir / "state.json", {
-            "state": asdict(self.state), "applied_labels": self.publisher.applied_labels,
-            "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
+    def _save(self) -> bool:
+        """The state on disk; False (and said in the status) when the disk refuses it."""
+        try:
+            publish.write_json(self.dir / "state.json", {
+                "state": asdict(self.state), "boot": self.boot, "applied_labels": self.publisher.applied_labels,
+                "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
+        except OSError as exc:
+            self.last_error = f"state: {exc}"
+            return False
+        return True
 
     def next_change(self, now: float) -> datetime | None:
         """The schedule's next change, recomputed only once it has passed: the scan costs tens of
@@ -360,7 +467,13 @@ class Agent:
         return listed
 
     def _publish(self, now: float, api_ok: bool) -> None:
-        text = self.publisher.write(self.status(now))
+        status = self.status(now)
+        try:
+            text = self.publisher.write(status)
+        except OSError as exc:  # the node's annotation still says it
+            self.last_error = f"status: {exc}"
+            status["last_error"] = self.last_error
+            text = json.dumps(status, sort_keys=True)
         if not api_ok:
             return
         labels = {**self.file_labels(), "m2p.io/mode": self.state.mode, "m2p.io/agent-version": __version__}
@@ -389,14 +502,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="m2p-agent", description="m2p's time-share agent (runs on a rig)")
     parser.add_argument("--config", default="/etc/m2p/agent.json")
     parser.add_argument("--once", action="store_true", help="one tick, then exit")
-    parser.add_argument("command", nargs="?", choices=["run", "gate"], default="run",
-                        help="run: the agent (default); gate: the container runtime's hook (state on stdin)")
+    parser.add_argument("command", nargs="?", choices=["run", "gate", "stopped"], default="run",
+                        help="run: the agent (default); gate: the container runtime's hook (state on stdin); "
+                             "stopped: the unit's ExecStopPost (the node leaves the market)")
     parser.add_argument("gate_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = Config.load(args.config)
     if args.command == "gate":
         return gate.main(args.gate_args, config.state_dir)
     agent = Agent(config, kube.KubeClient(config.api_server, config.token_file, config.ca_file))
+    if args.command == "stopped":
+        try:
+            agent.leave_market()
+        except (kube.ApiError, OSError) as exc:
+            print(f"m2p-agent: could not cordon {config.node}: {exc}", file=sys.stderr)
+            return 1
+        return 0
     stopping = False
 
     def stop(*_: object) -> None:
@@ -406,7 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     while True:
-        agent.tick()
+        try:
+            agent.tick()
+        except Exception as exc:  # noqa: BLE001 - one bad tick never ends the agent (the miner is not its child)
+            agent.last_error = f"tick: {type(exc).__name__}: {exc}"
+            print(f"m2p-agent: {agent.last_error}", file=sys.stderr)
         if args.once or stopping:
             return 0
         # A container waits at the gate: look again soon (the miner is letting go of the GPUs).

@@ -62,23 +62,24 @@ class Totals:
     gpu_seconds_mined: float = 0.0
 
 
-def _totals(pieces: Iterable[tuple[str, bool, int, float]], gpu_count: int) -> Totals:
-    """From (mode, a lease on the node, GPUs the line named, seconds) pieces."""
+def _totals(pieces: Iterable[tuple[str, int, int, float]], gpu_count: int) -> Totals:
+    """From (mode, GPUs the leases on the node held, GPUs the line named, seconds) pieces.  The miner stops on
+    every card for a lease (a whole-rig hand-over): the cards no lease holds then neither mine nor earn."""
     seconds: dict[str, float] = {}
     leased = mined = 0.0
-    for mode, with_lease, gpus, length in pieces:
+    for mode, leased_gpus, gpus, length in pieces:
         if length <= 0:
             continue
         seconds[mode] = seconds.get(mode, 0.0) + length
-        if with_lease:
-            leased += length * (gpus or gpu_count)
+        if leased_gpus:
+            leased += length * leased_gpus
         elif mode in MINING_MODES:
             mined += length * (gpus or gpu_count)
     return Totals(seconds, leased, mined)
 
 
 def span_totals(window_spans: Iterable[Span], gpu_count: int) -> Totals:
-    return _totals(((s.mode, bool(s.leases), s.gpus, s.seconds) for s in window_spans), gpu_count)
+    return _totals(((s.mode, s.leased, s.gpus, s.seconds) for s in window_spans), gpu_count)
 
 
 def window_totals(window: Window, seen_at: float | None, since: float, until: float, gpu_count: int) -> Totals:
@@ -88,7 +89,7 @@ def window_totals(window: Window, seen_at: float | None, since: float, until: fl
     last = window.last
     if last is not None:
         end = min(until, seen_at if seen_at is not None else since)
-        pieces.append((last.mode, bool(last.leases), last.gpus, end - max(last.at, since)))
+        pieces.append((last.mode, last.leased, last.gpus, end - max(last.at, since)))
     return _totals(pieces, gpu_count)
 
 
@@ -115,7 +116,7 @@ def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
         start = max(span.start, since)
         stop = min(span.end, until) if n < len(listed) - 1 else min(until, seen)
         if stop > start:
-            out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases))
+            out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases, span.leased))
     return out
 
 

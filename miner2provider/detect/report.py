@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from miner2provider.detect.drift import reasons_to_run
+from miner2provider.detect.facts.node import LEDGER_TAIL
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.readiness import Verdict
 
@@ -47,6 +48,8 @@ def report_json(report: RigReport) -> dict[str, Any]:
         data["facts"]["mining_os"]["miner_control"] = report.facts.mining_os.miner_control
         for row, card in zip(data["facts"]["amd_gpus"], report.facts.amd_gpus, strict=True):
             row.update(model=card.slug, name=card.name)
+        # The probe reads up to LEDGER_READ lines for the dashboard's history; a report keeps what status shows.
+        data["facts"]["agent_ledger"] = data["facts"]["agent_ledger"][-LEDGER_TAIL:]
     return data
 
 
@@ -67,7 +70,7 @@ def status_row(report: RigReport) -> dict[str, Any]:
     agent = None
     if f.agent_status.present or inst.agent:
         agent = {"service": inst.agent or "not installed", **asdict(f.agent_status),
-                 "ledger": [asdict(entry) for entry in f.agent_ledger]}
+                 "ledger": [asdict(entry) for entry in f.agent_ledger[-LEDGER_TAIL:]]}
         del agent["present"]
     return {"schema": REPORT_SCHEMA, "rig": report.name, "state": state, "k3s": k3s,
             "node": f.hostname if inst.k3s_service else "-", "gpus": gpus,

@@ -74,6 +74,11 @@ def _marketplace_namespaces(rig: Rig) -> list[str]:
     return [] if name == NO_MARKETPLACE else list(marketplace(str(name)).system_namespaces)
 
 
+def _lease_label(rig: Rig) -> str:
+    name = rig.settings.get("m2p_marketplace") or DEFAULT_MARKETPLACE
+    return "" if name == NO_MARKETPLACE else marketplace(str(name)).lease_label
+
+
 def _python(rig: Rig) -> dict[str, Any]:
     named = python_of(rig.settings)
     return {"ansible_python_interpreter": named, "timeshare_agent_python": named} if named else {}
@@ -130,6 +135,7 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_api_server": api,
         # m2p_marketplace none: the rig serves its owner's workloads only, and no marketplace runs there.
         "timeshare_agent_system_namespaces": _marketplace_namespaces(rig),
+        "timeshare_agent_lease_label": _lease_label(rig),
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
     }

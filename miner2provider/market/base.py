@@ -65,6 +65,11 @@ class Marketplace(Protocol):
         """Its own services' namespaces on the cluster: their pods are not leases."""
         ...
 
+    @property
+    def lease_label(self) -> str:
+        """The label key only its leases' pods carry: a GPU pod without it is never a lease."""
+        ...
+
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Every label a node of this marketplace carries: its own, then m2p's."""
         ...

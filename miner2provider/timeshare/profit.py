@@ -107,7 +107,9 @@ def decide_offer(offer: Offer, rig_quote: Quote, now: float, hysteresis: float,
         return offer
     lease, floor = rig_quote.lease_per_hour, rig_quote.floor_per_hour
     wanted = lease >= floor * (1 - hysteresis) if offer.offered else lease >= floor * (1 + hysteresis)
-    if wanted == offer.offered or now - offer.changed < min_switch_interval_s:
+    # ``changed`` is wall clock (it outlives a reboot): a clock stepped back to before it serves the interval
+    # rather than holding the offer for as long as the step.
+    if wanted == offer.offered or 0 <= now - offer.changed < min_switch_interval_s:
         return offer
     return Offer(wanted, now)
 

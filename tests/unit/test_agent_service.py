@@ -61,8 +61,9 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
                     hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces)
+    # One clock for the wall and the intervals here (a stepped wall clock has a test of its own); one boot.
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
-                 clock=clock)
+                 clock=clock, monotonic=clock, boot="boot-1")
 
 
 FIXED_LEASE = "timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\n"
@@ -231,7 +232,8 @@ def test_idle_mining_gpus_look_free_to_akash_and_the_gate_hands_over_after_the_m
 
 
 def break_the_miner(agent, tmp_path) -> None:
-    stuck = rig.Miner(agent.config.miner.running_cmd, agent.config.miner.start_cmd, "echo busy >&2; exit 3")
+    stuck = rig.Miner(agent.config.miner.running_cmd, agent.config.miner.start_cmd, "echo busy >&2; exit 3",
+                      grace_s=0.2)
     agent.config = Config(**{**agent.config.__dict__, "miner": stuck})
 
 

@@ -66,7 +66,7 @@ def rig(ledger, seen_at, name="rig01", snap=None):
 def test_earnings_count_lease_hours_and_mining_hours_by_the_rigs_models():
     t0 = 1_800_000_000.0
     ledger = [Entry(t0, "idle-mining", gpus=2), Entry(t0 + 2 * HOUR, "leasing", gpus=2),
-              Entry(t0 + 3 * HOUR, "leasing", gpus=2, leases=("lease/a",)), Entry(t0 + 7 * HOUR, "mining", gpus=2)]
+              Entry(t0 + 3 * HOUR, "leasing", gpus=2, leases=("lease/a",), leased=2), Entry(t0 + 7 * HOUR, "mining", gpus=2)]
     spans = views.rig_spans(rig(ledger, t0 + 9 * HOUR), t0, t0 + DAY)
     e = views.earnings(views.span_totals(spans, 2), ["rtx3090", "rtx3090"], ECON)
     # 4 h leased x 2 GPUs x 0.25; 4 h mining x 2 GPUs x 1.20 / 24; the hour offered but idle earns nothing

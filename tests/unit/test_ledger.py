@@ -4,25 +4,63 @@ bounded, and the hours it yields never exceed the wall time."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from miner2provider.agent import ledger
 from miner2provider.agent.ledger import Entry
+from miner2provider.detect.facts.base import Output
 
 T0 = 1_800_000_000.0
 
 
 def test_lines_are_written_once_per_change_and_read_back(tmp_path):
     ledger.append(tmp_path, Entry(T0, "idle-mining", gpus=2))
-    ledger.append(tmp_path, Entry(T0 + 60, "leasing", gpus=2, leases=("tenant/job",)))
+    ledger.append(tmp_path, Entry(T0 + 60, "leasing", gpus=2, leases=("tenant/job",), leased=1))
     ledger.append(tmp_path, Entry(T0 + 3660, "idle-mining", blind=True, gpus=2))
     text = (tmp_path / ledger.LEDGER).read_text()
-    assert text.splitlines()[1] == '{"at":1800000060.0,"gpus":2,"leases":["tenant/job"],"mode":"leasing"}'
+    assert text.splitlines()[1] == '{"at":1800000060.0,"gpus":2,"leased":1,"leases":["tenant/job"],"mode":"leasing"}'
     entries, bad = ledger.read(tmp_path)
     assert bad == 0 and [e.mode for e in entries] == ["idle-mining", "leasing", "idle-mining"]
-    assert entries[2].blind and entries[1].leases == ("tenant/job",)
+    assert entries[2].blind and entries[1].leases == ("tenant/job",) and entries[1].leased == 1
+
+
+def test_a_line_from_before_the_leased_count_leased_the_whole_rig_and_a_bad_count_is_not_believed():
+    old = '{"at":1800000060.0,"gpus":3,"leases":["tenant/job"],"mode":"leasing"}'
+    bad = '{"at":1800000070.0,"gpus":3,"leased":9,"leases":["tenant/job"],"mode":"leasing"}'
+    cpu_only = '{"at":1800000080.0,"gpus":3,"leased":0,"leases":["tenant/web"],"mode":"idle-mining"}'
+    entries, _ = ledger.parse("\n".join([old, bad, cpu_only]))
+    assert [e.leased for e in entries] == [3, 3, 0]
+
+
+def test_a_one_gpu_lease_on_a_three_gpu_rig_counts_one_gpu_hour_an_hour():
+    from miner2provider.dashboard import views
+
+    lines = [Entry(T0, "idle-mining", gpus=3), Entry(T0 + 3600, "leasing", gpus=3, leases=("l/a",), leased=1),
+             Entry(T0 + 3 * 3600, "idle-mining", gpus=3)]
+    totals = views.span_totals(ledger.spans(lines, T0 + 4 * 3600), 3)
+    assert totals.gpu_seconds_leased == 2 * 3600 * 1  # two hours, one GPU
+    assert totals.gpu_seconds_mined == 2 * 3600 * 3  # the hours before and after, every card mining
+
+
+def test_a_week_of_ledger_with_a_rotation_between_sweeps_is_read_whole(tmp_path):
+    """The probe reads the rotated file then the current one: every line of a week (hourly switches) that
+    rotated between two sweeps is still read, in order."""
+    import subprocess
+
+    from miner2provider.detect.facts.node import AGENT_LEDGER, AgentLedgerFact
+
+    week = [Entry(T0 + hour * 3600, "leasing" if hour % 2 else "idle-mining", gpus=2) for hour in range(168)]
+    size = sum(len(e.line()) for e in week[:100])  # the file rotates once, after about 100 lines
+    for entry in week:
+        ledger.append(tmp_path, entry, max_bytes=size)
+    assert (tmp_path / ledger.ROTATED).exists()
+    command = AgentLedgerFact.command.replace(str(Path(AGENT_LEDGER).parent), str(tmp_path))
+    out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    read = AgentLedgerFact.parse(Output(out, 0))
+    assert [e.at for e in read] == [e.at for e in week]
 
 
 def test_a_torn_last_line_is_skipped_and_never_joined_to_the_next(tmp_path):

@@ -76,9 +76,29 @@ def test_a_bad_rig_economics_file_names_its_line_and_the_rig(tmp_path):
 
 def test_a_gpu_pod_is_a_lease_except_the_old_placeholder_in_m2ps_namespace():
     """A tenant's pod dressed like the first design's placeholder holds GPUs as a lease; the
-    placeholder itself (m2p-system, until its DaemonSet lets it go) does not."""
+    placeholder itself (m2p-system, until its DaemonSet lets it go) does not (no marketplace label here)."""
     labels = {"app.kubernetes.io/name": "m2p-placeholder"}
     spec = {"containers": [{"resources": {"limits": {kube.GPU_RESOURCE: "2"}}}]}
     fake = {"metadata": {"namespace": "tenant", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
     old = {"metadata": {"namespace": "m2p-system", "labels": labels}, "spec": spec, "status": {"phase": "Running"}}
-    assert kube.lease_pods([fake, old]) == [fake]
+    assert kube.LeaseRule().gpu_leases([fake, old]) == [fake]
+
+
+def test_with_a_marketplace_only_its_labelled_pods_are_leases():
+    """Akash's provider labels every pod of a lease's workloads akash.network/manifest-service=<service>; a
+    kube-system monitoring DaemonSet with GPUs, the owner's own GPU job and the provider's own pod are no lease."""
+    from miner2provider.market import AKASH
+
+    gpus = {"containers": [{"resources": {"limits": {kube.GPU_RESOURCE: "1"}}}]}
+    def pod(namespace, labels, owner=None):
+        meta = {"namespace": namespace, "name": "p", "labels": labels,
+                "ownerReferences": [{"kind": owner}] if owner else []}
+        return {"metadata": meta, "spec": gpus, "status": {"phase": "Running"}}
+    lease = pod("4ml5k0vq9o", {"akash.network": "true", AKASH.lease_label: "web"})
+    dcgm = pod("kube-system", {"app": "dcgm-exporter"}, owner="DaemonSet")
+    own = pod("default", {"app": "owners-job"})
+    provider = pod("akash-services", {"akash.network": "true", "app": "akash-provider"})
+    rule = kube.LeaseRule(AKASH.lease_label, AKASH.system_namespaces)
+    assert rule.gpu_leases([lease, dcgm, own, provider]) == [lease]
+    # No marketplace (m2p_marketplace: none): every pod of a namespace that is not the cluster's own.
+    assert kube.LeaseRule().gpu_leases([lease, dcgm, own, provider]) == [lease, own, provider]

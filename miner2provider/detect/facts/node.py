@@ -14,7 +14,11 @@ from miner2provider.detect.facts.base import Fact, Output
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
 AGENT_STATUS = STATUS_FILE  # the agent writes it (agent/status.py)
 AGENT_LEDGER = "/var/lib/m2p/agent/ledger.jsonl"  # one line per change of mode (agent/ledger.py), 0644
-LEDGER_TAIL = 20  # the lines the probe reads: what status shows; the dashboard's sweep keeps the rest
+AGENT_LEDGER_ROTATED = "/var/lib/m2p/agent/ledger.1.jsonl"  # the agent's previous ledger file (agent/ledger.py)
+# The lines the probe reads: a week of a rig switching hourly, twice over, whatever the rotation did in between
+# (the dashboard's history stores each line once); reports keep the last LEDGER_TAIL (what status shows).
+LEDGER_READ = 500
+LEDGER_TAIL = 20
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,9 @@ class AgentLedgerFact(Fact[tuple[Entry, ...]]):
     empty when no agent has run.  A torn or foreign line is skipped (agent/ledger.py reads it)."""
 
     name = "agent_ledger"
-    command = f"tail -n {LEDGER_TAIL} {AGENT_LEDGER} 2>/dev/null; true"
+    # The rotated file, then the current one: a sweep after a rotation still reads the lines before it.
+    command = f"cat {AGENT_LEDGER_ROTATED} {AGENT_LEDGER} 2>/dev/null | tail -n {LEDGER_READ}; true"
 
     @staticmethod
     def parse(out: Output) -> tuple[Entry, ...]:
-        return tuple(parse_ledger(out.text)[0][-LEDGER_TAIL:])
+        return tuple(parse_ledger(out.text)[0][-LEDGER_READ:])

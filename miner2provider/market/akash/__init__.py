@@ -22,6 +22,10 @@ class Akash:
     label: str = "Akash"
     # The provider's own services (helm-charts: provider, operators, gateway) run in akash-services.
     system_namespaces: tuple[str, ...] = ("akash-services",)
+    # Akash's provider labels every pod of a lease's workloads with the manifest service it runs
+    # (provider cluster/kube/builder/workload.go labels(): akash.network=true,
+    # akash.network/manifest-service=<service>); its own services' pods lack the key.
+    lease_label: str = "akash.network/manifest-service"
 
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         return node_labels(gpus, cuda, extra)

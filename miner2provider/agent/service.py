@@ -218,7 +218,7 @@ class Agent:
             self.seen.lease_names = {kube.pod_name(p) for p in leases}
             gpu_leases = len(self.lease_rule.gpu_leases(pods))
         except kube.ApiError as exc:
-            self.last_error = f"API: {exc}"  # the leases last read stay: m2p's lease guard errs on the safe side
+            self._say(f"API: {exc}")  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
         self.seen.gated = [r for r in self.gates.gated() if self.for_a_lease(r)]
         requests = self.gates.waiting_records()
@@ -258,7 +258,7 @@ class Agent:
                 try:
                     self.config.clocks.reapply()
                 except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
-                    self.last_error = f"clocks: {exc}"
+                    self._say(f"clocks: {exc}")
                 self.config.miner.start()
             elif action == decide.GRANT:
                 self._hand_over_clocks()
@@ -291,9 +291,8 @@ class Agent:
     def tick(self) -> list[str]:
         self.seen.file_labels = None  # read again this tick
         now, mono = self.clock(), self.monotonic()
+        self.last_error = ""  # what went wrong in this tick, each part said once (_say)
         obs, node = self.observe(now, mono)
-        if node is not None:
-            self.last_error = ""
         before = self.state
         self.state, actions = decide.decide(self.state, obs, self.schedule.lease_grace_s,
                                             self.schedule.min_switch_interval_s)
@@ -302,7 +301,7 @@ class Agent:
         try:
             self.act(actions, node)
         except (kube.ApiError, RuntimeError, OSError) as exc:
-            self.last_error = f"{' '.join(actions)}: {exc}"
+            self._say(f"{' '.join(actions)}: {exc}")
         self.keep_watchdog_off(mono)
         self.keep_cordon(node)
         self.record(now, blind=node is None)
@@ -317,8 +316,7 @@ class Agent:
         if not any(a in (decide.STOP_MINER, decide.OFFER) for a in actions):
             return actions
         self.state = replace(before, offered=False)
-        self.last_error = (f"{self.last_error}; " if self.last_error else "") + (
-            f"cannot write {self.dir}: not switching ({' '.join(actions)}) and off the market until it can")
+        self._say(f"cannot write {self.dir}: not switching ({' '.join(actions)}) and off the market until it can")
         return [decide.UNOFFER] if before.offered else []
 
     def record(self, now: float, blind: bool) -> None:
@@ -340,7 +338,7 @@ class Agent:
         try:
             ledger.append(self.dir, entry)
         except OSError as exc:  # a full or read-only disk: the rig's work goes on, unrecorded
-            self.last_error = f"ledger: {exc}"
+            self._say(f"ledger: {exc}")
             return
         self._ledger_last = entry
 
@@ -353,7 +351,7 @@ class Agent:
         try:
             self.config.miner.silence_watchdog()
         except (RuntimeError, OSError) as exc:
-            self.last_error = f"watchdog: {exc}"
+            self._say(f"watchdog: {exc}")
 
     def gate_in_spec(self) -> bool:
         """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated
@@ -367,7 +365,7 @@ class Agent:
             text = ""
         if GATE_MARK in text:
             return True
-        self.last_error = f"{self.config.cdi_spec} lacks m2p's gate: not offered while mining; run m2p convert"
+        self._say(f"{self.config.cdi_spec} lacks m2p's gate: not offered while mining; run m2p convert")
         return False
 
     def keep_cordon(self, node: dict[str, Any] | None) -> None:
@@ -392,7 +390,7 @@ class Agent:
                 self._cordoned_here = False
                 self._cordon_mark.unlink(missing_ok=True)
         except (kube.ApiError, OSError) as exc:
-            self.last_error = f"cordon: {exc}"
+            self._say(f"cordon: {exc}")
 
     @property
     def _cordon_mark(self) -> Path:
@@ -404,7 +402,7 @@ class Agent:
         try:
             self._cordon_mark.write_text(f"{self.clock():.0f}\n")
         except OSError as exc:
-            self.last_error = f"cordon mark: {exc}"
+            self._say(f"cordon mark: {exc}")
 
     def leave_market(self) -> bool:
         """The agent stops (``m2p-agent stopped``: the unit's ExecStopPost, after any end, a crash or the OOM
@@ -419,6 +417,11 @@ class Agent:
         return True
 
     # -- state and status ------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        """Add to this tick's ``last_error`` (a full disk fails several writes: each is said, once)."""
+        if message not in self.last_error:
+            self.last_error = f"{self.last_error}; {message}"[-1000:] if self.last_error else message
+
     def _save(self) -> bool:
         """The state on disk; False (and said in the status) when the disk refuses it."""
         try:
@@ -426,7 +429,7 @@ class Agent:
                 "state": asdict(self.state), "boot": self.boot, "applied_labels": self.publisher.applied_labels,
                 "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
         except OSError as exc:
-            self.last_error = f"state: {exc}"
+            self._say(f"state: {exc}")
             return False
         return True
 
@@ -471,7 +474,7 @@ class Agent:
         try:
             text = self.publisher.write(status)
         except OSError as exc:  # the node's annotation still says it
-            self.last_error = f"status: {exc}"
+            self._say(f"status: {exc}")
             status["last_error"] = self.last_error
             text = json.dumps(status, sort_keys=True)
         if not api_ok:
@@ -481,7 +484,7 @@ class Agent:
         try:
             patched = self.publisher.push(self.client, self.config.node, text, labels, old)
         except kube.ApiError as exc:
-            self.last_error = f"status: {exc}"
+            self._say(f"status: {exc}")
             return
         if patched:
             self._save()

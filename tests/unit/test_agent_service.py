@@ -48,7 +48,8 @@ class LoggedClocks(rig.Clocks):
 
 
 def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "",
-               hashrate_file: str = "", trex_api: str = "", system_namespaces: tuple[str, ...] = ()) -> Agent:
+               hashrate_file: str = "", trex_api: str = "", system_namespaces: tuple[str, ...] = (),
+               lease_label: str = "") -> Agent:
     (tmp_path / "schedule.yml").write_text(schedule)
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
@@ -60,7 +61,8 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
-                    hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces)
+                    hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces,
+                    lease_label=lease_label)
     # One clock for the wall and the intervals here (a stepped wall clock has a test of its own); one boot.
     return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
                  clock=clock, monotonic=clock, boot="boot-1")
@@ -109,11 +111,11 @@ def cordoned(api) -> bool:
     return bool(api.nodes[NODE]["spec"].get("unschedulable"))
 
 
-def container(tmp_path, name="c1"):
+def container(tmp_path, name="c1", pod=("lease", "job")):
     """A process standing for a lease's container (runc would have created it)."""
     proc = subprocess.Popen(["sleep", "60"])
     return proc, {"id": name, "pid": proc.pid, "annotations": {
-        gate.POD_NAMESPACE: "lease", gate.POD_NAME: "job", gate.CONTAINER_NAME: "main"}}
+        gate.POD_NAMESPACE: pod[0], gate.POD_NAME: pod[1], gate.CONTAINER_NAME: "main"}}
 
 
 def at_the_gate(tmp_path, state, timeout=10.0):

@@ -188,7 +188,9 @@ def in_own_scope(argv: list[str]) -> list[str]:
     if not Path("/run/systemd/system").is_dir() or shutil.which("systemd-run") is None:
         return argv
     unit = f"{SCOPE_PREFIX}{int(time.time() * 1000)}"
-    return ["systemd-run", "--scope", f"--unit={unit}", "--description=miner started by m2p-agent", *argv]
+    # --nice=0: not the agent's own Nice= (a forked process inherits it; the scope does not reset it).
+    return ["systemd-run", "--scope", f"--unit={unit}", "--nice=0", "--description=miner started by m2p-agent",
+            *argv]
 
 
 def _shell(cmd: str, timeout_s: float, scope: bool = False) -> subprocess.CompletedProcess[str]:

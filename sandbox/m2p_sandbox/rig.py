@@ -196,6 +196,7 @@ def _personalise(rig: Rig, root: Path, flavour: flavours.Flavour) -> None:
     for entry in flavour.dpkg_status:
         with open(root / "var/lib/dpkg/status", "a") as status:
             status.write("\n" + entry.read_text().strip() + "\n")
+    gpu_standin.install_miner(root)
     if rig.gpus:
         gpu_standin.install(root, rig.gpus, rig.name)
 

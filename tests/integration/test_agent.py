@@ -338,7 +338,7 @@ ADAPTED = {
     # msOS: minerstat.service starts the miner at boot.
     "msos": ("sudo screen -ls minew", "reboot", "verified"),
     # mmpOS: its agent restarts the miner; a dashboard "enable" (or the owner) runs agent-start.
-    "mmpos": ("pgrep -f '^/bin/bash /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start", "generic (unverified)"),
+    "mmpos": ("pgrep -f '^python3 /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start", "generic (unverified)"),
     # SMOS: a reboot clears /tmp (and with it the pause); its boot runs start.sh.
     "smos": ("sudo runuser -u miner -- screen -ls miner", "reboot", "generic (unverified)"),
 }

@@ -69,15 +69,16 @@ def world(tmp_path):
     # The stand-in miner: a process the stand-in nvidia-smi shows on every GPU.
     start = (f"setsid {sys.executable} -c \"import os; os.execv('/bin/sleep', ['{MINER}', '3600'])\" "
              f"> /dev/null 2>&1 < /dev/null & echo $! > {pidfile}")
-    miner = {"running_cmd": f"test -e {pidfile} && kill -0 $(cat {pidfile})", "start_cmd": start,
+    # Running: its pid lives and is no zombie (ended miners may wait here for a PID 1 that does not reap).
+    alive = f"test -e {pidfile} && ! grep -qs '^State:.*Z' /proc/$(cat {pidfile})/status && kill -0 $(cat {pidfile})"
+    miner = {"running_cmd": alive, "start_cmd": start,
              "stop_cmd": f"kill $(cat {pidfile}) && rm {pidfile}"}
     agent = {"process": None}
 
-    def start_agent(stop_cmd: str | None = None) -> None:
+    def start_agent(**adapter: object) -> None:
         config = {"node": NODE, "schedule": str(tmp_path / "schedule.yml"), "api_server": api.url,
                   "token_file": str(tmp_path / "token"), "gpu_count": 2, "state_dir": str(tmp_path / "state"),
-                  "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5,
-                  "miner": {**miner, **({"stop_cmd": stop_cmd} if stop_cmd else {})}}
+                  "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5, "miner": {**miner, **adapter}}
         (tmp_path / "agent.json").write_text(json.dumps(config))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json"),
                "M2P_STANDIN_MINER": MINER}
@@ -154,14 +155,33 @@ def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_clos
     # The container ended: idle mining resumes.
     wait_for("idle mining again", lambda: miner_pid.exists(), timeout=30)
 
-    # A miner that cannot be stopped: runc fails the container, its program never runs.
+    # The OS's stop fails and the miner stays: m2p ends what holds the GPUs outside every container after the
+    # grace (TERM), and the container starts.
     stop_agent()
-    start_agent(stop_cmd="echo stuck >&2; exit 4")
+    start_agent(stop_cmd="echo stuck >&2; exit 4", grace_s=1)
     wait_for("the agent back", lambda: (tmp_path / "state/status.json").exists() and miner_pid.exists())
-    refused = runc(tmp_path, "lease-2")
+    pid = int(miner_pid.read_text())
+    ended = runc(tmp_path, "lease-2")
+    assert ended.returncode == 0 and "MINER-" in ended.stdout, ended.stderr  # its program ran...
+    state = Path(f"/proc/{pid}/status")
+    assert not state.exists() or "zombie" in state.read_text()  # ...once m2p had ended the miner (its pid file stays)
+    wait_for("idle mining again", lambda: miner_pid.exists() and "idle-mining" in (tmp_path / "state/status.json")
+             .read_text(), timeout=30)
+
+    # A miner the OS still says runs after all that (its own watchdog brings it back): runc fails the
+    # container, its program never runs, and the hook says why.
+    stop_agent()
+    start_agent(running_cmd="true", stop_cmd="echo stuck >&2; exit 4", grace_s=1)
+    wait_for("the agent back", lambda: (tmp_path / "state/status.json").exists() and miner_pid.exists())
+    refused = runc(tmp_path, "lease-2b")
     assert refused.returncode != 0 and "MINER" not in refused.stdout
     assert "m2p gate: GPUs not handed over: the miner could not be stopped" in refused.stderr, refused.stderr
-    assert "exited 4: stuck" in refused.stderr and miner_pid.exists()
+    assert "it exited 4: stuck" in refused.stderr
+    stop_agent()
+    start_agent()  # the plain adapter again: the miner m2p ended is started anew
+    wait_for("the miner mining again", lambda: subprocess.run(
+        ["sh", "-c", f"! grep -qs '^State:.*Z' /proc/$(cat {miner_pid})/status && kill -0 $(cat {miner_pid})"],
+        capture_output=True).returncode == 0, timeout=30)
 
     # No agent at all (the service died): the container does not start either (the gate waits
     # its bounded time, here shortened through the hook's own --timeout).
@@ -180,3 +200,13 @@ def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_clos
     subprocess.run(["sh", "-c", f"kill $(cat {miner_pid}) && rm {miner_pid}"], check=True)
     free = runc(tmp_path, "lease-5", gate="no-agent-here")
     assert free.returncode == 0 and free.stdout.strip() == "MINER-STOPPED", free.stderr
+
+    # ...and when it cannot tell: nvidia-smi failing as the real one does without a driver (exit 9), or missing.
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with"
+                                         " the NVIDIA driver.\"\nexit 9\n")
+    blind = runc(tmp_path, "lease-6", gate="no-agent-here")
+    assert blind.returncode != 0 and "MINER" not in blind.stdout
+    assert "nvidia-smi could not say which processes hold the GPUs (exit 9)" in blind.stderr, blind.stderr
+    (tmp_path / "nvidia-smi").unlink()
+    missing = runc(tmp_path, "lease-7", gate="no-agent-here")
+    assert missing.returncode != 0 and "(exit 127)" in missing.stderr, missing.stderr

@@ -171,3 +171,53 @@ def test_clocks_reapply_runs_the_mining_oss_own_command(tmp_path):
     assert (tmp_path / "oc").read_text() == "applied\n"
     with pytest.raises(RuntimeError, match="exited 2: no X"):
         Clocks(apply_cmd="echo no X >&2; exit 2").reapply()
+
+
+def test_a_start_is_judged_by_the_miner_running_not_by_the_scripts_exit(tmp_path):
+    """HiveOS's real `miner start` exits 1 whenever its watchdog is off (hiveos-linux hive/bin/miner ends with
+    ``[[ $WD_ENABLED == 1 ]] && wd start``): the miner runs, so the start worked."""
+    running = tmp_path / "running"
+    hive_like = Miner(f"test -e {running}", f"touch {running}; false", "", start_settle_s=1)
+    hive_like.start()
+    assert running.exists()
+    broken = Miner(f"test -e {tmp_path / 'never'}", "echo 'No miner is set in rig.conf'; exit 1", "",
+                   start_settle_s=0.3)
+    with pytest.raises(RuntimeError, match="exited 1 and no miner runs: No miner is set in rig.conf"):
+        broken.start()
+
+
+def test_a_stop_is_judged_by_the_miner_stopping_not_by_the_scripts_exit(tmp_path):
+    """msOS's real core/stop ends with `exit 1` (minerstat-os core/stop): the miner stopped, so the stop worked;
+    a stop after which the miner still runs fails, saying what the script said."""
+    running = tmp_path / "running"
+    running.touch()
+    Miner(f"test -e {running}", "", f"rm {running}; exit 1", grace_s=0.3).stop()
+    running.touch()
+    with pytest.raises(RuntimeError, match="the miner still runs after echo busy; exit 1 .it exited 1: busy"):
+        Miner(f"test -e {running}", "", "echo busy; exit 1", grace_s=0.3).stop()
+
+
+def test_what_still_holds_the_gpus_after_a_stop_is_ended_after_the_grace_term_then_kill(miners, tmp_path):
+    """A miner that ignores the first stop and hang-up survives its screen (the OS says it stopped): it still
+    holds the GPUs (NVML), so it is ended, TERM first, KILL after the grace; nothing else is touched."""
+    folder, started = miners
+    survivor = start(folder, "survivor", ignore_term=True, relative=False)
+    bystander = start(tmp_path, "bystander", ignore_term=False, relative=True)
+    started += [survivor, bystander]
+    holders = [survivor.pid]
+    t0 = time.monotonic()
+    Miner("", "", "true", grace_s=0.5).stop(lambda: [pid for pid in holders if survivor.poll() is None])
+    assert survivor.wait(5) == -9 and time.monotonic() - t0 >= 1.0  # the grace, TERM ignored, another grace
+    assert bystander.poll() is None
+
+
+def test_the_miner_starts_in_a_scope_of_its_own_where_systemd_runs_the_host(monkeypatch, tmp_path):
+    from miner2provider.agent import rig
+
+    monkeypatch.setattr(rig.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(rig, "Path", lambda p: tmp_path if p == "/run/systemd/system" else Path(p))
+    argv = rig.in_own_scope(["/bin/sh", "-c", "/hive/bin/miner start"])
+    assert argv[:2] == ["systemd-run", "--scope"] and argv[2].startswith("--unit=m2p-miner-")
+    assert argv[-3:] == ["/bin/sh", "-c", "/hive/bin/miner start"]
+    monkeypatch.setattr(rig, "Path", lambda p: tmp_path / "absent" if p == "/run/systemd/system" else Path(p))
+    assert rig.in_own_scope(["/bin/sh", "-c", "x"]) == ["/bin/sh", "-c", "x"]  # no systemd: as it is

@@ -135,6 +135,7 @@ MINER_BINARIES = {
 
 # Folders a mining OS runs its miners from, whatever their name (mmpOS: /opt/mmp/miners/<miner>/).
 MINER_FOLDERS = ("/opt/mmp/miners/",)
+SCRIPT_RUNNERS = {"sh", "bash", "dash", "python", "python3", "perl"}  # their script is the program
 
 
 class MinerFact(Fact[MinerState]):
@@ -145,7 +146,7 @@ class MinerFact(Fact[MinerState]):
     name = "miner"
     command = (
         "ps -eo args= | grep -iE '^([^ ]*/)?(screen|screen\\.real|"
-        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?(ba|da)?sh "
+        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?((ba|da)?sh|python3?|perl) "
         + "|".join(MINER_FOLDERS) + "|^(" + "|".join(MINER_FOLDERS) + ")'; true"
     )
 
@@ -164,7 +165,7 @@ class MinerFact(Fact[MinerState]):
             elif prog in MINER_BINARIES and prog != "miner":
                 found.append(prog)
             else:
-                program = args[1] if prog in {"sh", "bash", "dash"} and len(args) > 1 else args[0]
+                program = args[1] if prog in SCRIPT_RUNNERS and len(args) > 1 else args[0]
                 if program.startswith(MINER_FOLDERS):
                     found.append(program.rsplit("/", 1)[-1])
         return MinerState(bool(found), tuple(dict.fromkeys(found)))

@@ -43,6 +43,17 @@ def rig_config(rig_name: str, card_names: list[str], driver: str = DRIVER_VERSIO
     return {"driver_version": driver, "cuda_version": cuda, "gpus": gpus}
 
 
+MINER_FILE = "/usr/lib/m2p-standin/standin-cuda"  # on the rig: the GPU miner stand-in the flavours' miners exec
+
+
+def install_miner(root: Path) -> None:
+    """The GPU miner stand-in (standin-cuda), on every rig: the flavours' miner scripts become it."""
+    target = root / MINER_FILE.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "standin-cuda", target)
+    target.chmod(0o755)
+
+
 def install(root: Path, card_names: list[str], rig_name: str = "rig") -> None:
     target = root / "usr/bin/nvidia-smi"
     shutil.copy(HERE / "nvidia-smi", target)

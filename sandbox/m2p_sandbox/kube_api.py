@@ -160,8 +160,14 @@ class KubeApiStandin(Served):
 
     def add_pod(self, name: str, node: str, gpus: int, namespace: str = "lease", phase: str = "Running",
                 labels: dict[str, str] | None = None) -> None:
+        """A pod bound to ``node``.  Without ``labels``, a marketplace lease's pod outside the cluster's own
+        namespaces: labelled as Akash's provider labels a lease's workload pods (provider
+        cluster/kube/builder: akash.network=true, akash.network/manifest-service=<service>)."""
+        if labels is None:
+            system = namespace in {"kube-system", "kube-public", "kube-node-lease", "m2p-system", "akash-services"}
+            labels = {} if system else {"akash.network": "true", "akash.network/manifest-service": name}
         with self.lock:
-            self._add_pod(name, node, gpus, namespace, phase, labels or {})
+            self._add_pod(name, node, gpus, namespace, phase, labels)
 
     def _add_pod(self, name: str, node: str, gpus: int, namespace: str, phase: str, labels: dict[str, str]) -> None:
         limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}

@@ -71,6 +71,13 @@ def miner_running(r) -> bool:
         return run(client, "sudo screen -ls miner")[0] == 0
 
 
+def miner_process(r) -> tuple[str, str]:
+    """The GPU miner stand-in's pid on the rig and its cgroup (its unit or scope)."""
+    with ssh(r) as client:
+        pid = run(client, "pgrep -of '^python3 /usr/lib/m2p-standin/standin-cuda'")[1].strip()
+        return pid, run(client, f"cat /proc/{pid}/cgroup")[1] if pid else ""
+
+
 def apply(r, tmp_path, api, schedule: str, *extra: str, settings: dict | None = None) -> tuple[int, list[dict]]:
     """`m2p schedule apply` as a user runs it (the rig's own ``settings`` in the inventory too); returns the
     exit code and the --json outcomes."""
@@ -213,19 +220,60 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         # HiveOS's own nvidia-oc put its tuning back before the miner attached.
         assert gpu_log(r)[-3:] == ["nvidia-smi -i 0 -pl 240", "nvidia-smi -i 1 -pl 240", "miner attached"]
 
-        # A miner that cannot be stopped: the container does not start, and the hook says why.
+        # The miner the agent started runs in a scope of its own: restarting the agent (a new config, an upgrade)
+        # or stopping it leaves it mining; a stopped agent takes its node off the market until it runs again.
+        pid, cgroup = miner_process(r)
+        assert "/m2p-miner-" in cgroup and "m2p-agent" not in cgroup, cgroup
         with ssh(r) as client:
-            run(client, "sudo mv /hive/bin/miner /hive/bin/miner.real && printf '#!/bin/sh\\n"
-                        "[ \"$1\" = stop ] && { echo stuck >&2; exit 4; }\\nexec /hive/bin/miner.real \"$@\"\\n' "
-                        "| sudo tee /hive/bin/miner > /dev/null && sudo chmod +x /hive/bin/miner")
-        pid = 0
+            assert run(client, "sudo systemctl restart m2p-agent")[0] == 0
+            assert run(client, "sudo systemctl stop m2p-agent")[0] == 0
+        assert miner_process(r)[0] == pid and api.nodes[r.name]["spec"].get("unschedulable")
+        with ssh(r) as client:
+            assert run(client, "sudo systemctl start m2p-agent")[0] == 0
+        wait_for("offered again", lambda: not api.nodes[r.name]["spec"].get("unschedulable"))
+        assert miner_process(r)[0] == pid
+
+        # A GPU container that is no lease (a monitoring DaemonSet in kube-system): refused while the rig mines.
+        api.add_pod("dcgm-exporter-x", r.name, 1, namespace="kube-system")
+        code, out, _ = through_the_gate(r, "kube-system/dcgm-exporter-x")
+        assert code == 1 and "hands its GPUs only to the marketplace's leases" in out, out
+        assert miner_process(r)[0] == pid
+        api.delete_pod("dcgm-exporter-x", namespace="kube-system")
+
+        # The USB stick full: a lease that lands is not switched to unrecorded; the rig mines on, off the market,
+        # and says why; with room again the switch is made.
+        with ssh(r) as client:
+            assert run(client, "sudo sh -c 'cp -a /var/lib/m2p/agent /run/agent.copy && mount -t tmpfs -o size=64k "
+                               "tmpfs /var/lib/m2p/agent && cp -a /run/agent.copy/. /var/lib/m2p/agent/ && "
+                               "{ dd if=/dev/zero of=/var/lib/m2p/agent/fill bs=4k 2>/dev/null; true; }'")[0] == 0
+        api.add_pod("lease-3", r.name, 2)
         try:
-            code, out, pid = through_the_gate(r, "lease/lease-2")
-            assert code == 1 and "m2p gate: GPUs not handed over: the miner could not be stopped" in out, out
-            assert "exited 4: stuck" in out and miner_running(r)
+            said = wait_for("the agent to say it cannot write", lambda: "not switching" in json.loads(
+                api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])["last_error"], timeout=20)
+            assert said and miner_process(r)[0] == pid and api.nodes[r.name]["spec"].get("unschedulable")
         finally:
             with ssh(r) as client:
-                run(client, f"sudo mv /hive/bin/miner.real /hive/bin/miner; [ {pid} = 0 ] || sudo kill {pid}")
+                run(client, "sudo umount /var/lib/m2p/agent")
+        wait_for("the miner stopped for the lease", lambda: not miner_running(r), timeout=30)
+        api.delete_pod("lease-3")
+        wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
+        assert wait_for("the miner started again", lambda: miner_running(r))
+
+        # A miner that ignores the first stop and its screen's hang-up (it survives `miner stop` outside any
+        # screen, holding the GPUs): m2p ends it after the grace, and the container starts once the cards are free.
+        with ssh(r) as client:
+            run(client, "echo '{\"stops_to_exit\": 2, \"ignore_hangup\": true}' | sudo tee /etc/m2p-standin/miner.json"
+                        " && sudo /hive/bin/miner restart")
+        stubborn, _ = miner_process(r)
+        code, out, pid = through_the_gate(r, "lease/lease-2")
+        try:
+            assert code == 0, out
+            with ssh(r) as client:
+                assert run(client, f"test -d /proc/{stubborn}")[0] == 1
+                assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
+        finally:
+            with ssh(r) as client:
+                run(client, f"sudo rm /etc/m2p-standin/miner.json; sudo kill {pid}")
     except AssertionError as exc:
         raise with_the_agents_account(exc, r, api) from None
     finally:

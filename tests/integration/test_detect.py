@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 
-from .conftest import m2p, outcomes, rig_entry
+from .conftest import m2p, outcomes, rig_entry, run
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +23,10 @@ def fleet(sandbox_rigs, boot_rigs, tmp_path):
     """Inventory: three good rigs, an address nobody answers on, a wrong password, a changed key."""
     locked, moved = boot_rigs(sandbox.RigSpec("locked1", "hiveos"), sandbox.RigSpec("moved1", "plain"))
     good = {name: rig_entry(sandbox_rigs[name]) for name in ("plain1", "hive1", "ms1")}
+    with sandbox_ssh(sandbox_rigs["ms1"]) as client:  # msOS's client starts its miner a moment after boot
+        deadline = time.monotonic() + 15
+        while run(client, "sudo screen -ls minew")[0] != 0 and time.monotonic() < deadline:
+            time.sleep(0.3)
     known_hosts = tmp_path / "known_hosts"
     good_inv = tmp_path / "good.yml"
     # Record every rig's key first (locked1 too, so that its failure is the password).
@@ -89,7 +94,7 @@ def test_detect_recognises_rigs_and_explains_failures(fleet):
     assert ms["facts"]["mining_os"]["kind"] == "msos"
     assert ms["facts"]["mining_os"]["version"] == "1.8.6"
     assert ms["facts"]["gpus"]["gpus"][0]["name"] == "NVIDIA CMP 90HX"
-    assert ms["facts"]["miner"]["sessions"] == ["screen:minew"]
+    assert ms["facts"]["miner"]["sessions"] == ["screen:minerstat-console", "screen:minew"]
 
     assert reports["ghost1"]["failure"] in {"unreachable", "timeout"}
     assert str(network.address_for(250)) in reports["ghost1"]["error"]

@@ -35,6 +35,15 @@ def test_every_rig_is_a_systemd_host_reachable_over_ssh(sandbox_rigs):
             client.close()
 
 
+def wait_until(check, timeout=15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.3)
+    return False
+
+
 def test_rigs_have_distinct_addresses_in_the_sandbox_range(sandbox_rigs):
     addresses = [r.address for r in sandbox_rigs.values()]
     assert len(set(addresses)) == len(addresses)
@@ -60,6 +69,19 @@ def test_hiveos_flavour_has_the_hiveos_layout_and_miner(sandbox_rigs):
         assert run(client, "sudo /hive/bin/miner start")[0] == 0
         assert ".miner" in run(client, "sudo screen -ls miner")[1]
         assert run(client, "systemctl is-active hive-watchdog")[1].strip() == "active"
+        # The miner is the GPU miner stand-in, with a real miner's weight: resident memory, on every card.
+        pid = run(client, "pgrep -f '^python3 /usr/lib/m2p-standin/standin-cuda'")[1].split()[0]
+        assert int(run(client, f"ps -o rss= -p {pid}")[1]) > 200_000
+        assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].split() == [pid, pid]
+        # With its watchdog off, HiveOS's `miner start` exits 1 although the miner started (hiveos-linux
+        # hive/bin/miner ends on `[[ $WD_ENABLED == 1 ]] && wd start`).
+        assert run(client, "sudo /hive/bin/miner stop && sudo sed -i 's/^WD_ENABLED=1/WD_ENABLED=0/' "
+                           "/hive-config/rig.conf")[0] == 0
+        try:
+            assert run(client, "sudo /hive/bin/miner start")[0] == 1
+            assert ".miner" in run(client, "sudo screen -ls miner")[1]
+        finally:
+            run(client, "sudo sed -i 's/^WD_ENABLED=0/WD_ENABLED=1/' /hive-config/rig.conf")
     finally:
         client.close()
 
@@ -82,10 +104,16 @@ def test_msos_flavour_has_its_markers_and_miner(sandbox_rigs):
     try:
         assert run(client, "test -d /home/minerstat/minerstat-os && echo yes") == (0, "yes\n")
         assert "DISTRIB_RELEASE=1.8.6" in run(client, "cat /etc/lsb-release")[1]
-        assert ".minew" in run(client, "sudo screen -ls minew")[1]
-        assert run(client, "sudo /home/minerstat/minerstat-os/core/stop")[0] == 0
+        # msOS's client (start.sh, in the screen minerstat-console) starts the miner a moment after boot.
+        assert wait_until(lambda: ".minew" in run(client, "sudo screen -ls minew")[1])
+        # core/stop exits 1 whatever happened, as the real one does (minerstat-os core/stop).
+        assert run(client, "sudo /home/minerstat/minerstat-os/core/stop")[0] == 1
         assert run(client, "cat /tmp/stop.pid") == (0, "stop\n")
         assert ".minew" not in run(client, "sudo screen -ls minew")[1]
+        # mstart's way (core/.bashrc; msOS has no core/start): the client again, which starts the miner.
+        assert run(client, "cd /home/minerstat/minerstat-os && sudo rm -f /tmp/stop.pid && "
+                           "sudo screen -A -m -d -S minerstat-console bash start.sh")[0] == 0
+        assert wait_until(lambda: ".minew" in run(client, "sudo screen -ls minew")[1])
     finally:
         client.close()
 

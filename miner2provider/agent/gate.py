@@ -76,6 +76,8 @@ class GateDir:
             except (OSError, ValueError):
                 record = {}
             record = record if isinstance(record, dict) else {}
+            if suffix == ".request" and isinstance(record.get("state"), dict):
+                record = _from_the_shell_hook(entry, record)
             if alive(int(record.get(pid_key, 0) or 0), str(record.get(started_key, ""))):
                 out.append((entry, record))
             else:
@@ -117,6 +119,25 @@ class GateDir:
     def refuse(self, reason: str, entries: list[Path] | None = None) -> None:
         for entry in self.waiting() if entries is None else entries:
             entry.with_suffix(".refused").write_text(reason + "\n")
+
+
+def _from_the_shell_hook(entry: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """The shell gate (roles/timeshare_agent templates/gate.sh.j2: no interpreter starts in the hand-over)
+    leaves the runtime's state as it got it, with its own pid and start time.  Read once into the request's
+    usual fields, the container's start time taken now (so a pid reused later is not mistaken for it), and
+    written back so that the grant (a rename) carries them."""
+    try:
+        record = request(raw["state"], int(raw.get("hook_pid") or 0))
+    except (TypeError, ValueError, AttributeError):  # not a runtime's state: never let through
+        return {}
+    record.update(hook_started=str(raw.get("hook_started", "")), since=raw.get("since", record["since"]))
+    tmp = entry.with_name(f".{entry.name}.norm")
+    try:
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, entry)
+    except OSError:  # a read-only disk: the hook could not have written either; keep it in memory
+        pass
+    return record
 
 
 def request(state: dict[str, Any], hook_pid: int) -> dict[str, Any]:

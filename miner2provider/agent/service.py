@@ -450,6 +450,8 @@ class Agent:
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "schedule": self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
                 "agent_version": __version__,
+                # A lease stops the miner on every card (no adapter mines on a subset of cards yet).
+                "hand_over": "whole rig",
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),
                 **({"measured": {**shown.as_status(), "at": _iso(shown.at)}} if shown else {})}

@@ -4,17 +4,22 @@ its report kept as the rig's latest and its ledger lines merged without duplicat
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
+from miner2provider.detect.facts.node import LEDGER_TAIL
 from miner2provider.detect.report import RigReport, report_json, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect
 
 
 def snapshot(report: RigReport) -> dict[str, Any]:
-    """What the history keeps of one report: ``m2p detect --json``'s row and ``m2p status --json``'s."""
+    """What the history keeps of one report: ``m2p detect --json``'s row and ``m2p status --json``'s.  The
+    ledger's lines go to their own table (add_ledger): a snapshot keeps the last few, as status shows them."""
+    if report.facts is not None:
+        report = replace(report, facts=replace(report.facts, agent_ledger=report.facts.agent_ledger[-LEDGER_TAIL:]))
     return {**report_json(report), "status_row": status_row(report)}
 
 

@@ -48,8 +48,6 @@ def report_json(report: RigReport) -> dict[str, Any]:
         data["facts"]["mining_os"]["miner_control"] = report.facts.mining_os.miner_control
         for row, card in zip(data["facts"]["amd_gpus"], report.facts.amd_gpus, strict=True):
             row.update(model=card.slug, name=card.name)
-        # The probe reads up to LEDGER_READ lines for the dashboard's history; a report keeps what status shows.
-        data["facts"]["agent_ledger"] = data["facts"]["agent_ledger"][-LEDGER_TAIL:]
     return data
 
 

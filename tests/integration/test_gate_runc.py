@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -90,9 +91,11 @@ def world(tmp_path):
             agent["process"].terminate()
             agent["process"].wait(10)
 
-    # The role's launcher (roles/timeshare_agent), pointing at this test's agent.
-    (tmp_path / "gate").write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path}/agent.pyz "
-                                   f"--config {tmp_path}/agent.json gate\n")
+    # The role's gate (roles/timeshare_agent templates/gate.sh.j2), pointing at this test's agent's folder.
+    template = (Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles/timeshare_agent/templates"
+                / "gate.sh.j2").read_text()
+    (tmp_path / "gate").write_text(jinja2.Template(template).render(
+        ansible_managed="test", timeshare_agent_state_dir=str(tmp_path / "state")))
     (tmp_path / "gate").chmod(0o755)
     # The hook's /usr/bin/nvidia-smi: the stand-in, told where its cards are (hooks get no environment).
     (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\nM2P_STANDIN_GPUS={tmp_path}/gpus.json M2P_STANDIN_MINER={MINER} "
@@ -186,7 +189,7 @@ def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_clos
     # No agent at all (the service died): the container does not start either (the gate waits
     # its bounded time, here shortened through the hook's own --timeout).
     stop_agent()
-    (tmp_path / "gate").write_text((tmp_path / "gate").read_text().replace(" gate\n", " gate --timeout 2\n"))
+    (tmp_path / "gate").write_text((tmp_path / "gate").read_text().replace("timeout=90\n", "timeout=2\n"))
     silent = runc(tmp_path, "lease-3")
     assert silent.returncode != 0 and "MINER" not in silent.stdout
     assert "no hand-over from m2p-agent within 2 s" in silent.stderr, silent.stderr

@@ -93,11 +93,13 @@ def data_dir(rig: Rig, default: str) -> str:
 
 
 def _k3s(rig: Rig, server: Rig | None, default: str) -> dict[str, Any]:
+    # Tenant data (emptyDir volumes, secrets) follows k3s's data onto the data disk, off the USB stick.
+    own = {"k3s_kubelet_root_dir": f"{data_dir(rig, default)}/kubelet"} if rig.settings.get("m2p_data_dir") else {}
     if not rig.is_agent:
-        return {}
+        return own
     if rig.joins_outside_server or server is None:
-        return {"k3s_agent_server_host": "", "k3s_agent_server_token_file": ""}
-    return {"k3s_agent_server_host": server.name,
+        return {**own, "k3s_agent_server_host": "", "k3s_agent_server_token_file": ""}
+    return {**own, "k3s_agent_server_host": server.name,
             "k3s_agent_server_url": f"https://{server.address}:{API_PORT}",
             "k3s_agent_server_token_file": f"{data_dir(server, default)}/server/token"}
 

@@ -463,9 +463,11 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
                 run(client, f"sudo kill {container_pid}")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", mining)
-        # SMOS's own reloadOc.sh put its clocks back before the miner attached; msOS and mmpOS have no such
-        # command (their log ends with the miner the OS brought back during the lease, then the one after it).
-        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"]}.get(
+        # SMOS's own reloadOc.sh and msOS's overclock.sh (its mclock) put their clocks back before the miner
+        # attached; mmpOS has no such command (its log ends with the miner the OS brought back during the
+        # lease, then the one after it).
+        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
+                                   "msos": ["nvidia-smi -i 0 -pl 170", "miner attached"]}.get(
             flavour, ["miner attached", "miner attached"]), gpu_log(r)
 
         proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),

@@ -102,7 +102,7 @@ def test_failed_convert_and_revert_leave_the_rigs_mining_and_the_next_run_conver
     # 3. Revert while m2p has the miner stopped (as the agent does while leasing), and dpkg
     #    refuses the purge: the rig mines again anyway, and a second revert finishes.
     sh(hive, "sudo /hive/bin/miner stop")
-    sh(ms, "sudo /home/minerstat/minerstat-os/core/stop")
+    sh(ms, "sudo /home/minerstat/minerstat-os/core/stop || true")  # it always exits 1, as the real one does
     for r in rigs:
         assert not mining(r), r.name
         fault(r, "dpkg", on=True)

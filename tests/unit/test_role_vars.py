@@ -28,6 +28,18 @@ def test_an_agent_reads_the_token_and_joins_the_server_on_the_servers_data_dir()
     assert out["srv"]["timeshare_agent_api_server"] == "https://127.0.0.1:6443"
     assert out["srv"]["timeshare_agent_ca_file"] == "/mnt/ssd/k3s/server/tls/server-ca.crt"
     assert out["agent1"]["fingerprint_extra_files"] == []
+    # Tenant data follows k3s's onto the data disk: kubelet's root too (pods' volumes and secrets).
+    assert out["srv"]["k3s_kubelet_root_dir"] == "/mnt/ssd/k3s/kubelet"
+    assert "k3s_kubelet_root_dir" not in out["agent1"]  # its own data on the role's default: kubelet's default
+
+
+def test_only_the_marketplaces_lease_pods_are_leases_to_the_agent():
+    from miner2provider.market import AKASH
+
+    out = role_vars([rig("a"), rig("b", m2p_marketplace="none")], K3S_DIR)
+    assert out["a"]["timeshare_agent_lease_label"] == AKASH.lease_label
+    assert out["a"]["timeshare_agent_system_namespaces"] == list(AKASH.system_namespaces)
+    assert (out["b"]["timeshare_agent_lease_label"], out["b"]["timeshare_agent_system_namespaces"]) == ("", [])
 
 
 def test_settings_reach_their_role_variables():

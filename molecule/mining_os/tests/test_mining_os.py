@@ -40,7 +40,7 @@ def test_the_miner_still_runs_and_its_config_is_byte_identical(host):
     for unit in autostart:
         assert host.service(unit).is_enabled
     running = {"hiveos": "screen -ls miner", "msos": "screen -ls minew", "smos": "runuser -u miner -- screen -ls miner",
-               "mmpos": "pgrep -f '^/bin/bash /opt/mmp/miners/'"}.get(kind)
+               "mmpos": "pgrep -f '^python3 /opt/mmp/miners/'"}.get(kind)
     if running:
         with host.sudo():
             assert host.run(running).rc == 0, running

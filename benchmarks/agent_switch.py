@@ -65,7 +65,9 @@ CONTAINER = "setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo $!"
 # The hook run with that container's state; report the rig's clock and what held the GPUs.
 TRIAL = ("c={pid}; t0=$(date +%s.%N); "
          "echo '{{\"id\": \"bench-'$c'\", \"pid\": '$c'}}' | env -i "
-         + " ".join(shlex.quote(a) for a in [HOOK["path"], *HOOK["args"][1:]]) + " > /dev/null 2>&1; rc=$?; "
+         # (the hook's own braces doubled: TRIAL is a format string)
+         + " ".join(shlex.quote(a) for a in [HOOK["path"], *HOOK["args"][1:]]).replace("{", "{{").replace("}", "}}")
+         + " > /dev/null 2>&1; rc=$?; "
          "t1=$(date +%s.%N); "
          "if screen -ls miner >/dev/null 2>&1; then m=running; else m=stopped; fi; "
          "g=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l); echo $t0 $t1 $m $g $rc")

@@ -40,6 +40,7 @@ OLD_PLACEHOLDER_LABEL = "m2p.io/placeholder"
 GPU_RECHECK_S = 10.0
 GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
+WAKE_S = 0.1  # how often a sleeping agent looks for a container at the gate (one directory scan)
 WATCHDOG_RECHECK_S = 10.0
 
 
@@ -532,18 +533,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     while True:
+        actions: list[str] = []
         try:
-            agent.tick()
+            actions = agent.tick()
         except Exception as exc:  # noqa: BLE001 - one bad tick never ends the agent (the miner is not its child)
             agent.last_error = f"tick: {type(exc).__name__}: {exc}"
             print(f"m2p-agent: {agent.last_error}", file=sys.stderr)
         if args.once or stopping:
             return 0
-        # A container waits at the gate: look again soon (the miner is letting go of the GPUs).
-        # Else sleep a tick, but answer the gate as soon as it asks (a directory scan per 0.2 s).
         hurry = config.wake_on_signal and agent.lease_waiting()
+        if hurry and decide.STOP_MINER in actions:
+            continue  # the stop waited for the cards to be free: the next tick grants at once
+        # A container waits at the gate: look again soon (the miner is letting go of the GPUs).
+        # Else sleep a tick, but answer the gate as soon as it asks (a directory scan per WAKE_S).
         deadline = time.monotonic() + (min(HURRY_S, config.interval_s) if hurry else config.interval_s)
         while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.2, config.interval_s))
+            time.sleep(min(WAKE_S, config.interval_s))
             if not hurry and config.wake_on_signal and agent.lease_waiting():
                 break

@@ -8,7 +8,17 @@ import errno
 import json
 
 import pytest
-from test_agent_service import LEASE_FIRST, NODE, api, at_the_gate, container, cordoned, make_agent, wait_waiting
+from test_agent_service import (
+    LEASE_FIRST,
+    NODE,
+    api,
+    at_the_gate,
+    container,
+    cordoned,
+    idle_mining,
+    make_agent,
+    wait_waiting,
+)
 
 from miner2provider.agent import publish, service
 from miner2provider.market import AKASH
@@ -114,15 +124,12 @@ def test_a_full_disk_in_a_mining_window_changes_nothing_and_the_agent_stays_up(a
 
 
 def akash_agent(api, tmp_path):
-    return make_agent(api, tmp_path, LEASE_FIRST, lease_label=AKASH.lease_label,
-                      system_namespaces=AKASH.system_namespaces)
+    """Idle mining on the Akash marketplace: only its labelled lease pods are leases."""
+    return idle_mining(api, tmp_path, lease_label=AKASH.lease_label, system_namespaces=AKASH.system_namespaces)
 
 
 def test_a_kube_system_gpu_container_is_refused_while_mining_and_never_counts_as_a_lease(api, tmp_path):
     agent = akash_agent(api, tmp_path)
-    agent.tick()
-    agent.tick()
-    assert agent.state.mode == "idle-mining"
     api.add_pod("dcgm-exporter", NODE, 1, namespace="kube-system", labels={"app": "dcgm-exporter"})
     proc, state = container(tmp_path, "dcgm", ("kube-system", "dcgm-exporter"))
     try:
@@ -141,8 +148,6 @@ def test_a_kube_system_gpu_container_is_refused_while_mining_and_never_counts_as
 
 def test_an_akash_lease_is_granted_and_a_non_lease_container_never_keeps_the_miner_stopped(api, tmp_path):
     agent = akash_agent(api, tmp_path)
-    agent.tick()
-    agent.tick()
     api.add_pod("web-0", NODE, 1, namespace="4ml5k0vq9o",
                 labels={"akash.network": "true", AKASH.lease_label: "web"})
     lease, lease_state = container(tmp_path, "lease", ("4ml5k0vq9o", "web-0"))
@@ -174,9 +179,7 @@ def test_an_akash_lease_is_granted_and_a_non_lease_container_never_keeps_the_min
 
 
 def test_a_stopping_agent_takes_its_node_off_the_market_and_the_next_one_offers_it_again(api, tmp_path):
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
-    agent.tick()
-    agent.tick()
+    agent = idle_mining(api, tmp_path)
     assert agent.state.mode == "idle-mining" and not cordoned(api)
     assert agent.leave_market() and cordoned(api)  # m2p-agent stopped: the unit's ExecStopPost
     assert not agent.leave_market()  # once

@@ -68,6 +68,15 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                  clock=clock, monotonic=clock, boot="boot-1")
 
 
+def idle_mining(api, tmp_path, **kwargs) -> Agent:
+    """An agent (make_agent, lease-first) two ticks in: the node offered, the miner started."""
+    agent = make_agent(api, tmp_path, LEASE_FIRST, **kwargs)
+    agent.tick()
+    agent.tick()
+    assert agent.state.mode == "idle-mining"
+    return agent
+
+
 FIXED_LEASE = "timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\n"
 FIXED_MINE = "timezone: UTC\npolicy: fixed\ndefault: mine\nmin_switch_interval: 0s\n"
 LEASE_FIRST = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import jinja2
-from test_agent_service import LEASE_FIRST, NODE, api, container, make_agent
+from test_agent_service import NODE, api, container, idle_mining
 
 __all__ = ["api"]  # the fixture, imported for the tests below
 
@@ -46,10 +46,7 @@ def ticks_until_done(agent, proc: subprocess.Popen[str], most: int = 20) -> list
 
 
 def test_the_shell_gate_hands_over_once_the_miner_stopped(api, tmp_path):
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
-    agent.tick()
-    agent.tick()
-    assert agent.state.mode == "idle-mining"
+    agent = idle_mining(api, tmp_path)
     lease, state = container(tmp_path)
     try:
         proc = hook(tmp_path, state)
@@ -66,9 +63,7 @@ def test_the_shell_gate_hands_over_once_the_miner_stopped(api, tmp_path):
 
 
 def test_the_shell_gate_says_the_agents_refusal_and_gives_up_on_its_own(api, tmp_path):
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
-    agent.tick()
-    agent.tick()
+    agent = idle_mining(api, tmp_path)
     lease, state = container(tmp_path)
     try:
         proc = hook(tmp_path, {**state, "annotations": {

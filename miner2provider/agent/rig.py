@@ -78,26 +78,18 @@ class Miner:
                                + (f" (it exited {proc.returncode}: {_tail(proc)})" if proc is not None else ""))
 
     def _settles(self, running: bool, within_s: float) -> bool:
-        deadline = time.monotonic() + within_s
-        while True:
-            if self.running() == running:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.25)
+        return _within(within_s, lambda: self.running() == running)
 
     def _end_leftovers(self, gpu_holders: Callable[[], list[int]]) -> None:
         """Real miners take seconds to free their cards (a CUDA context per card) and some ignore the
         first stop: wait ``grace_s`` for the GPUs to be free, then end what still holds them."""
-        deadline = time.monotonic() + self.grace_s
-        while True:
-            holders = [pid for pid in gpu_holders() if pid > 1 and pid != os.getpid()]
-            if not holders:
-                return
-            if time.monotonic() >= deadline:
-                self._end(holders)
-                return
-            time.sleep(0.25)
+        holders: list[int] = []
+
+        def free() -> bool:
+            holders[:] = [pid for pid in gpu_holders() if pid > 1 and pid != os.getpid()]
+            return not holders
+        if not _within(self.grace_s, free):
+            self._end(holders)
 
     def miner_pids(self) -> list[int]:
         """Processes whose program lives under one of ``processes`` (an interpreter's script counts)."""
@@ -105,19 +97,20 @@ class Miner:
             program.startswith(folder.rstrip("/") + "/") for folder in self.processes)] if self.processes else []
 
     def _end(self, pids: list[int]) -> None:
+        left = list(pids)
+
+        def gone() -> bool:
+            left[:] = [pid for pid in left if _alive(pid, self.proc)]
+            return not left
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
+            for pid in left:
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + (self.grace_s if sig == signal.SIGTERM else 5.0)
-            while time.monotonic() < deadline:
-                pids = [pid for pid in pids if _alive(pid, self.proc)]
-                if not pids:
-                    return
-                time.sleep(0.1)
-        raise RuntimeError(f"miner processes {' '.join(map(str, pids))} did not end after SIGKILL")
+            if _within(self.grace_s if sig == signal.SIGTERM else 5.0, gone, every_s=0.1):
+                return
+        raise RuntimeError(f"miner processes {' '.join(map(str, left))} did not end after SIGKILL")
 
     def silence_watchdog(self) -> None:
         """Stop the watchdog if it runs (the mining OS starts it with the miner, at boot, on a
@@ -177,6 +170,16 @@ class Clocks:
     def reapply(self) -> None:
         if self.apply_cmd:
             _checked(_shell(self.apply_cmd, self.timeout_s), self.apply_cmd)
+
+
+def _within(seconds: float, done: Callable[[], bool], every_s: float = 0.25) -> bool:
+    """Poll ``done`` until it is true (True) or ``seconds`` have passed (False)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 SCOPE_PREFIX = "m2p-miner-"  # the miner's transient scopes: m2p-miner-<ms since the epoch>.scope

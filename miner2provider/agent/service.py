@@ -128,7 +128,6 @@ class Agent:
         self.publisher = publish.Publisher(Path(self.config.state_dir) / "status.json")
         self.dir = Path(self.config.state_dir)
         self.gates = gate.GateDir(self.dir / "gate")
-        self._stopped_at = float("-inf")  # (monotonic) the last stop of the miner by the agent
         self._cordoned_here = False  # the agent cordoned the node (also marked on disk, when the disk lets it)
         saved = _read_json(self.dir / "state.json")
         if saved:
@@ -159,7 +158,7 @@ class Agent:
         if miner_running:
             return True  # a running miner holds the GPUs: no need to ask NVML
         checked, busy = self._gpus
-        if waiting or not 0 <= now - checked < GPU_RECHECK_S or busy:
+        if waiting or now - checked >= GPU_RECHECK_S or busy:
             busy = bool(self.gpu_holders())
             self._gpus = (now, busy)
         return busy
@@ -205,6 +204,10 @@ class Agent:
         pod = str(record.get("pod") or "")
         return self.seen.listed is None or pod in self.seen.lease_names or pod not in self.seen.listed
 
+    def lease_gated(self) -> list[dict[str, Any]]:
+        """The leases' containers the gate let through that still run (other containers never count)."""
+        return [record for record in self.gates.gated() if self.for_a_lease(record)]
+
     def observe(self, now: float, mono: float) -> tuple[Observation, dict[str, Any] | None]:
         node: dict[str, Any] | None = None
         gpu_leases = 0
@@ -221,14 +224,13 @@ class Agent:
         except kube.ApiError as exc:
             self._say(f"API: {exc}")  # the leases last read stay: m2p's lease guard errs on the safe side
         running = self.config.miner.running()
-        self.seen.gated = [r for r in self.gates.gated() if self.for_a_lease(r)]
-        requests = self.gates.waiting_records()
-        waiting = any(self.for_a_lease(record) for _, record in requests)
+        self.seen.gated = self.lease_gated()
+        leases_waiting, others = self._waiting()
+        waiting = bool(leases_waiting)
         if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
             self.sample_miner(now, running)
         desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
         busy = self.gpus_busy(mono, running, waiting)
-        others = [entry for entry, record in requests if not self.for_a_lease(record)]
         if others:
             self.answer_others(others, running or busy)
         obs = Observation(
@@ -237,6 +239,14 @@ class Agent:
             gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
         )
         return obs, node
+
+    def _waiting(self) -> tuple[list[Path], list[Path]]:
+        """The requests waiting at the gate: (the leases', the other containers')."""
+        leases: list[Path] = []
+        others: list[Path] = []
+        for entry, record in self.gates.waiting_records():
+            (leases if self.for_a_lease(record) else others).append(entry)
+        return leases, others
 
     def answer_others(self, entries: list[Path], mining: bool) -> None:
         """GPU containers that are no lease (a monitoring DaemonSet, the owner's own job): refused while the
@@ -253,7 +263,6 @@ class Agent:
         for action in actions:
             if action == decide.STOP_MINER:
                 self._stop_miner()
-                self._stopped_at = self.monotonic()
             elif action == decide.START_MINER:
                 self._clocks_reset = False
                 try:
@@ -263,9 +272,8 @@ class Agent:
                 self.config.miner.start()
             elif action == decide.GRANT:
                 self._hand_over_clocks()
-                self.gates.grant([entry for entry, record in self.gates.waiting_records() if self.for_a_lease(record)])
-                # named in this tick's status: the lease guard reads it
-                self.seen.gated = [r for r in self.gates.gated() if self.for_a_lease(r)]
+                self.gates.grant(self._waiting()[0])
+                self.seen.gated = self.lease_gated()  # named in this tick's status: the lease guard reads it
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
 
     def _hand_over_clocks(self) -> None:
@@ -346,7 +354,7 @@ class Agent:
     def keep_watchdog_off(self, now: float) -> None:
         """While leased the rig has no hashrate: a mining OS watchdog would restart the miner or
         reboot the rig under a lease.  Checked every WATCHDOG_RECHECK_S (it acts in minutes)."""
-        if self.state.mode not in {"leasing", "draining"} or 0 <= now - self._watchdog_checked < WATCHDOG_RECHECK_S:
+        if self.state.mode not in {"leasing", "draining"} or now - self._watchdog_checked < WATCHDOG_RECHECK_S:
             return
         self._watchdog_checked = now
         try:

@@ -20,6 +20,7 @@ from miner2provider.core.inventory import python_of
 from miner2provider.core.settings import FEEDS, NO_MARKETPLACE
 from miner2provider.market import DEFAULT as DEFAULT_MARKETPLACE
 from miner2provider.market import marketplace
+from miner2provider.market.base import Marketplace
 
 API_PORT = 6443  # k3s's supervisor and Kubernetes API
 
@@ -69,14 +70,10 @@ def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = No
     return out
 
 
-def _marketplace_namespaces(rig: Rig) -> list[str]:
+def _marketplace(rig: Rig) -> Marketplace | None:
+    """The marketplace the rig is offered on; None: its owner's own workloads only."""
     name = rig.settings.get("m2p_marketplace") or DEFAULT_MARKETPLACE
-    return [] if name == NO_MARKETPLACE else list(marketplace(str(name)).system_namespaces)
-
-
-def _lease_label(rig: Rig) -> str:
-    name = rig.settings.get("m2p_marketplace") or DEFAULT_MARKETPLACE
-    return "" if name == NO_MARKETPLACE else marketplace(str(name)).lease_label
+    return None if name == NO_MARKETPLACE else marketplace(str(name))
 
 
 def _python(rig: Rig) -> dict[str, Any]:
@@ -129,6 +126,7 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
     else:
         api = f"https://{'127.0.0.1' if server is rig else server.address}:{API_PORT}"
     own_dir = data_dir(rig, default)
+    market = _marketplace(rig)
     return {
         "timeshare_agent_schedule_src": run.schedule_files.get(rig.name, str(rig.settings.get("m2p_schedule", ""))),
         "timeshare_agent_economics_src": run.economics_files.get(rig.name, ""),
@@ -136,8 +134,8 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_server_manifests_dir": f"{data_dir(server, default)}/server/manifests" if server else "",
         "timeshare_agent_api_server": api,
         # m2p_marketplace none: the rig serves its owner's workloads only, and no marketplace runs there.
-        "timeshare_agent_system_namespaces": _marketplace_namespaces(rig),
-        "timeshare_agent_lease_label": _lease_label(rig),
+        "timeshare_agent_system_namespaces": list(market.system_namespaces) if market else [],
+        "timeshare_agent_lease_label": market.lease_label if market else "",
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
     }

@@ -259,9 +259,7 @@ def break_the_clocks(agent, tmp_path) -> None:
 def test_a_hand_over_that_fails_keeps_the_container_from_starting(api, tmp_path, fault, ticks, said, failed_action):
     """Fail closed, saying why: a miner that will not stop; clocks that cannot be reset (a lease on
     mining clocks may compute wrong)."""
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
-    agent.tick()
-    agent.tick()
+    agent = idle_mining(api, tmp_path)
     fault(agent, tmp_path)
     proc, state = container(tmp_path)
     try:
@@ -640,9 +638,7 @@ def test_t_rex_api_is_asked_every_ten_seconds_while_the_miner_runs(api, tmp_path
 def test_a_container_through_the_gate_is_a_lease_in_the_status_before_the_api_lists_its_pod(api, tmp_path):
     """m2p's lease guard reads the status: in the tick between the gate's grant and the agent reading the
     lease's pod (or with the API unreachable), a convert would otherwise restart k3s under the lease."""
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
-    agent.tick()
-    agent.tick()
+    agent = idle_mining(api, tmp_path)
     proc, state = container(tmp_path)
     try:
         thread, result = at_the_gate(tmp_path, state)

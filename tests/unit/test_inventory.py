@@ -11,6 +11,13 @@ from miner2provider.core.inventory import Secret
 HERE = Path(__file__).parent / "inventories"
 
 
+def refused(path) -> InventoryError:
+    """The error loading the inventory at ``path`` raises (the test fails if none)."""
+    with pytest.raises(InventoryError) as err:
+        inventory.load(path)
+    return err.value
+
+
 def test_good_inventory_resolves_group_and_host_vars():
     inv = inventory.load(HERE / "good.yml", environ={"RIG_PASS": "s3cret"})
     hosts = {h.name: h for h in inv.hosts}
@@ -46,10 +53,9 @@ def test_good_inventory_resolves_group_and_host_vars():
 )
 def test_bad_inventories_name_file_and_line(case, line, message):
     path = HERE / f"{case}.yml"
-    with pytest.raises(InventoryError) as err:
-        inventory.load(path)
-    assert err.value.where == f"{path}:{line}"
-    assert message in err.value.message
+    err = refused(path)
+    assert err.where == f"{path}:{line}"
+    assert message in err.message
 
 
 def test_missing_file_and_unset_password_env(tmp_path):
@@ -131,9 +137,8 @@ def test_jump_hosts_by_inventory_name_by_address_or_by_proxyjump(tmp_path):
 def test_bad_jump_hosts_name_the_line(tmp_path, rig01, message):
     inv = tmp_path / "rigs.yml"
     inv.write_text(f"all:\n  hosts:\n    rig01: {{ansible_host: 10.0.0.5, {rig01}}}\n")
-    with pytest.raises(InventoryError) as err:
-        inventory.load(inv)
-    assert message in err.value.message and err.value.where == f"{inv}:3"
+    err = refused(inv)
+    assert message in err.message and err.where == f"{inv}:3"
 
 
 @pytest.mark.parametrize("value, message", [
@@ -144,9 +149,8 @@ def test_bad_jump_hosts_name_the_line(tmp_path, rig01, message):
 def test_the_marketplace_is_named_and_a_bool_of_before_says_what_to_write(tmp_path, value, message):
     path = tmp_path / "rigs.yml"
     path.write_text(f"all:\n  hosts:\n    rig01:\n      ansible_host: 10.0.0.1\n      m2p_marketplace: {value}\n")
-    with pytest.raises(InventoryError) as err:
-        inventory.load(path)
-    assert err.value.where == f"{path}:5" and message in err.value.message
+    err = refused(path)
+    assert err.where == f"{path}:5" and message in err.message
 
 
 def test_the_roles_marketplace_choices_are_the_registry_s():

@@ -218,7 +218,9 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         assert wait_for("the miner started again", lambda: miner_running(r))
         assert api.akash_view(r.name)["gpus_available"] == 2
         # HiveOS's own nvidia-oc put its tuning back before the miner attached.
-        assert gpu_log(r)[-3:] == ["nvidia-smi -i 0 -pl 240", "nvidia-smi -i 1 -pl 240", "miner attached"]
+        # (The screen session shows before the miner stand-in has taken its cards and said so: wait for it.)
+        tail = ["nvidia-smi -i 0 -pl 240", "nvidia-smi -i 1 -pl 240", "miner attached"]
+        wait_for(f"the cards' log to end {tail}", lambda: gpu_log(r)[-3:] == tail, timeout=15)
 
         # The miner the agent started runs in a scope of its own: restarting the agent (a new config, an upgrade)
         # or stopping it leaves it mining; a stopped agent takes its node off the market until it runs again.
@@ -466,9 +468,10 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         # SMOS's own reloadOc.sh and msOS's overclock.sh (its mclock) put their clocks back before the miner
         # attached; mmpOS has no such command (its log ends with the miner the OS brought back during the
         # lease, then the one after it).
-        assert gpu_log(r)[-2:] == {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
-                                   "msos": ["nvidia-smi -i 0 -pl 170", "miner attached"]}.get(
-            flavour, ["miner attached", "miner attached"]), gpu_log(r)
+        tail = {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
+                "msos": ["nvidia-smi -i 0 -pl 170", "miner attached"]}.get(flavour, ["miner attached", "miner attached"])
+        # (The miner shows running before its stand-in has taken its cards and said so: wait for it.)
+        wait_for(f"the cards' log to end {tail}", lambda: gpu_log(r)[-2:] == tail, timeout=15)
 
         proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                    "--yes", "--json")

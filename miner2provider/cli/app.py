@@ -18,7 +18,10 @@ import click
 
 from miner2provider import __version__
 from miner2provider.core.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
+from miner2provider.core.inventory import Secret
+from miner2provider.core.private import UnsafePath, open_private_append
 from miner2provider.core.textfiles import printable
+from miner2provider.detect.ssh import redact
 
 
 class Context:
@@ -81,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - unexpected: keep the traceback for the bug report
         log = debug_log_path()
         try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "a") as f:
-                f.write(f"--- {datetime.datetime.now().isoformat()} m2p {__version__} {sys.argv!r}\n")
-                f.write(traceback.format_exc())
+            # 0600 in a 0700 folder, secrets masked: a traceback may quote a rig's data or a password.
+            entry = f"--- {datetime.datetime.now().isoformat()} m2p {__version__} {sys.argv!r}\n" \
+                    + traceback.format_exc()
+            with os.fdopen(open_private_append(log), "a") as f:
+                f.write(redact(entry, [Secret(s) for s in list(Secret.made)]))
             where = f"traceback saved to {log}"
-        except OSError:
-            where = "could not write the debug log"
-        click.echo(click.style(one_line(f"m2p: internal error: {type(exc).__name__}: {exc}", f" ({where})"),
+        except (OSError, UnsafePath) as why:
+            where = f"could not write the debug log: {why}"
+        said = redact(f"m2p: internal error: {type(exc).__name__}: {exc}", [Secret(s) for s in list(Secret.made)])
+        click.echo(click.style(one_line(said, f" ({where})"),
                                fg="red"), err=True)
         return INTERNAL_ERROR
     return 0

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from pathlib import Path
 
 import click
 
 from miner2provider.agent.kube import KubeClient
-from miner2provider.core import checks, textfiles
+from miner2provider.core import checks, private, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard import kube_sweep
@@ -36,14 +37,30 @@ def is_loopback(bind: str) -> bool:
         return False
 
 
+DEFAULT_TOKEN_FILE = DEFAULT_PATH.parent / "dashboard-token"
+
+
 def read_token(path: str) -> str:
-    """The first line of the token file; at least 16 characters (it guards the fleet's actions)."""
+    """The first line of the token file; at least 16 characters (it guards the fleet's actions); the file
+    only this user's (0600: anyone who reads it can revert the farm)."""
+    try:
+        private.check_private_file(Path(path))
+    except FileNotFoundError:
+        raise UsageError("the token file does not exist", where=path) from None
     raw = textfiles.read_bytes(path, "token file", UsageError, limit=MAX_TOKEN_FILE)
     token = textfiles.decode(raw, "token file", path, UsageError).partition("\n")[0].strip()
     if len(token) < 16:
         raise UsageError("the token is shorter than 16 characters: write a long random one "
                          "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')", where=f"{path}:1")
     return token
+
+
+def default_token() -> tuple[str, Path]:
+    """The dashboard's own token: made on first start (0600 in a 0700 folder), read after."""
+    path = DEFAULT_TOKEN_FILE
+    if not (path.exists() or path.is_symlink()):
+        private.write_private(path, (secrets.token_urlsafe(32) + "\n").encode())
+    return read_token(str(path)), path
 
 
 @cli.command("dashboard")
@@ -53,9 +70,16 @@ def read_token(path: str) -> str:
 @ssh_options
 @click.option("--port", type=click.IntRange(1, 65535), default=8477, show_default=True)
 @click.option("--bind", default="127.0.0.1", show_default=True,
-              help="Address to serve on; any but loopback needs --token-file.")
+              help="Address to serve on; any but loopback needs --tls-cert and --tls-key (or --insecure-http).")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-              help="A file whose first line is the token the page asks for (and API clients send as Bearer).")
+              help="A file (0600) whose first line is the token the page asks for and API clients send as "
+                   "Bearer (default: one made on first start, ~/.local/share/m2p/dashboard-token).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Serve HTTPS with this certificate (PEM; with --tls-key).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The certificate's private key (PEM).")
+@click.option("--insecure-http", metavar="REASON", default=None,
+              help="Serve plain HTTP beyond loopback anyway, saying why (e.g. 'an SSH tunnel only').")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
               help="The history database (default ~/.local/share/m2p/history.sqlite3).")
 @click.option("--economics", "economics_path", type=click.Path(dir_okay=False), default=None,
@@ -69,7 +93,8 @@ def read_token(path: str) -> str:
 @click.option("--kube-ca", type=click.Path(dir_okay=False), default=None,
               help="The API server's CA certificate (k3s keeps it as server/tls/server-ca.crt in its data dir).")
 def dashboard_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
-                      port: int, bind: str, token_file: str | None, db_path: str | None,
+                      port: int, bind: str, token_file: str | None, tls_cert: str | None, tls_key: str | None,
+                      insecure_http: str | None, db_path: str | None,
                       economics_path: str | None, interval: str, kube_api: str | None, kube_token_file: str | None,
                       kube_ca: str | None) -> None:
     """Serve the fleet's page: each rig's mode, hours leased and mined, earnings, and actions (plan first,
@@ -77,15 +102,19 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     import uvicorn
 
     from miner2provider.dashboard.app import DashboardConfig, create_app  # web libraries load only here
+    from miner2provider.dashboard.limits import KEEP_ALIVE_S, MAX_CONNECTIONS, HeaderDeadline
 
-    if not is_loopback(bind) and not token_file:
-        raise UsageError(f"--bind {textfiles.shown(bind)} serves beyond this machine: give --token-file too")
+    if bool(tls_cert) != bool(tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if not is_loopback(bind) and not tls_cert and not (insecure_http or "").strip():
+        raise UsageError(f"--bind {textfiles.shown(bind)} serves beyond this machine: give --tls-cert and --tls-key "
+                         "(the token and the session would cross the network in clear), or --insecure-http REASON")
     interval_s = 0.0 if interval.strip() == "0" else duration_seconds(interval)
     if interval_s is None or not (interval_s == 0 or 10 <= interval_s <= 86_400):
         raise UsageError(f"--interval {textfiles.shown(interval)}: a duration from 10s to 1d (or 0)")
     if kube_api is not None and not (checks.is_api_server(kube_api) and kube_token_file):
         raise UsageError(f"--kube-api {textfiles.shown(kube_api)}: give https://HOST:PORT and --kube-token-file")
-    token = read_token(token_file) if token_file else None
+    token, token_path = (read_token(token_file), Path(token_file)) if token_file else default_token()
     econ = economics_file.load(economics_path) if economics_path else economics_file.NONE
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     db = Path(db_path) if db_path else DEFAULT_PATH
@@ -111,5 +140,10 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
                                 if is_loopback(bind) else None))
     shown = f"[{bind}]" if ":" in bind else bind
-    render.echo(f"m2p dashboard: http://{shown}:{port}/ ({len(hosts)} rigs, history {db}); Ctrl-C stops it")
-    uvicorn.run(app, host=bind, port=port, log_level="warning")
+    scheme = "https" if tls_cert else "http"
+    render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({len(hosts)} rigs, history {db}); sign in with the "
+                f"token in {token_path}; Ctrl-C stops it")
+    uvicorn.Server(uvicorn.Config(
+        app, host=bind, port=port, log_level="warning", http=HeaderDeadline, ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key, limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=int(KEEP_ALIVE_S),
+        server_header=False)).run()

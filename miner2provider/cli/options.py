@@ -77,7 +77,7 @@ _SSH = [
     click.option("--connect-timeout", type=Seconds(0.5, 600), default=10.0, show_default=True,
                  help="Seconds to wait for a rig to answer."),
     click.option("--command-timeout", type=Seconds(1, 3600), default=60.0, show_default=True,
-                 help="Seconds the probe may run on a rig."),
+                 help="Seconds the probe may take on a rig in all (a deadline; output is capped at 8 MiB)."),
 ]
 _SSH_NAMES = ("accept_new", "known_hosts", "forks", "connect_timeout", "command_timeout")
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -54,9 +54,12 @@ class Secret:
     """A password or token: usable by code, never shown by str/repr/logs."""
 
     __slots__ = ("_value",)
+    # Every secret this process has held: the debug log masks them all (a traceback may quote one).
+    made: ClassVar[set[str]] = set()
 
     def __init__(self, value: str) -> None:
         self._value = value
+        Secret.made.add(value)
 
     def reveal(self) -> str:
         return self._value

@@ -36,6 +36,7 @@ ACTIONS: dict[str, tuple[str, list[str] | None, list[str]]] = {
 }
 CHANGING = {"convert", "schedule", "revert"}
 MAX_LINES = 5_000  # a page keeps the last lines of a long run
+PLAN_VALID_S = 15 * 60  # a changing run needs a plan of the same action on the same rigs this recent
 
 
 class Refused(M2PError):
@@ -53,6 +54,7 @@ class Job:
     lines: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     ended: float | None = None
+    ran: bool = False  # a plan whose run has started: one plan, one run
 
     def view(self, since: int = 0) -> dict[str, Any]:
         return {"id": self.id, "rigs": list(self.rigs), "action": self.action, "kind": self.kind, "state": self.state,
@@ -87,9 +89,11 @@ class Actions:
         self._busy: dict[str, str] = {}  # rig -> the id of its running job
         self._lock = threading.Lock()
 
-    def start(self, leases: dict[str, list[str]], action: str, kind: str) -> Job:
+    def start(self, leases: dict[str, list[str]], action: str, kind: str, plan: str | None = None) -> Job:
         """One job for the rigs (``leases``: each rig's running leases as last reported); the CLI runs
-        them together (``--limit a,b``: its batches, its lease guard)."""
+        them together (``--limit a,b``: its batches, its lease guard).  A changing action runs only after
+        its plan: ``plan`` names a finished plan job of the same action on the same rigs, from the last
+        PLAN_VALID_S seconds, not run before (the server checks it; the page's confirm button sends it)."""
         if action not in ACTIONS:
             raise Refused(f"unknown action {action!r}; known: {', '.join(ACTIONS)}")
         if not leases:
@@ -103,11 +107,24 @@ class Actions:
             busy = [f"{rig} ({self.jobs[self._busy[rig]].action})" for rig in rigs if rig in self._busy]
             if busy:
                 raise Refused(f"busy with another action: {', '.join(busy)}")
+            if kind == "run" and action in CHANGING:
+                self._planned(action, rigs, plan).ran = True
             job = Job(uuid.uuid4().hex[:12], rigs, action, kind)
             self.jobs[job.id] = job
             self._busy.update(dict.fromkeys(rigs, job.id))
         threading.Thread(target=self._run, args=(job,), name=f"m2p-{action}", daemon=True).start()
         return job
+
+    def _planned(self, action: str, rigs: tuple[str, ...], plan: str | None) -> Job:
+        planned = self.jobs.get(plan or "")
+        if planned is None or planned.kind != "plan" or planned.action != action or set(planned.rigs) != set(rigs):
+            raise Refused(f"{action} runs only after its plan: plan it on the same rigs first, then confirm")
+        if planned.state != "done" or planned.ended is None or time.time() - planned.ended > PLAN_VALID_S:
+            raise Refused(f"that plan is {'not finished' if planned.state == 'running' else 'failed or too old'}: "
+                          "plan again, then confirm")
+        if planned.ran:
+            raise Refused("that plan has run already: plan again, then confirm")
+        return planned
 
     def _run(self, job: Job) -> None:
         what, plan_argv, run_argv = ACTIONS[job.action]

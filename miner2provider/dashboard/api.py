@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from . import views
 from .actions import ACTIONS, Refused
-from .state import days_of, fleet_view, one, state_of
+from .state import days_of, fleet_view, number, one, state_of
 
 
 async def api_rigs(request: Request) -> Response:
@@ -40,7 +40,8 @@ async def api_timeline(request: Request) -> Response:
 
 
 async def api_action(request: Request) -> Response:
-    """action: {actions}; kind: plan (first) or run; X-CSRF-Token header; answers the job"""
+    """action: {actions}; kind: plan (first) or run (a changing action names its finished plan's job id as
+    plan); answers the job"""
     return await _start_action(request, [request.path_params["rig"]], await json_body(request))
 
 
@@ -58,8 +59,7 @@ async def api_job(request: Request) -> Response:
     job = state_of(request).config.actions.jobs.get(request.path_params["job"])
     if job is None:
         return JSONResponse({"error": "no such job"}, 404)
-    since = request.query_params.get("since", "0")
-    return JSONResponse(job.view(int(since) if since.isdigit() else 0))
+    return JSONResponse(job.view(number(request, "since", 0, 0, 10**9)))
 
 
 async def api_economics(request: Request) -> Response:
@@ -77,10 +77,10 @@ async def api_index(request: Request) -> Response:
 
 async def _start_action(request: Request, names: list[str], body: Any) -> Response:
     state = state_of(request)
-    try:
-        action, kind = str(body.get("action", "")), str(body.get("kind", "plan"))
-    except AttributeError:
-        return JSONResponse({"error": "send JSON: {\"action\": ..., \"kind\": \"plan\" | \"run\"}"}, 400)
+    if not isinstance(body, dict) or not all(isinstance(body.get(k, ""), str) for k in ("action", "kind", "plan")):
+        return JSONResponse({"error": "send JSON: {\"action\": ..., \"kind\": \"plan\" | \"run\", "
+                                      "\"plan\": JOB (a run's plan)}"}, 400)
+    action, kind, plan = body.get("action", ""), body.get("kind", "plan"), body.get("plan")
     if kind not in {"plan", "run"}:
         return JSONResponse({"error": f"kind {kind!r}: plan or run"}, 400)
     now = time.time()
@@ -91,7 +91,7 @@ async def _start_action(request: Request, names: list[str], body: Any) -> Respon
             return not_found(name)
         leases[name] = views.fleet_row(rig, state.config.economics, now, 1)["leases"]
     try:
-        job = state.config.actions.start(leases, action, kind)
+        job = state.config.actions.start(leases, action, kind, plan)
     except Refused as exc:
         return JSONResponse({"error": exc.message}, 409)
     return JSONResponse(job.view(), 202)
@@ -114,8 +114,8 @@ ROUTES = [
     (Route("/api/rigs", api_rigs), "?days=7&group=G&mode=M"),
     (Route("/api/rigs/{rig}", api_rig), ""),
     (Route("/api/rigs/{rig}/timeline", api_timeline), "?days=7|30"),
-    (Route("/api/rigs/{rig}/actions", api_action, methods=["POST"]), " {action, kind}"),
-    (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind}"),
+    (Route("/api/rigs/{rig}/actions", api_action, methods=["POST"]), " {action, kind, plan}"),
+    (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind, plan}"),
     (Route("/api/jobs/{job}", api_job), "?since=N"),
     (Route("/api/economics", api_economics), ""),
 ]

@@ -4,11 +4,12 @@ Assembly only: the JSON API (api.py), the pages (pages.py), the guard every requ
 and the background sweeps, over one DashboardState (state.py) the endpoints read from
 ``request.app.state.m2p``.  A new page is one endpoint, one view and one template.
 
-Safety: served on 127.0.0.1 unless told otherwise; with ``--token-file`` every request needs the
-login cookie (an HMAC of the token, compared in constant time) or ``Authorization: Bearer TOKEN``;
-every POST needs the CSRF token of the page (``X-CSRF-Token``, double-submitted against its cookie).
-Nothing from the inventory's secrets is ever put in a response: the history holds detect reports
-(no passwords in them) and action output passes ssh.redact.
+Safety (docs/security.md): every request needs a session (a random ID the login with the token opened)
+or ``Authorization: Bearer TOKEN``, loopback included; every POST signed in by cookie must come from the
+page's own origin (guard.py); every template is autoescaped and every page runs under a nonce CSP;
+bodies are capped before they are read and slow clients dropped (limits.py).  Nothing from the
+inventory's secrets is ever put in a response: the history holds detect reports (no passwords in them)
+and action output passes ssh.redact.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from . import api, pages
 from .guard import guard
+from .limits import BodyLimit
 from .pages import TEMPLATES
-from .state import DashboardConfig, DashboardState
+from .state import BadParameter, DashboardConfig, DashboardState
 
 __all__ = ["TEMPLATES", "DashboardConfig", "create_app"]
 
@@ -49,7 +53,11 @@ def create_app(config: DashboardConfig) -> Starlette:
         yield
         state.stop.set()
 
+    async def bad_parameter(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc)}, 400)
+
     app = Starlette(routes=[*pages.ROUTES, *(route for route, _ in api.ROUTES)],
-                    middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)], lifespan=lifespan)
+                    middleware=[Middleware(BodyLimit), Middleware(BaseHTTPMiddleware, dispatch=guard)],
+                    exception_handlers={BadParameter: bad_parameter}, lifespan=lifespan)
     app.state.m2p = state
     return app

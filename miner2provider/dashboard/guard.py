@@ -1,37 +1,67 @@
-"""Every request passes here first: the Host header (DNS rebinding), the session (with --token-file), and
-on every POST the page's CSRF token, double-submitted against its cookie."""
+"""Every request passes here first: the Host header (DNS rebinding), the session or bearer token, on every
+POST the request's origin, and on every answer the headers that keep the page's content inert.
+
+Cross-site requests: a POST signed in by its cookie must come from the dashboard's own page: its
+``Origin`` is the dashboard's and, where the browser says it, ``Sec-Fetch-Site`` is ``same-origin``.  The
+session cookie is also ``SameSite=Strict`` and ``HttpOnly``, so no token sits in the page for a script to
+read.  A request with ``Authorization: Bearer`` carries no ambient credential and skips the origin check.
+"""
 
 from __future__ import annotations
 
 import hmac
+import secrets
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from .pages import CSRF, SESSION, form
 from .state import state_of
 
+SESSION = "m2p-session"
 OPEN = {"/login"}  # served without a session
+# Referrer-Policy same-origin, not no-referrer: under no-referrer Chromium sends "Origin: null" with the
+# page's own form POSTs, which the origin check must refuse.
+# Pages get a nonce for their own script and style; everything else may run nothing at all.
+PAGE_POLICY = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; img-src 'self'; "
+               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
+           "Cache-Control": "no-store", "Cross-Origin-Opener-Policy": "same-origin"}
 
 
 async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    request.state.nonce = secrets.token_urlsafe(16)
+    response = await _checked(request, call_next)
+    response.headers["Content-Security-Policy"] = PAGE_POLICY.format(nonce=request.state.nonce)
+    response.headers.update(HEADERS)
+    return response
+
+
+async def _checked(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     state = state_of(request)
     config = state.config
     if config.hosts_allowed is not None and host_name(request) not in config.hosts_allowed:
         return JSONResponse({"error": "this dashboard answers to 127.0.0.1 and localhost only"}, 421)
-    if config.token and request.url.path not in OPEN and not signed_in(request, config.token, state.session):
+    bearer = request.headers.get("authorization", "")
+    if bearer:
+        if not (bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].encode(), config.token.encode())):
+            return JSONResponse({"error": "the bearer token is not the dashboard's token"}, 401)
+        return await call_next(request)
+    if request.method not in ("GET", "HEAD") and not same_origin(request):
+        return JSONResponse({"error": "a request from another site (or with no Origin header) is refused: "
+                             "use the dashboard's own page, or Authorization: Bearer TOKEN"}, 403)
+    if request.url.path not in OPEN and not state.sessions.valid(request.cookies.get(SESSION, "")):
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": "sign in: the m2p-session cookie or Authorization: Bearer TOKEN"}, 401)
         return RedirectResponse("/login", 303)
-    if request.method == "POST":
-        sent = request.headers.get("x-csrf-token") or ""
-        if request.url.path == "/login":
-            sent = (await form(request)).get("csrf", "")
-        if not (hmac.compare_digest(sent.encode(), state.csrf_token.encode())
-                and hmac.compare_digest(request.cookies.get(CSRF, "").encode(), state.csrf_token.encode())):
-            return JSONResponse({"error": "CSRF token missing or wrong: reload the page"}, 403)
     return await call_next(request)
+
+
+def same_origin(request: Request) -> bool:
+    site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return site in (None, "same-origin") and origin is not None and hmac.compare_digest(origin.encode(), own.encode())
 
 
 def host_name(request: Request) -> str:
@@ -39,10 +69,3 @@ def host_name(request: Request) -> str:
     if host.startswith("["):  # [::1]:8477
         return host[1:].partition("]")[0]
     return host.rpartition(":")[0] if host.count(":") == 1 else host
-
-
-def signed_in(request: Request, token: str, session: str) -> bool:
-    bearer = request.headers.get("authorization", "")
-    if bearer.startswith("Bearer "):
-        return hmac.compare_digest(bearer[7:].encode(), token.encode())
-    return hmac.compare_digest(request.cookies.get(SESSION, "").encode(), session.encode())

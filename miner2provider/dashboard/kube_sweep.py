@@ -25,7 +25,8 @@ def node_states(items: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, A
             status = json.loads((meta.get("annotations") or {}).get(STATUS_ANNOTATION) or "{}")
         except ValueError:
             status = {}
-        out[str(meta["name"])] = (mode, status if isinstance(status, dict) else {})
+        # A label value is at most 63 characters in Kubernetes; whoever can label the node may still try more.
+        out[str(meta["name"])[:253]] = (mode[:63], status if isinstance(status, dict) else {})
     return out
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import jinja2
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -17,10 +18,13 @@ from starlette.templating import Jinja2Templates
 from . import views
 from .actions import ACTIONS
 from .api import not_found
+from .guard import SESSION
 from .state import SORT_KEYS, days_of, fleet_view, one, state_of
 
-TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-SESSION, CSRF = "m2p-session", "m2p-csrf"
+# Autoescape on for every template, whatever its name: Starlette's default escapes only .html/.htm/.xml,
+# and ours are .html.j2 (everything a rig sends reaches these pages).
+TEMPLATES = Jinja2Templates(env=jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True))
 
 
 async def page_fleet(request: Request) -> Response:
@@ -42,32 +46,44 @@ async def page_rig(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     state = state_of(request)
-    if request.method == "POST":
-        given = (await form(request)).get("token", "")
-        token = state.config.token
-        if token and hmac.compare_digest(given.encode(), token.encode()):
-            response = RedirectResponse("/", 303)
-            response.set_cookie(SESSION, state.session, httponly=True, samesite="strict")
-            return response
-        return render(request, "login.html.j2", {"failed": True}, 401)
-    return render(request, "login.html.j2", {"failed": False})
-
-
-ROUTES = [Route("/", page_fleet), Route("/rigs/{rig}", page_rig), Route("/login", login, methods=["GET", "POST"])]
-
-
-def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
-    csrf_token = state_of(request).csrf_token
-    response = TEMPLATES.TemplateResponse(request, template, {**context, "csrf": csrf_token}, status_code=status)
-    response.set_cookie(CSRF, csrf_token, samesite="strict")
+    if request.method != "POST":
+        return render(request, "login.html.j2", {"failed": False, "signing_in": True})
+    client = request.client.host if request.client else "?"
+    wait = state.limiter.wait_s(client)
+    if wait:
+        response = render(request, "login.html.j2", {"failed": False, "wait_s": int(wait) + 1, "signing_in": True}, 429)
+        response.headers["Retry-After"] = str(int(wait) + 1)
+        return response
+    given = (await form(request)).get("token", "")
+    if not hmac.compare_digest(given.encode(), state.config.token.encode()):
+        state.limiter.failed(client)
+        return render(request, "login.html.j2", {"failed": True, "signing_in": True}, 401)
+    response = RedirectResponse("/", 303)
+    response.set_cookie(SESSION, state.sessions.open(), max_age=int(state.sessions.ttl_s), httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
     return response
 
 
+async def logout(request: Request) -> Response:
+    """Ends this browser's session (POST from the page's own form)."""
+    state_of(request).sessions.close(request.cookies.get(SESSION, ""))
+    response = RedirectResponse("/login", 303)
+    response.delete_cookie(SESSION, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    return response
+
+
+ROUTES = [Route("/", page_fleet), Route("/rigs/{rig}", page_rig), Route("/login", login, methods=["GET", "POST"]),
+          Route("/logout", logout, methods=["POST"])]
+
+
+def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    return TEMPLATES.TemplateResponse(request, template, {**context, "nonce": request.state.nonce},
+                                      status_code=status)
+
+
 async def form(request: Request) -> dict[str, str]:
-    """The login form's fields (urlencoded, a few hundred bytes; anything longer is no login)."""
+    """The login form's fields (urlencoded, a few hundred bytes; limits.py refused anything over 4 KiB)."""
     body = await request.body()
-    if len(body) > 4 << 10:
-        return {}
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
 
 

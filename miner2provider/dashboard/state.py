@@ -3,11 +3,8 @@ and the rigs' inputs from the history (views.py turns them into rows).  No Starl
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import hmac
 import math
-import secrets
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from miner2provider.core import textfiles
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History, Window
 from miner2provider.detect.report import RigReport, stored_report
@@ -24,6 +22,7 @@ from miner2provider.timeshare.economics import Economics
 
 from . import views
 from .actions import Actions
+from .sessions import LoginLimiter, Sessions
 
 SORT_KEYS = ("rig", "mode", "mining_os", "state", "gpu_count", "since")
 
@@ -37,7 +36,7 @@ class DashboardConfig:
     sweep: Callable[[list[Host]], object]  # reads rigs into the history (SSH)
     sweep_api: Callable[[list[Host]], object]  # reads the farm's Kubernetes API into it (or nothing)
     interval_s: float  # 0: no sweeps in the background
-    token: str | None
+    token: str  # signs a browser in (then a session cookie) and API clients (Authorization: Bearer)
     # The names the page may be asked for under (the Host header): on loopback only loopback names, so
     # a web page elsewhere cannot reach it by pointing its own DNS name at 127.0.0.1 (DNS rebinding).
     # None: any (a --bind beyond loopback, which needs the token anyway).
@@ -47,7 +46,8 @@ class DashboardConfig:
 @dataclass
 class DashboardState:
     config: DashboardConfig
-    csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    sessions: Sessions = field(default_factory=Sessions)
+    limiter: LoginLimiter = field(default_factory=LoginLimiter)
     stop: threading.Event = field(default_factory=threading.Event)
     # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
     # on every page (1,000 rigs: ~100 ms a page otherwise).
@@ -59,11 +59,9 @@ class DashboardState:
             cached = self.reports[rig] = (at, stored_report(snapshot))
         return cached[1]
 
-    @functools.cached_property
-    def session(self) -> str:
-        """The login cookie's value: an HMAC of the token (computed once, not on every request)."""
-        token = self.config.token
-        return hmac.new(token.encode(), b"m2p dashboard session", hashlib.sha256).hexdigest() if token else ""
+
+class BadParameter(Exception):
+    """A query parameter the endpoint cannot use: answered 400 with this message."""
 
 
 def state_of(request: Request) -> DashboardState:
@@ -117,5 +115,15 @@ def _input(host: Host, snap: dict[str, Any] | None, ledger: list[Any],
 
 
 def days_of(request: Request) -> int:
-    value = request.query_params.get("days", "7")
-    return min(int(value), 400) if value.isdigit() and int(value) > 0 else 7
+    return number(request, "days", 7, 1, 400)
+
+
+def number(request: Request, name: str, default: int, lowest: int, highest: int) -> int:
+    """Query parameter ``name`` as a whole number from ``lowest`` to ``highest`` (ASCII digits only: ``²``
+    is a digit to str.isdigit but not to int), or BadParameter."""
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if not re.fullmatch(r"[0-9]{1,9}", value) or not lowest <= int(value) <= highest:
+        raise BadParameter(f"{name}={textfiles.shown(value)}: a whole number from {lowest} to {highest}")
+    return int(value)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import getpass
+import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -75,7 +77,17 @@ class RevokedHostKey(paramiko.SSHException):
 
 
 class CommandTimeout(Exception):
-    pass
+    """The rig did not finish within the command's total deadline (however slowly it kept sending)."""
+
+
+class OutputTooLarge(Exception):
+    """The rig sent more than MAX_OUTPUT bytes (stdout and stderr together)."""
+
+
+# A probe's report is ~100 KB on a 13-card rig; a rig sending far more is broken or hostile, and 1,000
+# rigs' output is held at once during a sweep.
+MAX_OUTPUT = 8 << 20
+POLL_S = 0.25  # how often a quiet channel's stderr and exit status are looked at
 
 
 class KnownHosts(paramiko.HostKeys):
@@ -177,10 +189,19 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+MASK = "********"
+WHOLE_ONLY = 8  # a secret shorter than this is masked only where it stands alone
+
+
 def redact(text: str, secrets: Iterable[Secret | None]) -> str:
-    for secret in secrets:
-        if secret is not None and secret.reveal():
-            text = text.replace(secret.reveal(), "********")
+    """``text`` with every secret masked.  A long secret is masked wherever it appears; a short one (HiveOS's
+    default password is ``1``) only as a whole word, so ``10.0.0.1`` stays an address instead of turning into
+    ``********0.0.0.********`` (which would garble the line and tell the reader the password)."""
+    for secret in sorted((s.reveal() for s in secrets if s is not None and s.reveal()), key=len, reverse=True):
+        if len(secret) >= WHOLE_ONLY:
+            text = text.replace(secret, MASK)
+        else:
+            text = re.sub(rf"(?<![\w.\-]){re.escape(secret)}(?![\w.\-])", MASK, text)
     return text
 
 
@@ -228,6 +249,8 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
         return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
     if isinstance(exc, CommandTimeout):
         return "command-timeout", f"probe did not finish within {opts.command_timeout:g}s on {target}"
+    if isinstance(exc, OutputTooLarge):
+        return "output-too-large", f"{target} sent more than {MAX_OUTPUT >> 20} MiB of output: refused"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timeout", f"no answer from {target} within {opts.connect_timeout:g}s: rig off, or firewalled?"
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
@@ -299,15 +322,54 @@ def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
     return client
 
 
-def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout: float) -> tuple[str, int]:
+def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout: float,
+             limit: int = MAX_OUTPUT) -> tuple[str, int]:
+    """Run ``command`` with ``stdin_text`` as its input: its stdout and exit status, within ``timeout``
+    seconds in all (a deadline, not a per-read timeout: a rig sending a byte a second fails too) and at
+    most ``limit`` bytes of output (stderr is read and counted, never kept)."""
+    deadline = time.monotonic() + timeout
+    transport = client.get_transport()
+    if transport is None:
+        raise paramiko.SSHException("the connection closed before the command started")
     try:
-        stdin, stdout, _ = client.exec_command(command, timeout=timeout)
-        stdin.write(stdin_text)
-        stdin.channel.shutdown_write()
-        text = stdout.read().decode(errors="replace")
-        return text, stdout.channel.recv_exit_status()
+        chan = transport.open_session(timeout=timeout)
+    except paramiko.SSHException as exc:
+        if time.monotonic() >= deadline:
+            raise CommandTimeout() from exc
+        raise
+    try:
+        chan.settimeout(timeout)
+        chan.exec_command(command)
+        chan.sendall(stdin_text.encode())
+        chan.shutdown_write()
+        out, seen, at_eof = bytearray(), 0, False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CommandTimeout()
+            if at_eof:
+                chan.status_event.wait(min(left, POLL_S))
+            else:
+                chan.settimeout(min(left, POLL_S))
+                try:
+                    data = chan.recv(1 << 16)
+                except TimeoutError:
+                    data = None
+                if data == b"":
+                    at_eof = True
+                elif data:
+                    out += data
+                    seen += len(data)
+            while chan.recv_stderr_ready():
+                seen += len(chan.recv_stderr(1 << 16))
+            if seen > limit:
+                raise OutputTooLarge()
+            if at_eof and chan.exit_status_ready() and not chan.recv_stderr_ready():
+                return out.decode(errors="replace"), chan.recv_exit_status()
     except TimeoutError as exc:
         raise CommandTimeout() from exc
+    finally:
+        chan.close()
 
 
 def _default_login_warning(host: Host, opts: SshOptions, known: KnownHosts) -> str | None:
@@ -317,8 +379,8 @@ def _default_login_warning(host: Host, opts: SshOptions, known: KnownHosts) -> s
             _connect(host, opts, user, password, known, use_keys=False).close()
         except Exception:  # noqa: BLE001 - any failure means the default does not work
             continue
-        return (f"rig still accepts {os_name}'s default login {user}/{password}: change that password "
-                f"(anyone on the network can log in)")
+        return (f"rig still accepts {os_name}'s default login (user {user!r} with {os_name}'s default password): "
+                "change that password (anyone on the network can log in)")
     return None
 
 
@@ -331,7 +393,8 @@ def run_one(host: Host, script: str, opts: SshOptions, known: KnownHosts | None 
     warnings: list[str] = list(known.skipped) if file_notes else []
     for user, default_pw, os_name in DEFAULT_LOGINS:
         if username == user and password == default_pw:
-            warnings.append(f"inventory uses {os_name}'s default login {user}/{default_pw}: change it on the rig")
+            warnings.append(f"inventory uses {os_name}'s default login (user {user!r} with {os_name}'s default "
+                            "password): change it on the rig")
     try:
         client = _connect(host, opts, username, password, known)
         try:

@@ -13,11 +13,12 @@ import ast
 import hashlib
 import importlib.util
 import io
-import tempfile
+import os
 import zipfile
 from pathlib import Path
 
 import miner2provider
+from miner2provider.core.private import UnsafePath, check_private_file, private_dir, sha256_of, write_private
 
 PACKAGE = Path(miner2provider.__file__).parent
 MAIN = b"import sys\nfrom miner2provider.agent.service import main\nsys.exit(main())\n"
@@ -80,12 +81,25 @@ def build() -> bytes:
     return buf.getvalue()
 
 
+def default_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "m2p" / "agent"
+
+
 def write(directory: str | None = None) -> Path:
-    """Build into DIRECTORY (default: a per-user temp dir), named by content; returns the path."""
+    """Build into DIRECTORY (default: ``~/.cache/m2p/agent``), named by content; returns the path.
+
+    Rigs run this file as root, so it is built only in a private folder (0700, ours, lstat-checked:
+    never a shared ``/tmp`` path another user could plant a file of the expected name in), and the file
+    is hashed after writing; a file already there is used only when its bytes hash to the build's."""
     data = build()
-    out = Path(directory or Path(tempfile.gettempdir()) / "m2p-agent")
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = out / f"m2p-agent-{hashlib.sha256(data).hexdigest()[:16]}.pyz"
-    if not path.exists():
-        path.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    out = private_dir(Path(directory) if directory else default_dir())
+    path = out / f"m2p-agent-{digest[:16]}.pyz"
+    if path.exists() or path.is_symlink():
+        check_private_file(path)
+        if sha256_of(path) == digest:
+            return path
+    write_private(path, data)
+    if sha256_of(path) != digest:
+        raise UnsafePath(f"{path} changed while m2p wrote it: something else writes into {out}")
     return path

@@ -190,9 +190,9 @@ def run_playbook(
         return True
 
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
-    secret_values = {s.reveal() for h in hosts for s in h.secrets().values()}
+    secret_env = {str(h.var(key)) for h in hosts for key in SECRET_ENV_SETTINGS if h.var(key)}
     try:
-        with _environ_without(secret_values):
+        with _environ_without(secret_env):
             runner = ansible_runner.run(
                 private_data_dir=str(private),
                 playbook=str(playbook),
@@ -229,11 +229,16 @@ def run_playbook(
         shutil.rmtree(private, ignore_errors=True)
 
 
+# The inventory settings that name an environment variable holding a secret.
+SECRET_ENV_SETTINGS = ("m2p_ssh_password_env", "m2p_become_password_env", "m2p_k3s_token_env", "m2p_agent_token_env")
+
+
 @contextlib.contextmanager
-def _environ_without(secret_values: set[str]) -> Iterator[None]:
-    """Hide environment variables holding a secret (m2p_ssh_password_env and friends) while
-    ansible-runner runs: it copies this process's environment into artifacts/<id>/command."""
-    hidden = {k: v for k, v in os.environ.items() if v in secret_values}
+def _environ_without(names: set[str]) -> Iterator[None]:
+    """Hide the environment variables the inventory names as holding a secret while ansible-runner runs
+    (it copies this process's environment into artifacts/<id>/command).  By name, not by value: a short
+    secret such as HiveOS's ``1`` would otherwise take NO_COLOR and SHLVL with it."""
+    hidden = {k: v for k, v in os.environ.items() if k in names}
     for key in hidden:
         del os.environ[key]
     try:

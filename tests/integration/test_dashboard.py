@@ -1,13 +1,16 @@
 """`m2p dashboard` in a real browser (Debian's chromium, driven by Playwright) over three sandbox rigs:
 a HiveOS rig whose time-share agent hands its GPUs to a lease (the STAND-IN Kubernetes API of
-sandbox/m2p_sandbox/kube_api.py), an msOS rig and a plain Ubuntu rig without an agent.  The dashboard
-is its own process, as a user starts it; the history is a real SQLite file; the sweeps are real SSH."""
+sandbox/m2p_sandbox/kube_api.py), an msOS rig whose card has a hostile name, and a plain Ubuntu rig
+whose (planted) agent status and Kubernetes node are hostile in every field.  The dashboard is its own
+process, as a user starts it, signed in with its token; the history is a real SQLite file; the sweeps
+are real SSH."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -35,9 +38,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DASHBOARD_TOKEN = secrets.token_urlsafe(32)
+# What a compromised rig or node sends in every field it controls: markup that would run or inject an
+# element if any page parsed it (each sets window.__pwned, which must stay unset).
+HOSTILE = ['<img src=x onerror="window.__pwned=1" id=pwn1>', "</script><script>window.__pwned=2</script>",
+           '"><svg onload="window.__pwned=3" id=pwn3>', "<b id=pwn4>bold</b>{{7*7}}"]
+
+
 def api_get(base: str, path: str) -> dict:
-    with urllib.request.urlopen(base + path, timeout=10) as answer:
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {DASHBOARD_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+def plant_hostile_data(ms: sandbox.Rig, plain: sandbox.Rig, api: KubeApiStandin) -> None:
+    """The msOS card's name (over SSH: the stand-in nvidia-smi's list), the plain rig's agent status
+    (over SSH: status.json) and its node's mode label and status annotation (over the API)."""
+    status = {"schema": 1, "mode": HOSTILE[3], "since": HOSTILE[1], "next_change": HOSTILE[2],
+              "last_error": HOSTILE[3] * 2000, "leases": [{"pod": h, "since": h} for h in HOSTILE],
+              "measured": {"algo": HOSTILE[1], "mhs": [1.0]}, "profit": {"lease_pays": True, "source": HOSTILE[2]}}
+    with ssh(plain) as client:
+        code, out = run(client, "sudo mkdir -p /var/lib/m2p/agent && echo " + shlex.quote(json.dumps(status))
+                        + " | sudo tee /var/lib/m2p/agent/status.json >/dev/null")
+        assert code == 0, out
+    rename = ("import json; p='/etc/m2p-standin/gpus.json'; r=json.load(open(p)); "
+              "gpus = r['gpus'] if isinstance(r, dict) else r; gpus[0]['name'] = " + repr(HOSTILE[0])
+              + "; json.dump(r, open(p, 'w'))")
+    with ssh(ms) as client:
+        code, out = run(client, "sudo python3 -c " + shlex.quote(rename))
+        assert code == 0, out
+    api.add_node(plain.name, "plain-" + secrets.token_hex(8), labels={"m2p.io/mode": HOSTILE[2][:60]})
+    api.nodes[plain.name]["metadata"]["annotations"] = {"m2p.io/status": json.dumps(status)}
 
 
 def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tmp_path, monkeypatch):
@@ -78,12 +109,17 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
 
     api.admin_tokens.add(admin := secrets.token_urlsafe(24))  # may list the nodes, as a farm admin's token
     (tmp_path / "kube-token").write_text(admin)
+    plant_hostile_data(ms, plain, api)
+    token_file = tmp_path / "dashboard-token"
+    token_file.write_text(DASHBOARD_TOKEN + "\n")
+    token_file.chmod(0o600)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "dashboard.log", "w")
     server = subprocess.Popen([*M2P, "dashboard", *common, "--accept-new", "--port", str(port),
                                "--db", str(tmp_path / "history.sqlite3"), "--economics", str(tmp_path / "econ.yml"),
-                               "--kube-api", api.url, "--kube-token-file", str(tmp_path / "kube-token")],
+                               "--kube-api", api.url, "--kube-token-file", str(tmp_path / "kube-token"),
+                               "--token-file", str(token_file)],
                               env=env, stdout=log, stderr=subprocess.STDOUT)
     shots = tmp_path / "screenshots"
     try:
@@ -91,11 +127,25 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1400, "height": 900})
+            violations: list[str] = []
+            page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+
+            # Signing in: the page asks for the token; a session cookie follows.
+            page.goto(base + "/")
+            expect(page.locator('input[name="token"]')).to_be_visible()
+            page.fill('input[name="token"]', DASHBOARD_TOKEN)
+            page.click('form[action="/login"] button[type="submit"]')
 
             # The fleet: three rows, each rig's mode; the leased rig names its lease once re-read.
-            page.goto(base + "/")
             expect(page.locator("#rigs tbody tr")).to_have_count(3)
-            assert page.get_attribute(f'tr[data-rig="{plain.name}"]', "data-mode") == "no agent"
+            assert page.get_attribute(f'tr[data-rig="{plain.name}"]', "data-mode") == HOSTILE[3]
+            _inert(page, violations)
+            for rig in (plain.name, ms.name):
+                page.goto(f"{base}/rigs/{rig}")
+                _inert(page, violations)
+            expect(page.locator("#rig-name")).to_have_text(ms.name)
+            assert HOSTILE[0] in page.locator("body").inner_text()  # shown as text, whole
+            page.goto(base + "/")
             page.screenshot(path=str(shots / "1-fleet.png"), full_page=True)
             # (shows: the summary line, three rows; db-hive leasing or idle-mining as the first sweep saw it)
 
@@ -147,10 +197,10 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
             # Filter by group and mode, as a user does in the form.
             page.goto(base + "/")
             page.select_option('select[name="group"]', "farm_a")
-            page.click('form button[type="submit"]')
+            page.click('form[action="/"] button[type="submit"]')
             expect(page.locator("#rigs tbody tr")).to_have_count(2)
             page.select_option('select[name="mode"]', "leasing")
-            page.click('form button[type="submit"]')
+            page.click('form[action="/"] button[type="submit"]')
             expect(page.locator("#rigs tbody tr")).to_have_count(1)
             page.screenshot(path=str(shots / "6-filtered.png"), full_page=True)
             _no_secret_anywhere(page, base, [ssh_pw, token, admin], [hive.name, ms.name, plain.name])
@@ -162,13 +212,13 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
         assert line["economy"]["measured_per_gpu_day"] == 2.9 and line["earnings"]["mining_valued_by"] == "measured hashrate"
         fleet = api_get(base, "/api/rigs")
         assert {r["rig"]: r["mode"] for r in fleet["rigs"]} == {hive.name: "leasing", ms.name: "no agent",
-                                                                plain.name: "no agent"}
-        assert fleet["summary"]["gpus"] == 3 and fleet["summary"]["leases"] == 1
+                                                                plain.name: HOSTILE[3]}
+        assert fleet["summary"]["gpus"] == 3 and fleet["summary"]["leases"] == len(HOSTILE) + 1
         # The API was read too: the one node the agent labels, with its mode and the agent's status.
         with sqlite3.connect(tmp_path / "history.sqlite3") as db:
             nodes = db.execute("SELECT node, mode, status FROM nodes").fetchall()
-        assert [(n, m) for n, m, _ in nodes] == [(hive.name, "leasing")]
-        assert json.loads(nodes[0][2])["leases"][0]["pod"] == "lease/lease-1"
+        assert sorted((n, m) for n, m, _ in nodes) == [(hive.name, "leasing"), (plain.name, HOSTILE[2][:60])]
+        assert json.loads(dict((n, st) for n, _, st in nodes)[hive.name])["leases"][0]["pod"] == "lease/lease-1"
     finally:
         server.terminate()
         server.wait(timeout=20)
@@ -183,6 +233,15 @@ def _swept(base: str, rigs: int) -> bool:
     except OSError:
         return False
     return len(fleet["rigs"]) == rigs and all(r["seen_at"] for r in fleet["rigs"])
+
+
+def _inert(page: Page, violations: list[str]) -> None:
+    """What the rigs sent is on the page as text only: no element of theirs, no script of theirs ran, and
+    our own scripts and styles broke no rule of the page's Content-Security-Policy."""
+    page.wait_for_load_state("load")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#pwn1, #pwn3, #pwn4").count() == 0
+    assert violations == [], violations
 
 
 def _no_secret_anywhere(page: Page, base: str, secret_values: list[str], rigs: list[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -101,7 +102,7 @@ def test_detect_recognises_rigs_and_explains_failures(fleet):
     locked = reports["locked1"]
     assert locked["failure"] == "auth"
     assert locked["error"] == "authentication failed for user 'user' (tried key, agent, password)"
-    assert any("default login user/1" in w for w in locked["warnings"])
+    assert any("default login (user 'user' with HiveOS's default password)" in w for w in locked["warnings"])
     moved = reports["moved1"]
     assert moved["failure"] == "host-key-changed"
     assert f'ssh-keygen -f "{known_hosts}" -R' in moved["error"]
@@ -194,3 +195,28 @@ def test_one_rig_with_odd_output_never_stops_the_fleet(sandbox_rigs, odd_ms1, tm
     assert results["hive1"]["result"] == "pending", results["hive1"]
     assert results["plain1"]["result"] == "failed" and "no nvidia-smi" in results["plain1"]["message"]  # no GPU
     assert results["ms1"]["result"] == "pending", results["ms1"]  # odd, but nothing m2p cannot read
+
+
+def test_a_rig_that_drips_or_floods_fails_alone_within_its_deadline(sandbox_rigs, tmp_path):
+    """--command-timeout is a deadline for the whole command, not for each read, and output is capped: a rig
+    sending a byte a second, or megabytes on stdout or stderr, is that rig's failure; the others finish."""
+    from miner2provider.core import inventory
+    from miner2provider.detect.ssh import MAX_OUTPUT, SshOptions, fan_out
+
+    rig = sandbox_rigs["plain1"]
+    scripts = {"drip": "while :; do printf x; sleep 0.5; done",
+               "flood": f"head -c {MAX_OUTPUT * 2} /dev/zero",
+               "flood-stderr": f"head -c {MAX_OUTPUT * 2} /dev/zero >&2; echo done",
+               "good": "echo fine"}
+    (tmp_path / "rigs.yml").write_text(yaml.safe_dump({"all": {"hosts": {"plain1": rig_entry(rig)}}}))
+    one, = inventory.load(tmp_path / "rigs.yml").hosts
+    hosts = [dataclasses.replace(one, name=name) for name in scripts]  # four "rigs" at one address
+    opts = SshOptions(known_hosts=tmp_path / "kh", accept_new=True, command_timeout=4, look_for_keys=False,
+                      use_agent=False)
+    start = time.monotonic()
+    results = {r.host.name: r for r in fan_out(hosts, lambda h: scripts[h.name], opts)}
+    took = time.monotonic() - start
+    assert results["drip"].failure == "command-timeout", results["drip"]
+    assert results["flood"].failure == "output-too-large" and results["flood-stderr"].failure == "output-too-large"
+    assert results["good"].ok and results["good"].stdout == "fine\n"
+    assert took < 4 + 6, took  # the deadline, plus connecting on a loaded CI machine

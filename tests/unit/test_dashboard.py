@@ -4,6 +4,7 @@ refusal, no secret in any response)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -159,15 +160,26 @@ def world(tmp_path):
     secrets = tuple(s for host in hosts for s in host.secrets().values())
     actions = Actions(Fleet(str(inv_file), SshOptions(known_hosts=tmp_path / "kh"), None, secrets, redetect))
 
-    def make(token=None):
+    @contextlib.contextmanager
+    def make(token=TOKEN, signed_in=True):
         app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, token))
-        return TestClient(app, base_url="http://127.0.0.1:8477")
+        with TestClient(app, base_url="http://127.0.0.1:8477") as client:
+            if signed_in:
+                assert sign_in(client).status_code == 303
+            yield client
     return make, redetected
 
 
-def csrf_of(client):
-    page = client.get("/")
-    return page.text.split('name="csrf-token" content="')[1].split('"')[0]
+TOKEN = "tok-" + "x" * 30
+OWN = {"Origin": "http://127.0.0.1:8477"}  # what a browser sends with a POST from the dashboard's own page
+
+
+def sign_in(client, token=TOKEN):
+    return client.post("/login", data={"token": token}, headers=OWN, follow_redirects=False)
+
+
+def act(client, path, body, plan=None):
+    return client.post(path, json={**body, **({"plan": plan} if plan else {})}, headers=OWN)
 
 
 def wait_job(client, job_id):
@@ -200,62 +212,157 @@ def test_the_api_shows_the_fleet_and_the_page_the_same(world):
         assert "<svg" in client.get("/rigs/rig02?days=30").text
 
 
-def test_actions_plan_first_refuse_a_leased_rig_and_need_the_csrf_token(world):
+def test_actions_plan_first_refuse_a_leased_rig_and_come_only_from_the_page(world):
     make, redetected = world
     with make() as client:
-        token = csrf_of(client)
-        bare = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"})
-        assert bare.status_code == 403 and "CSRF" in bare.json()["error"]
+        for headers in ({}, {"Origin": "http://evil.example"}, {**OWN, "Sec-Fetch-Site": "cross-site"}):
+            foreign = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"}, headers=headers)
+            assert foreign.status_code == 403 and "another site" in foreign.json()["error"]
         for kind in ("plan", "run"):
-            leased = client.post("/api/rigs/rig02/actions", json={"action": "convert", "kind": kind},
-                                 headers={"X-CSRF-Token": token})
+            leased = act(client, "/api/rigs/rig02/actions", {"action": "convert", "kind": kind})
             assert leased.status_code == 409 and "rig02 (lease/job) runs a lease" in leased.json()["error"]
-        plan = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "plan"},
-                           headers={"X-CSRF-Token": token})
+        plan = act(client, "/api/rigs/rig01/actions", {"action": "detect", "kind": "plan"})
         assert plan.status_code == 202 and redetected == []  # a plan changes nothing
         assert wait_job(client, plan.json()["id"])["lines"] == ["plan: reads the rig over SSH (the detect probe); "
                                                                "nothing on the rig changes"]
-        run = client.post("/api/rigs/rig01/actions", json={"action": "detect", "kind": "run"},
-                          headers={"X-CSRF-Token": token})
+        run = act(client, "/api/rigs/rig01/actions", {"action": "detect", "kind": "run"})
         assert wait_job(client, run.json()["id"])["state"] == "done" and redetected == ["rig01"]
         # A selection: one job for all; a leased rig in it stops a changing action, not a re-read.
         both = {"rigs": ["rig01", "rig02"], "action": "revert", "kind": "plan"}
-        refused = client.post("/api/actions", json=both, headers={"X-CSRF-Token": token})
+        refused = act(client, "/api/actions", both)
         assert refused.status_code == 409 and "leave it out of the selection" in refused.json()["error"]
-        reread = client.post("/api/actions", json={**both, "action": "detect", "kind": "run"},
-                             headers={"X-CSRF-Token": token})
+        reread = act(client, "/api/actions", {**both, "action": "detect", "kind": "run"})
         assert wait_job(client, reread.json()["id"])["rigs"] == ["rig01", "rig02"]
         assert redetected == ["rig01", "rig01", "rig02"]
-        assert client.post("/api/actions", json={"rigs": "rig01"}, headers={"X-CSRF-Token": token}).status_code == 400
+        assert act(client, "/api/actions", {"rigs": "rig01"}).status_code == 400
+        assert act(client, "/api/actions", {"rigs": ["rig01"], "action": "revert", "kind": "run",
+                                            "plan": 7}).status_code == 400
 
 
-def test_a_token_guards_everything_and_no_secret_reaches_a_response(world, tmp_path):
+def test_the_server_runs_a_changing_action_only_after_its_own_plan(world, monkeypatch):
+    """A run of convert/revert/schedule names a finished plan of the same action on the same rigs, once."""
+    from miner2provider.dashboard import actions as actions_module
+
     make, _ = world
-    token = "tok-" + "x" * 30
-    with make(token) as client:
+    ran = []
+    monkeypatch.setattr(actions_module.Actions, "_subprocess", lambda self, job, argv: ran.append(argv) or 0)
+    with make() as client:
+        revert = {"rigs": ["rig01"], "action": "revert"}
+        bare = act(client, "/api/actions", {**revert, "kind": "run"})
+        assert bare.status_code == 409 and "runs only after its plan" in bare.json()["error"] and ran == []
+        detect_plan = wait_job(client, act(client, "/api/actions", {**revert, "action": "detect", "kind": "plan"})
+                               .json()["id"])
+        other = act(client, "/api/actions", {**revert, "kind": "run"}, plan=detect_plan["id"])
+        assert other.status_code == 409 and ran == []  # a plan of another action is no plan for this one
+        plan = wait_job(client, act(client, "/api/actions", {**revert, "kind": "plan"}).json()["id"])
+        wider = act(client, "/api/actions", {"rigs": ["rig01", "rig02"], "action": "revert", "kind": "run"},
+                    plan=plan["id"])
+        assert wider.status_code == 409 and ran == []  # nor of other rigs (rig02's lease refuses first anyway)
+        first = act(client, "/api/actions", {**revert, "kind": "run"}, plan=plan["id"])
+        assert first.status_code == 202 and wait_job(client, first.json()["id"])["state"] == "done"
+        assert ran == [["revert", "--yes"]]
+        again = act(client, "/api/actions", {**revert, "kind": "run"}, plan=plan["id"])
+        assert again.status_code == 409 and "has run already" in again.json()["error"] and len(ran) == 1
+        monkeypatch.setattr(actions_module, "PLAN_VALID_S", -1)
+        stale = wait_job(client, act(client, "/api/actions", {**revert, "kind": "plan"}).json()["id"])
+        old = act(client, "/api/actions", {**revert, "kind": "run"}, plan=stale["id"])
+        assert old.status_code == 409 and "too old" in old.json()["error"] and len(ran) == 1
+
+
+def test_a_token_guards_everything_and_no_secret_reaches_a_response(world):
+    make, _ = world
+    with make(signed_in=False) as client:
         assert client.get("/api/rigs").status_code == 401
         assert client.get("/", follow_redirects=False).headers["location"] == "/login"
-        login = client.get("/login")
-        csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
-        assert client.post("/login", data={"token": "wrong", "csrf": csrf}).status_code == 401
-        assert client.post("/login", data={"token": token, "csrf": "forged"}).status_code == 403
-        signed = client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
-        assert signed.status_code == 303 and token not in signed.headers["set-cookie"]
+        # an unauthenticated local POST: refused before anything runs
+        assert act(client, "/api/actions", {"rigs": ["rig01"], "action": "detect", "kind": "run"}).status_code == 401
+        assert client.post("/login", data={"token": TOKEN}).status_code == 403  # no Origin: not our page
+        assert sign_in(client, "wrong").status_code == 401
+        signed = sign_in(client)
+        cookie = signed.headers["set-cookie"]
+        assert signed.status_code == 303 and TOKEN not in cookie
+        assert all(flag in cookie.lower() for flag in ("httponly", "samesite=strict", "max-age=43200"))
         bodies = [client.get(path).text for path in ("/", "/api", "/api/rigs", "/api/rigs/rig01",
                                                      "/api/rigs/rig01/timeline?days=30", "/rigs/rig01",
                                                      "/api/economics")]
         assert all(body for body in bodies)
         for body in bodies:
-            assert "Sup3rSecret" not in body and token not in body
-    with make(token) as client:
-        assert client.get("/api/rigs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert "Sup3rSecret" not in body and TOKEN not in body
+        session = client.cookies.get("m2p-session")
+        assert client.post("/logout", headers=OWN, follow_redirects=False).status_code == 303
+        client.cookies.set("m2p-session", session)  # the old cookie, kept by an attacker: dead
+        assert client.get("/api/rigs").status_code == 401
+    with make(signed_in=False) as client:
+        assert client.get("/api/rigs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert client.get("/api/rigs", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_sessions_expire_and_logins_are_rate_limited():
+    from miner2provider.dashboard.sessions import FAILURE_WINDOW_S, FAILURES_PER_CLIENT, LoginLimiter, Sessions
+
+    now = [1000.0]
+    sessions = Sessions(ttl_s=60, clock=lambda: now[0])
+    sid = sessions.open()
+    assert sessions.valid(sid) and not sessions.valid("guess") and len(sid) >= 40
+    now[0] += 61
+    assert not sessions.valid(sid)  # expired
+    limiter = LoginLimiter(clock=lambda: now[0])
+    for _ in range(FAILURES_PER_CLIENT):
+        assert limiter.wait_s("10.0.0.9") == 0
+        limiter.failed("10.0.0.9")
+    assert limiter.wait_s("10.0.0.9") == FAILURE_WINDOW_S and limiter.wait_s("127.0.0.1") == 0
+    now[0] += FAILURE_WINDOW_S
+    assert limiter.wait_s("10.0.0.9") == 0
+
+
+def test_the_login_answers_429_after_too_many_wrong_tokens(world):
+    from miner2provider.dashboard.sessions import FAILURES_PER_CLIENT
+
+    make, _ = world
+    with make(signed_in=False) as client:
+        for _ in range(FAILURES_PER_CLIENT):
+            assert sign_in(client, "wrong").status_code == 401
+        slowed = sign_in(client)  # even the right token waits: the limit is on trying
+        assert slowed.status_code == 429 and int(slowed.headers["retry-after"]) > 0
+
+
+def test_pages_escape_and_forbid_what_a_rig_sends_and_bad_parameters_are_400s(world, tmp_path):
+    make, _ = world
+    with make() as client:
+        page = client.get("/rigs/rig01")
+        policy = page.headers["content-security-policy"]
+        nonce = policy.split("'nonce-")[1].split("'")[0]
+        assert "frame-ancestors 'none'" in policy and "unsafe-inline" not in policy
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.text.count(f'nonce="{nonce}"') == page.text.count("<script") + page.text.count("<style")
+        assert "csrf" not in page.text.lower()  # no token a page script could read
+        for path in ("/api/rigs?days=\u00b2", "/api/rigs/rig01/timeline?days=0", "/?days=99999999999",
+                     "/rigs/rig01?days=-1"):
+            bad = client.get(path)
+            assert bad.status_code == 400 and "a whole number" in bad.json()["error"], path
+        job = act(client, "/api/rigs/rig01/actions", {"action": "detect", "kind": "plan"}).json()
+        assert client.get(f"/api/jobs/{job['id']}?since=\u00b2").status_code == 400
+
+
+def test_a_body_over_its_limit_is_refused_unread(world):
+    make, _ = world
+    with make() as client:
+        big = client.post("/login", content=b"token=" + b"x" * (5 << 10), headers={**OWN,
+                          "Content-Type": "application/x-www-form-urlencoded"})
+        assert big.status_code == 413
+        huge = client.post("/api/actions", content=b"{" + b" " * (70 << 10) + b"}",
+                           headers={**OWN, "Content-Type": "application/json"})
+        assert huge.status_code == 413
 
 
 # -- m2p dashboard's refusals (before it serves anything) ---------------------------------
 
 @pytest.mark.parametrize("extra, said", [
-    (["--bind", "0.0.0.0"], "--bind '0.0.0.0' serves beyond this machine: give --token-file too"),
-    (["--bind", "192.168.1.5", "--token-file", "{tmp}/short"], "{tmp}/short:1: the token is shorter than 16"),
+    (["--bind", "0.0.0.0"], "--bind '0.0.0.0' serves beyond this machine: give --tls-cert and --tls-key"),
+    (["--token-file", "{tmp}/short"], "{tmp}/short:1: the token is shorter than 16"),
+    (["--bind", "192.168.1.5", "--tls-cert", "{tmp}/short"], "--tls-cert and --tls-key go together"),
+    (["--token-file", "{tmp}/open"], "{tmp}/open is readable or writable by other users (mode 644): chmod 600"),
+    (["--token-file", "{tmp}/none"], "{tmp}/none: the token file does not exist"),
     (["--economics", "{tmp}/econ.yml"], "{tmp}/econ.yml:2: lease_price_per_gpu_hour.rtx3090 is -1"),
     (["--interval", "3s"], "--interval '3s': a duration from 10s to 1d (or 0)"),
 ])
@@ -264,6 +371,9 @@ def test_the_dashboard_refuses_unsafe_or_bad_settings(tmp_path, capsys, extra, s
 
     (tmp_path / "rigs.yml").write_text(INVENTORY)
     (tmp_path / "short").write_text("abc\n")
+    (tmp_path / "short").chmod(0o600)
+    (tmp_path / "open").write_text("x" * 40 + "\n")
+    (tmp_path / "open").chmod(0o644)
     (tmp_path / "econ.yml").write_text("lease_price_per_gpu_hour:\n  rtx3090: -1\n")
     args = [a.replace("{tmp}", str(tmp_path)) for a in extra]
     assert main(["dashboard", "-i", str(tmp_path / "rigs.yml"), "--db", str(tmp_path / "h.db"), *args]) == 2
@@ -311,6 +421,23 @@ def test_node_states_skip_foreign_nodes_and_unreadable_annotations():
                            "annotations": {"m2p.io/status": "{not json"}}},
              {"metadata": {"name": "b", "labels": {}}}, {"metadata": {"labels": {"m2p.io/mode": "mining"}}}]
     assert node_states(items) == {"a": ("leasing", {})}
+    odd = [{"metadata": {"name": "c", "labels": {"m2p.io/mode": "m" * 500},
+                         "annotations": {"m2p.io/status": '{"leases": "abc", "last_error": "' + "e" * 200_000 + '"}'}}}]
+    assert node_states(odd)["c"][0] == "m" * 63
+
+
+def test_a_node_status_of_the_wrong_shape_is_that_rigs_problem_not_the_pages(world):
+    """Through the API anyone who may annotate a node sends anything: ``{"leases": "abc"}`` and a 200 KB
+    error once made the fleet page a 500 for every rig."""
+    make, _ = world
+    with make() as client:
+        with History(client.app.state.m2p.config.db) as h:
+            h.set_nodes({"rig01": ("<i>x</i>", {"leases": "abc", "last_error": "<b>" * 50_000, "mode": 7})},
+                        time.time() + 60)
+        page = client.get("/")
+        assert page.status_code == 200 and "<i>x</i>" not in page.text and "&lt;i&gt;x&lt;/i&gt;" in page.text
+        row = client.get("/api/rigs/rig01").json()
+        assert row["leases"] == [] and len(row["agent_error"]) <= 300
 
 
 @settings(max_examples=60, deadline=None)

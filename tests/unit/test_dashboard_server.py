@@ -1,0 +1,89 @@
+"""The dashboard's app behind real uvicorn on loopback (the server `m2p dashboard` runs, with its protocol
+and limits): a slow client is dropped, a huge body is refused unread, the server's memory stays put."""
+
+from __future__ import annotations
+
+import resource
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from test_dashboard import INVENTORY, TOKEN  # tests/unit is on sys.path (no package)
+
+from miner2provider.core import inventory
+from miner2provider.dashboard import limits
+from miner2provider.dashboard.actions import Actions, Fleet
+from miner2provider.dashboard.app import DashboardConfig, create_app
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.timeshare import economics
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "HEADER_S", 1.0)
+    (tmp_path / "rigs.yml").write_text(INVENTORY)
+    hosts = inventory.load(tmp_path / "rigs.yml").hosts
+    actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
+                            lambda rig: rig))
+    app = create_app(DashboardConfig(tmp_path / "h.db", list(hosts), economics.NONE, actions, lambda chosen: None,
+                                     lambda chosen: 0, 0, TOKEN))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                        http=limits.HeaderDeadline, limit_concurrency=limits.MAX_CONNECTIONS))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield port
+    srv.should_exit = True
+    thread.join(10)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` while the client dripped a byte every 0.2 s, or None."""
+    start = time.monotonic()
+    sock.settimeout(0.2)
+    while time.monotonic() - start < seconds:
+        try:
+            sock.sendall(b"X")
+            if sock.recv(1024) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except OSError:
+            return time.monotonic() - start
+    return None
+
+
+def test_a_client_dripping_its_headers_is_dropped(server):
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(b"GET /api/rigs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        took = closed_within(sock, 5)
+    assert took is not None and took < 3, took
+    with socket.create_connection(("127.0.0.1", server)) as sock:  # the server still answers others
+        sock.sendall(b"GET /api/rigs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 401")
+
+
+def test_a_400_mib_body_is_refused_unread(server):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for path in ("/login", "/api/actions"):
+        with socket.create_connection(("127.0.0.1", server)) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\nOrigin: http://127.0.0.1:{server}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: {400 << 20}\r\n\r\n".encode())
+            sock.sendall(b"x" * (1 << 20))  # a first MiB: never read into the app
+            assert sock.recv(100).startswith(b"HTTP/1.1 413")
+    # chunked, no length given: refused once the bytes pass the limit
+    with socket.create_connection(("127.0.0.1", server)) as sock:
+        sock.sendall(f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\nOrigin: http://127.0.0.1:{server}\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n".encode())
+        for _ in range(8):
+            sock.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 413")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 << 10  # KiB: under 50 MiB more

@@ -33,6 +33,15 @@ class ApiError(Exception):
     """The API could not be read or written (unreachable, refused, conflict)."""
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """An API server never redirects m2p's calls; urllib would follow a redirect with the token still in
+    the Authorization header (to wherever it points), so a redirect is an error instead."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl[:100]} refused", headers, fp)
+
+
 @dataclass(frozen=True)
 class KubeClient:
     server: str  # https://HOST:6443
@@ -49,7 +58,8 @@ class KubeClient:
             # In the try: a CA file not there yet (k3s writes it when it first starts) is an API
             # error like any other, reported in the status; the agent keeps its mode.
             context = ssl.create_default_context(cafile=self.ca_file) if self.server.startswith("https") else None
-            with urllib.request.urlopen(req, timeout=self.timeout_s, context=context) as resp:
+            opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+            with opener.open(req, timeout=self.timeout_s) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:

@@ -33,13 +33,17 @@ class Publisher:
              stale_extra: tuple[str, ...] = ()) -> bool:
         """The annotation and the labels onto the node when they changed; labels the agent applied before
         and wants no more (and ``stale_extra``, labels of an earlier design) are removed.  True when the
-        node was patched (the applied labels changed: the caller saves them)."""
+        labels were patched (the caller saves them).  Two patches, the status first: a label the API
+        refuses (a 422 for a key it finds illegal) then fails alone and the status still says why."""
+        if text != self._pushed:
+            client.patch_node(node, {"metadata": {"annotations": {"m2p.io/status": text}}})
+            self._pushed = text
         stale = {k: None for k in self.applied_labels if k not in labels}
         stale.update({k: None for k in stale_extra})
-        if text == self._pushed and labels == self.applied_labels and not stale:
+        if labels == self.applied_labels and not stale:
             return False
-        client.patch_node(node, {"metadata": {"labels": {**labels, **stale}, "annotations": {"m2p.io/status": text}}})
-        self._pushed, self.applied_labels = text, labels
+        client.patch_node(node, {"metadata": {"labels": {**labels, **stale}}})
+        self.applied_labels = labels
         return True
 
 

@@ -4,6 +4,7 @@ commands) and the GPUs' truth (NVML: which processes hold a GPU)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -293,12 +294,17 @@ def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) ->
         nvml.nvmlShutdown()
 
 
+# kubelet's pod hierarchy at the cgroup root: /kubepods/... (cgroupfs driver), /kubepods.slice/... (systemd).
+POD_CGROUP = re.compile(r"^\d+:[^:\n]*:/kubepods(?:\.slice)?(?:/|$)", re.MULTILINE)
+
+
 def in_a_container(pid: int, proc: str = "/proc") -> bool:
-    """The process runs in a Kubernetes pod: its cgroup is under kubelet's ``kubepods``
-    hierarchy (``kubepods/...`` with the cgroupfs driver, ``kubepods.slice/...`` with systemd's).
-    A process that has ended counts as outside: it holds nothing, and NVML will say so."""
+    """The process runs in a Kubernetes pod: its cgroup path starts with kubelet's ``kubepods``
+    hierarchy.  The first path component, not a substring: a user can name a cgroup of their own
+    (``/user.slice/.../kubepods``) but only root makes one at the root.  A process that has ended
+    counts as outside: it holds nothing, and NVML will say so."""
     try:
-        return "kubepods" in Path(f"{proc}/{pid}/cgroup").read_text()
+        return POD_CGROUP.search(Path(f"{proc}/{pid}/cgroup").read_text()) is not None
     except OSError:
         return False
 

@@ -8,6 +8,7 @@ model name derived from its nvidia-smi name, flagged as unknown.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +53,22 @@ def load(path: Path = DATABASE) -> dict[str, Card]:
     return cards
 
 
+# The longest model name whose Akash label keys stay legal: a key's name part is at most 63 characters
+# (Kubernetes), and "capabilities.gpu.vendor.nvidia.model.<slug>.interface.pcie" spends 52 of them.  The
+# longest slug in gpus.yml is 11 characters too.
+MAX_SLUG = 11
+
+
 def slug_from_name(name: str) -> str:
-    """A model name from nvidia-smi's name: "NVIDIA GeForce RTX 3080 Ti" -> "rtx3080ti"."""
+    """A model name from nvidia-smi's name: "NVIDIA GeForce RTX 3080 Ti" -> "rtx3080ti".  A longer name than
+    MAX_SLUG (a card the database does not know, or a rig reporting anything) is cut and given a hash of the
+    whole name, so two long names stay apart and every label key made from it stays legal."""
     words = [w for w in re.split(r"[\s_-]+", name.lower()) if w not in {"nvidia", "geforce", "tesla", "quadro"}]
     words = ["s" if w == "super" else w for w in words]
-    return re.sub(r"[^a-z0-9]", "", "".join(words)) or "unknown"
+    slug = re.sub(r"[^a-z0-9]", "", "".join(words)) or "unknown"
+    if len(slug) > MAX_SLUG:
+        slug = slug[: MAX_SLUG - 5] + hashlib.sha256(name.encode()).hexdigest()[:5]
+    return slug
 
 
 def memory_from_mib(mib: int) -> str:

@@ -21,6 +21,7 @@ import click
 from m2p_sandbox.errors import DemoFailed
 from miner2provider.cli.app import Context, cli, main, pass_ctx
 from miner2provider.core import collection
+from miner2provider.core.checks import STANDIN_PLAIN_HTTP
 
 DEMO_TOKEN_ENV = "M2P_DEMO_AGENT_TOKEN"
 
@@ -51,6 +52,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
     api = None
     token = secrets.token_urlsafe(24)
     os.environ[DEMO_TOKEN_ENV] = token  # the agent's API token, as a user names one in m2p_agent_token_env
+    os.environ[STANDIN_PLAIN_HTTP] = "1"  # the demo's STAND-IN API speaks plain HTTP (refused anywhere else)
     try:
         build_test_bundle(work / "bundle")
         ctx.info("booting the sandbox rig demo-hive ...")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import secrets
 import threading
 import urllib.parse
@@ -60,6 +61,21 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _legal_label(key: str, value: Any) -> bool:
+    """A label as the API validates it (Kubernetes docs, "Labels and Selectors"): an optional DNS-subdomain
+    prefix of at most 253 characters and a slash, a name of at most 63; a value of at most 63, empty or
+    alphanumeric at both ends with ``-_.`` inside."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return (isinstance(value, str) and _LABEL_NAME.match(name) is not None
+            and (value == "" or _LABEL_NAME.match(value) is not None))
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -264,10 +280,11 @@ class KubeApiStandin(Served):
                 node = self.nodes.get(name)
                 if node is None:
                     return 404, _status(404, "NotFound", f'nodes "{name}" not found')
+                if allowed not in (name, "*"):  # the agent's RBAC: get and patch on its own node only
+                    verb = "get" if method == "GET" else "patch"
+                    return 403, _status(403, "Forbidden", f'cannot {verb} resource "nodes" "{name}"')
                 if method == "GET":
                     return 200, copy.deepcopy(node)
-                if allowed not in (name, "*"):
-                    return 403, _status(403, "Forbidden", f'cannot patch resource "nodes" "{name}"')
                 if handler.headers.get("Content-Type") != "application/merge-patch+json":
                     return 415, _status(415, "UnsupportedMediaType", "the stand-in takes merge patches only")
                 patch = json.loads(handler.rfile.read(int(handler.headers.get("Content-Length", 0))))
@@ -276,6 +293,11 @@ class KubeApiStandin(Served):
                     return 409, _status(409, "Conflict", "the object has been modified; please apply your "
                                         "changes to the latest version and try again")
                 patched = merge_patch(node, patch)
+                invalid = [k for k, v in (patched["metadata"].get("labels") or {}).items()
+                           if not _legal_label(k, v)]
+                if invalid:  # the API validates the whole object: one bad label refuses the patch
+                    return 422, _status(422, "Invalid", f'Node "{name}" is invalid: metadata.labels: '
+                                        f"Invalid value: {invalid[0]!r}")
                 self._bump(patched)
                 self.nodes[name] = patched
                 return 200, copy.deepcopy(patched)

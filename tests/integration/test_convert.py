@@ -124,7 +124,18 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     artifacts = [p for p in (tmp / "artifacts").rglob("*") if p.is_file()]
     assert len(artifacts) > 5
     texts.update({str(p): p.read_text(errors="replace") for p in artifacts})
-    for secret in (farm["password"], token, token.split("::")[-1]):
+    # The worker holds the agents' join token only: the server token (cluster admin) is in no file on it.
+    with ssh(farm["hive"]) as client:
+        rc, agent_token = run(client, f"sudo cat {DATA_DIR}/server/agent-token")
+    agent_token = agent_token.strip()
+    assert rc == 0 and "::node:" in agent_token and agent_token.split("::")[0] == token.split("::")[0]
+    with ssh(farm["plain"]) as client:
+        rc, env_file = run(client, "sudo cat /etc/systemd/system/k3s-agent.service.env")
+        assert rc == 0 and env_file.strip() == f"K3S_TOKEN={agent_token}"
+        rc, found = run(client, f"sudo grep -rlF {shlex.quote(token.split('::')[-1])} /etc /var/lib /opt /root "
+                                "/home 2>/dev/null; true")
+        assert found.strip() == "", found
+    for secret in (farm["password"], token, token.split("::")[-1], agent_token.split("::")[-1]):
         leaks = [where for where, text in texts.items() if secret in text]
         assert not leaks, f"a secret leaked into {leaks}"
 

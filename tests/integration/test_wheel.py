@@ -72,7 +72,7 @@ def test_installed_m2p_runs_without_the_checkout(installed):
     # The dashboard's web libraries and templates came with the wheel (they load before this refusal).
     (tmp / "one.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 192.0.2.1}\n")
     dash = sh(venv / "bin/m2p", "dashboard", "-i", tmp / "one.yml", "--bind", "0.0.0.0", cwd=tmp, env=env)
-    assert dash.returncode == 2 and "serves beyond this machine: give --token-file" in dash.stderr, dash.stderr
+    assert dash.returncode == 2 and "serves beyond this machine: give --tls-cert and --tls-key" in dash.stderr, dash.stderr
     ok(sh(venv / "bin/python", "-c", "from miner2provider.dashboard.app import TEMPLATES; "
           "TEMPLATES.get_template('fleet.html.j2')", cwd=tmp, env=env))
     # Users who drive rigs with their own playbooks: the collection as Ansible sees it.

@@ -304,10 +304,13 @@ def test_the_gate_gives_up_when_no_agent_answers(tmp_path):
 
 def test_gpu_processes_inside_a_pod_are_not_the_miner(tmp_path):
     for pid, cgroup in ((10, "0::/kubepods.slice/kubepods-besteffort.slice/cri-containerd-ab.scope\n"),
-                        (11, "4:memory:/kubepods/besteffort/pod1/ab\n"), (12, "0::/system.slice/hive.service\n")):
+                        (11, "4:memory:/kubepods/besteffort/pod1/ab\n"), (12, "0::/system.slice/hive.service\n"),
+                        # a user's own cgroup named like kubelet's (cgroup delegation lets a user make one)
+                        (14, "0::/user.slice/user-1000.slice/user@1000.service/kubepods/x.scope\n"),
+                        (15, "0::/system.slice/mykubepods-miner.service\n")):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(cgroup)
-    assert rig.outside_containers([10, 11, 12, 13], proc=str(tmp_path)) == [12, 13]
+    assert rig.outside_containers([10, 11, 12, 13, 14, 15], proc=str(tmp_path)) == [12, 13, 14, 15]
 
 
 def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):

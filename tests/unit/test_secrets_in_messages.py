@@ -60,3 +60,73 @@ def test_the_debug_log_is_private_and_masks_secrets(tmp_path, monkeypatch, capsy
     assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
     assert "hunter2-Sup3r" not in log.read_text() and "pool password ******** rejected" in log.read_text()
     assert "hunter2" not in capsys.readouterr().err or pytest.fail("the terminal line quoted the secret")
+
+
+def test_an_http_api_is_refused_outside_the_sandbox_and_redirects_keep_no_token(monkeypatch, tmp_path):
+    import http.server
+    import threading
+
+    from miner2provider.agent.kube import ApiError, KubeClient
+    from miner2provider.core import checks
+
+    monkeypatch.delenv(checks.STANDIN_PLAIN_HTTP)
+    assert not checks.is_api_server("http://10.0.0.1:6443") and checks.is_api_server("https://10.0.0.1:6443")
+    monkeypatch.setenv(checks.STANDIN_PLAIN_HTTP, "1")
+    assert checks.is_api_server("http://10.0.0.1:6443")
+
+    seen = []
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "token").write_text("agent-token-xyz")
+        client = KubeClient(f"http://127.0.0.1:{server.server_port}", str(tmp_path / "token"))
+        with pytest.raises(ApiError, match="HTTP 302"):
+            client.node("rig1")
+        assert [path for path, _ in seen] == ["/api/v1/nodes/rig1"]  # the redirect was not followed
+    finally:
+        server.shutdown()
+
+
+def test_a_100_character_card_name_gives_legal_label_keys_and_the_status_still_updates(tmp_path):
+    """A rig reports whatever card name it likes: every label key m2p makes from it stays legal (the
+    STAND-IN API validates labels as the real one does), and a label the API refuses does not silence the
+    status, which goes in its own patch first."""
+    from m2p_sandbox.kube_api import KubeApiStandin, _legal_label
+    from miner2provider.agent.kube import ApiError, KubeClient
+    from miner2provider.agent.publish import Publisher
+    from miner2provider.detect.facts.gpu import Gpu, Gpus
+    from miner2provider.market.akash.labels import node_labels
+
+    name = "NVIDIA GeForce " + "RTX Hyper Ultra Edition " * 4
+    assert len(name) >= 100
+    gpus = Gpus("ok", (Gpu(0, name, "GPU-0", "00000000:01:00.0", "10de", "ffff", "0x0", 24576, "550.54.15"),))
+    labels = node_labels(gpus, "12.4")
+    assert any(".model." in key for key in labels)
+    assert all(_legal_label(key, value) for key, value in labels.items()), labels
+    api = KubeApiStandin()
+    try:
+        api.add_node("rig1", "node-token-" + "z" * 20)
+        (tmp_path / "token").write_text("node-token-" + "z" * 20)
+        client = KubeClient(api.url, str(tmp_path / "token"))
+        publisher = Publisher(tmp_path / "status.json")
+        assert publisher.push(client, "rig1", '{"mode": "mining"}', labels)
+        assert api.nodes["rig1"]["metadata"]["labels"] == labels
+        with pytest.raises(ApiError, match="HTTP 422"):
+            publisher.push(client, "rig1", '{"mode": "leasing"}', {**labels, "m2p.io/" + "x" * 100: "1"})
+        assert api.nodes["rig1"]["metadata"]["annotations"]["m2p.io/status"] == '{"mode": "leasing"}'
+        api.add_node("rig2", "other-" + "q" * 20)
+        with pytest.raises(ApiError, match="HTTP 403"):  # another node: neither read nor written
+            client.node("rig2")
+    finally:
+        api.close()

@@ -7,14 +7,19 @@
   writer (kubelet, an operator) makes it fail with 409 instead of being overwritten; the
   next tick reads again.
 
-Its identity (m2p's RBAC, roles/timeshare_agent) may list and watch pods, and get and
-patch the one Node named after its rig: nothing else.  No client library: urllib, a bearer
-token file (re-read on every call, so a rotated token is picked up) and the cluster's CA.
+Its identity, where m2p built the cluster: the rig's own kubelet credential (``from_kubeconfig``: k3s's
+``agent/kubelet.kubeconfig``, user ``system:node:<rig>``), which root on the rig holds anyway, so m2p
+places no credential of its own.  The API's Node authorizer lets it list only the pods bound to its
+node and read only its own Node; NodeRestriction lets it patch its own Node's labels (outside
+``kubernetes.io``/``k8s.io``), annotations and ``spec.unschedulable``, never its taints.  For a cluster
+outside the inventory, a bearer token the owner made (re-read on every call, so a rotated token is
+picked up).  No client library: urllib, the cluster's CA, a client certificate or the token.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import urllib.error
 import urllib.parse
@@ -43,21 +48,42 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom: the API server, and a bearer token file or a client certificate and key."""
+
+    server: str
+    token_file: str | None = None
+    ca_file: str | None = None  # None: system CAs (or plain http for a stand-in server)
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True)
 class KubeClient:
     server: str  # https://HOST:6443
-    token_file: str
+    token_file: str | None  # a bearer token file
     ca_file: str | None = None  # None: system CAs (or plain http for a stand-in server)
     timeout_s: float = 5.0
+    kubeconfig: str = ""  # instead of the three above: the kubeconfig k3s writes for the node's kubelet
+
+    def endpoint(self) -> Endpoint:
+        """Read on every call (cheap: a small file, cached by its mtime): k3s writes the kubelet's kubeconfig
+        when it starts and renews its certificate, and a token may be rotated."""
+        if not self.kubeconfig:
+            return Endpoint(self.server, self.token_file, self.ca_file)
+        return _kubeconfig_endpoint(self.kubeconfig)
 
     def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        token = Path(self.token_file).read_text().strip()
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server.rstrip("/") + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {token}", "Accept": "application/json", "Content-Type": content_type})
+        headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
-            # In the try: a CA file not there yet (k3s writes it when it first starts) is an API
-            # error like any other, reported in the status; the agent keeps its mode.
-            context = ssl.create_default_context(cafile=self.ca_file) if self.server.startswith("https") else None
+            # In the try: a kubeconfig, token, CA or certificate not there yet (k3s writes them when it first
+            # starts) is an API error like any other, reported in the status; the agent keeps its mode.
+            end = self.endpoint()
+            if end.token_file:
+                headers["Authorization"] = "Bearer " + Path(end.token_file).read_text().strip()
+            req = urllib.request.Request(end.server.rstrip("/") + path, data=data, method=method, headers=headers)
+            context = _tls(end) if end.server.startswith("https") else None
             opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
             with opener.open(req, timeout=self.timeout_s) as resp:
                 return json.loads(resp.read() or b"{}")
@@ -67,7 +93,7 @@ class KubeClient:
             except ValueError:
                 reason = ""
             raise ApiError(f"{method} {path}: HTTP {exc.code} {reason}".strip()) from None
-        except (OSError, ValueError) as exc:  # refused, timed out, TLS, no CA file, not JSON
+        except (OSError, ValueError, KubeconfigError) as exc:  # refused, timed out, TLS, no CA file, not JSON
             raise ApiError(f"{method} {path}: {exc}") from None
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
@@ -155,3 +181,48 @@ def without_old_taint(node: dict[str, Any]) -> dict[str, Any]:
     others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != OLD_MINING_TAINT_KEY]
     return {"metadata": {"resourceVersion": node.get("metadata", {}).get("resourceVersion")},
             "spec": {"taints": others}}
+
+
+def _tls(end: Endpoint) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=end.ca_file)
+    if end.cert_file:
+        context.load_cert_chain(end.cert_file, end.key_file)
+    return context
+
+
+class KubeconfigError(Exception):
+    """A kubeconfig the agent cannot use (unreadable, or not the shape k3s writes)."""
+
+
+_read: dict[str, tuple[tuple[float, int], Endpoint]] = {}  # path -> ((mtime, size), what it said)
+
+
+def _kubeconfig_endpoint(path: str) -> Endpoint:
+    """What a kubeconfig says, as k3s writes ``agent/kubelet.kubeconfig``: its current context's server,
+    CA file and client certificate and key files (relative paths from the kubeconfig's folder, as kubectl
+    reads them), or a ``tokenFile``.  Inline ``-data`` fields are not read: k3s does not write them."""
+    import yaml  # in the zipapp; imported here so that the gate, which needs no API, starts faster
+
+    try:
+        info = os.stat(path)
+        stamp = (info.st_mtime, info.st_size)
+        cached = _read.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        doc = yaml.safe_load(Path(path).read_text())
+        contexts = {c["name"]: c["context"] for c in doc.get("contexts") or []}
+        current = contexts.get(doc.get("current-context")) or next(iter(contexts.values()))
+        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == current["cluster"])
+        user = next(u["user"] for u in doc["users"] if u["name"] == current["user"])
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, StopIteration, AttributeError) as exc:
+        raise KubeconfigError(f"{path}: not a kubeconfig the agent can use ({type(exc).__name__}: {exc})") from None
+    base = Path(path).parent
+
+    def file(value: Any) -> str | None:
+        return str(base / value) if isinstance(value, str) and value else None
+
+    found = Endpoint(str(cluster.get("server", "")), file(user.get("tokenFile")),
+                     file(cluster.get("certificate-authority")), file(user.get("client-certificate")),
+                     file(user.get("client-key")))
+    _read[path] = (stamp, found)
+    return found

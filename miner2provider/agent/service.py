@@ -48,11 +48,14 @@ WATCHDOG_RECHECK_S = 10.0
 class Config:
     node: str
     schedule: str
-    api_server: str
-    token_file: str
     miner: rig.Miner
     gpu_count: int
     clocks: rig.Clocks = field(default_factory=rig.Clocks)
+    # Who the agent is to the API: the rig's kubelet credential (k3s's kubelet.kubeconfig) where m2p built the
+    # cluster; else (a cluster outside the inventory) api_server with the owner's token_file and ca_file.
+    kubeconfig: str = ""
+    api_server: str = ""
+    token_file: str = ""
     ca_file: str | None = None
     state_dir: str = "/var/lib/m2p/agent"
     labels_file: str = "/var/lib/m2p/node-labels.json"
@@ -524,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load(args.config)
     if args.command == "gate":
         return gate.main(args.gate_args, config.state_dir)
-    agent = Agent(config, kube.KubeClient(config.api_server, config.token_file, config.ca_file))
+    agent = Agent(config, kube.KubeClient(config.api_server, config.token_file or None, config.ca_file,
+                                          kubeconfig=config.kubeconfig))
     if args.command == "stopped":
         try:
             agent.leave_market()

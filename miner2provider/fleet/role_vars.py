@@ -98,7 +98,7 @@ def _k3s(rig: Rig, server: Rig | None, default: str) -> dict[str, Any]:
         return {**own, "k3s_agent_server_host": "", "k3s_agent_server_token_file": ""}
     return {**own, "k3s_agent_server_host": server.name,
             "k3s_agent_server_url": f"https://{server.address}:{API_PORT}",
-            "k3s_agent_server_token_file": f"{data_dir(server, default)}/server/token"}
+            "k3s_agent_server_token_file": f"{data_dir(server, default)}/server/agent-token"}
 
 
 def _device_plugin(rig: Rig, slicing: list[int], default: str) -> dict[str, Any]:
@@ -138,4 +138,6 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
         "timeshare_agent_lease_label": market.lease_label if market else "",
         # k3s's own copy of the cluster CA on this rig.
         "timeshare_agent_ca_file": own_dir + ("/agent/server-ca.crt" if rig.is_agent else "/server/tls/server-ca.crt"),
+        # The agent's identity: the rig's own kubelet (k3s writes this on every node, server or agent).
+        "timeshare_agent_kubeconfig": own_dir + "/agent/kubelet.kubeconfig",
     }

@@ -32,8 +32,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import secrets
+import ssl
+import tempfile
 import threading
 import urllib.parse
 import uuid
@@ -41,6 +44,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from m2p_sandbox import pki
 from m2p_sandbox.served import Served
 
 GPU = "nvidia.com/gpu"
@@ -78,6 +82,30 @@ def _legal_label(key: str, value: Any) -> bool:
             and (value == "" or _LABEL_NAME.match(value) is not None))
 
 
+# The labels a kubelet may set under kubernetes.io / k8s.io (noderestriction's kubeletapis.IsKubeletLabel).
+KUBELET_LABELS = {"kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os", "beta.kubernetes.io/arch",
+                  "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
+                  "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+                  "topology.kubernetes.io/region", "topology.kubernetes.io/zone"}
+
+
+def _kubernetes_label(key: str) -> bool:
+    prefix = key.rpartition("/")[0]
+    return any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+
+
+def _kubelet_of(handler: BaseHTTPRequestHandler) -> str | None:
+    """The node whose kubelet certificate the client showed (TLS only), or None."""
+    peer = getattr(handler.connection, "getpeercert", lambda: None)()
+    if not peer:
+        return None
+    subject = {key: value for rdn in peer.get("subject", ()) for key, value in rdn}
+    name = subject.get("commonName", "")
+    if subject.get("organizationName") != "system:nodes" or not name.startswith("system:node:"):
+        return None
+    return str(name)[len("system:node:"):]
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -88,7 +116,7 @@ class NodePasswordRejected(Exception):
 
 
 class KubeApiStandin(Served):
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: bool = False) -> None:
         self.lock = threading.Lock()
         self.version = 1
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -115,6 +143,32 @@ class KubeApiStandin(Served):
                 standin._serve(self, "DELETE")
 
         self._serve_on(host, port, Handler)
+        self.authority: pki.Authority | None = None
+        if tls:  # HTTPS; a client certificate is optional (admins use tokens) and names a node's kubelet
+            self.authority = pki.Authority()
+            cert, key = self.authority.issue("kube-apiserver", address=host)
+            self.files = tempfile.mkdtemp(prefix="m2p-kube-api-")
+            paths = {}
+            for name, data in (("ca.crt", self.authority.pem), ("server.crt", cert), ("server.key", key)):
+                paths[name] = os.path.join(self.files, name)
+                with open(paths[name], "wb") as f:
+                    f.write(data)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(paths["server.crt"], paths["server.key"])
+            context.load_verify_locations(paths["ca.crt"])
+            context.verify_mode = ssl.CERT_OPTIONAL
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+
+    @property
+    def url(self) -> str:
+        return super().url.replace("http://", "https://", 1) if self.authority else super().url
+
+    def kubelet_credential(self, node: str) -> tuple[bytes, bytes, bytes]:
+        """(CA, certificate, key) PEMs as k3s gives a node's kubelet: ``CN=system:node:<node>,
+        O=system:nodes`` (k3s writes them as agent/server-ca.crt, client-kubelet.crt and .key)."""
+        assert self.authority is not None, "KubeApiStandin(tls=True) issues kubelet credentials"
+        cert, key = self.authority.issue(f"system:node:{node}", organization="system:nodes")
+        return self.authority.pem, cert, key
 
     # -- objects the test creates ------------------------------------------------------
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -245,6 +299,10 @@ class KubeApiStandin(Served):
             return 503, _status(503, "ServiceUnavailable", "the stand-in API is down (test)")
         auth = handler.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+        kubelet = _kubelet_of(handler)
+        if kubelet is not None:
+            with self.lock:
+                return self._as_node(kubelet, handler, method, url)
         with self.lock:
             if token in self.admin_tokens:
                 admin = self._admin(method, url.path)
@@ -292,16 +350,54 @@ class KubeApiStandin(Served):
                 if wanted is not None and wanted != node["metadata"]["resourceVersion"]:
                     return 409, _status(409, "Conflict", "the object has been modified; please apply your "
                                         "changes to the latest version and try again")
-                patched = merge_patch(node, patch)
-                invalid = [k for k, v in (patched["metadata"].get("labels") or {}).items()
-                           if not _legal_label(k, v)]
-                if invalid:  # the API validates the whole object: one bad label refuses the patch
-                    return 422, _status(422, "Invalid", f'Node "{name}" is invalid: metadata.labels: '
-                                        f"Invalid value: {invalid[0]!r}")
-                self._bump(patched)
-                self.nodes[name] = patched
-                return 200, copy.deepcopy(patched)
+                return self._patched(name, merge_patch(node, patch))
         return 404, _status(404, "NotFound", "the stand-in serves only pods on a node and nodes")
+
+    def _as_node(self, node: str, handler: BaseHTTPRequestHandler, method: str,
+                 url: urllib.parse.SplitResult) -> tuple[int, Any]:
+        """A kubelet's request, as Kubernetes judges one (``system:node:<node>``).  The Node authorizer
+        (with AuthorizeNodeWithSelectors, on by default since 1.32): pods listed only with the field
+        selector of its own node, only its own Node read.  NodeRestriction admission (kubernetes
+        plugin/pkg/admission/noderestriction, the Update branch): its own Node only; never its taints;
+        labels under kubernetes.io / k8s.io only from the kubelet's own set.  Nothing deleted."""
+        user = f'User "system:node:{node}"'
+        if method == "GET" and url.path == "/api/v1/pods":
+            selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
+            if selector != f"spec.nodeName={node}":
+                return 403, _status(403, "Forbidden", f'pods is forbidden: {user} cannot list resource "pods": '
+                                    "can only list/watch pods with spec.nodeName field selector")
+            items = [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
+            return 200, {"kind": "PodList", "apiVersion": "v1",
+                         "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
+        prefix = "/api/v1/nodes/"
+        name = urllib.parse.unquote(url.path[len(prefix):]) if url.path.startswith(prefix) else ""
+        if method not in ("GET", "PATCH") or name != node:
+            return 403, _status(403, "Forbidden", f"{user} cannot {method.lower()} {url.path}: "
+                                "a node may read and patch only its own Node")
+        current = self.nodes.get(node)
+        if current is None:
+            return 404, _status(404, "NotFound", f'nodes "{node}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(current)
+        patch = json.loads(handler.rfile.read(int(handler.headers.get("Content-Length", 0))))
+        patched = merge_patch(current, patch)
+        if patched["spec"].get("taints") != current["spec"].get("taints"):
+            return 403, _status(403, "Forbidden", f'node "{node}" is not allowed to modify taints')
+        old, new = current["metadata"].get("labels") or {}, patched["metadata"].get("labels") or {}
+        changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+        forbidden = sorted(k for k in changed if _kubernetes_label(k) and k not in KUBELET_LABELS)
+        if forbidden:
+            return 403, _status(403, "Forbidden", f"is not allowed to modify labels: {', '.join(forbidden)}")
+        return self._patched(node, patched)
+
+    def _patched(self, name: str, patched: dict[str, Any]) -> tuple[int, Any]:
+        invalid = [k for k, v in (patched["metadata"].get("labels") or {}).items() if not _legal_label(k, v)]
+        if invalid:  # the API validates the whole object: one bad label refuses the patch
+            return 422, _status(422, "Invalid", f'Node "{name}" is invalid: metadata.labels: '
+                                f"Invalid value: {invalid[0]!r}")
+        self._bump(patched)
+        self.nodes[name] = patched
+        return 200, copy.deepcopy(patched)
 
     def _admin(self, method: str, path: str) -> tuple[int, Any] | None:
         """The admin's GET of a Secret and its deletes; None: served like any other caller."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,8 +20,10 @@ from collections.abc import Iterator
 import paramiko
 import pytest
 import testinfra
+import yaml
 
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox.kube_api import KubeApiStandin
 
 
 def _require_harness() -> None:
@@ -121,3 +124,29 @@ def infra_host(r: sandbox.Rig) -> testinfra.host.Host:
     """testinfra's view of a rig (what Molecule's verify gets), over SSH with the rig's key."""
     return testinfra.get_host(f"ssh://{r.user}@{r.address}", ssh_identity_file=r.key_file,
                               ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
+
+
+def kubeconfig_text(server: str, ca_file: str, cert_file: str, key_file: str) -> str:
+    """A kubeconfig of the shape k3s writes for a node's kubelet (agent/kubelet.kubeconfig)."""
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "default", "preferences": {},
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": ca_file}}],
+        "contexts": [{"name": "default", "context": {"cluster": "local", "namespace": "default", "user": "user"}}],
+        "users": [{"name": "user", "user": {"client-certificate": cert_file, "client-key": key_file}}]})
+
+
+def give_kubelet_credential(r: sandbox.Rig, api: KubeApiStandin, node: str,
+                            data_dir: str = "/var/lib/rancher/k3s") -> None:
+    """STAND-IN for k3s's agent registration, which writes the node's kubelet credential (a client
+    certificate for system:node:<node> from the cluster's CA) and its kubeconfig into <data dir>/agent;
+    here they come from the stand-in API's CA and point at the stand-in API."""
+    ca, cert, key = api.kubelet_credential(node)
+    agent = f"{data_dir}/agent"
+    names = {"server-ca.crt": ca, "client-kubelet.crt": cert, "client-kubelet.key": key}
+    config = kubeconfig_text(api.url, *(f"{agent}/{n}" for n in names)).encode()
+    with ssh(r) as client:
+        assert run(client, f"sudo mkdir -p {agent}")[0] == 0
+        for name, data in {**names, "kubelet.kubeconfig": config}.items():
+            code, out = run(client, f"echo {shlex.quote(data.decode())} | sudo tee {agent}/{name} > /dev/null && "
+                                    f"sudo chmod 600 {agent}/{name}")
+            assert code == 0, out

@@ -24,7 +24,7 @@ from miner2provider.core import collection, inventory
 from miner2provider.fleet import runner
 from miner2provider.fleet.bundle.manifest import load_bundle
 
-from .conftest import M2P, m2p, outcomes, run, ssh
+from .conftest import M2P, give_kubelet_credential, kubeconfig_text, m2p, outcomes, run, ssh
 
 pytestmark = pytest.mark.integration
 
@@ -241,60 +241,91 @@ def leave_what_k3s_leaves(rig):
 
 
 def revert_agent_leaves_nothing_on_its_server(farm):
-    """Issue 22: the time-shared agent rig cv-plain is reverted while its server cv-hive stays:
-    its agent's token Secret, ServiceAccount and RBAC, its Node and its node-password secret go
-    from the server (through the server's `k3s kubectl`; removing the manifest deleted nothing),
-    the last agent takes the shared objects with it (an old time-share's PriorityClass too), the old
-    agent token is refused, and the rig re-installed under its name rejoins.
-    STAND-IN: the API (kube_api.py, with k3s's node-password check) and the stand-in k3s's kubectl
-    that talks to it."""
+    """Issues 22 and 34: the time-shared agent rig cv-plain is its own kubelet to the API (k3s's
+    kubelet.kubeconfig: a client certificate for system:node:cv-plain), and m2p makes it no identity of its
+    own; the identity an earlier m2p made it (a ServiceAccount, its token Secret, RBAC, their manifest)
+    is deleted when the time-share is applied.  Its credential reads and patches its own node only: another
+    node's pods and Node are refused, as is a change to its taints.  Reverted while its server cv-hive
+    stays, its Node and node-password secret go from the server (through the server's `k3s kubectl`), the
+    last agent takes the shared objects with it (an old time-share's PriorityClass too), and the rig
+    re-installed under its name rejoins.
+    STAND-IN: the API (kube_api.py over TLS, with the Node authorizer's and NodeRestriction's rules and
+    k3s's node-password check), the kubelet credential files (k3s writes them when the agent registers),
+    and the stand-in k3s's kubectl that talks to the API."""
     env, common, tmp = farm["env"], farm["common"], farm["tmp"]
-    api = KubeApiStandin(host=str(network.gateway()))
-    admin, token = secrets.token_urlsafe(16), secrets.token_urlsafe(24)
+    api = KubeApiStandin(host=str(network.gateway()), tls=True)
+    admin = secrets.token_urlsafe(16)
     api.admin_tokens.add(admin)
+    assert api.authority is not None
     try:
         with ssh(farm["hive"]) as client:
-            config = json.dumps({"url": api.url, "token": admin})
-            rc, out = run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
+            ca = shlex.quote(api.authority.pem.decode())
+            config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
+            rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
+                                  f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
             assert rc == 0, out
-        # What the cluster holds for cv-plain: its Node and k3s's node password (its registration),
-        # the agent's token Secret the token controller fills (read by the role through kubectl),
-        # and an old time-share's PriorityClass.
+        # What the cluster holds for cv-plain: its Node and k3s's node password (its registration), and what
+        # an earlier m2p made: the agent's ServiceAccount, token Secret and RBAC (and their manifest on the
+        # server), and an old time-share's PriorityClass.
         api.join("cv-plain", secrets.token_urlsafe(8))
-        api.apply([{"kind": "Secret", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"},
-                    "data": {"token": base64.b64encode(token.encode()).decode()}},
-                   {"kind": "PriorityClass", "metadata": {"name": "m2p-placeholder"}}])
+        api.add_node("cv-hive", secrets.token_urlsafe(16))
+        api.add_pod("tenant-on-hive", "cv-hive", 0)
+        old_identity = [{"kind": "Secret", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"},
+                         "data": {"token": base64.b64encode(b"old").decode()}},
+                        {"kind": "ServiceAccount", "metadata": {"name": "m2p-agent-cv-plain", "namespace": "m2p-system"}},
+                        {"kind": "ClusterRole", "metadata": {"name": "m2p-agent-cv-plain"}},
+                        {"kind": "ClusterRoleBinding", "metadata": {"name": "m2p-agent-cv-plain"}},
+                        {"kind": "ClusterRoleBinding", "metadata": {"name": "m2p-agent-cv-plain-pods"}}]
+        api.apply([*old_identity, {"kind": "PriorityClass", "metadata": {"name": "m2p-placeholder"}}])
+        with ssh(farm["hive"]) as client:
+            rc, out = run(client, f"echo 'kind: ServiceAccount' | sudo tee {DATA_DIR}/server/manifests/"
+                                  "m2p-agent-cv-plain.yaml > /dev/null")
+            assert rc == 0, out
         with pytest.raises(NodePasswordRejected):  # the rig re-installed now (a new password) is refused
             api.join("cv-plain", secrets.token_urlsafe(8))
-        api.bind_token(token, "cv-plain", "m2p-system", "m2p-agent-cv-plain")
+        give_kubelet_credential(farm["plain"], api, "cv-plain")
         (tmp / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
         ssh_args = [a for a in common if a != "--bundle" and not a.endswith("/bundle")]
         applied = m2p("schedule", "apply", *ssh_args, str(tmp / "lease-first.yml"), "--limit", "cv-plain",
-                      "--api-server", api.url, "--yes", "--json", env=env)
+                      "--yes", "--json", env=env)
         assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-        with ssh(farm["hive"]) as client:  # k3s's deploy controller, standing in: the manifests' objects
-            for name in ("m2p-timeshare.yaml", "m2p-agent-cv-plain.yaml"):
-                rc, text = run(client, f"sudo cat {DATA_DIR}/server/manifests/{name}")
-                assert rc == 0, text
-                api.apply([d for d in yaml.safe_load_all(text) if d])
-        deadline = time.monotonic() + 30  # the agent's token works: it publishes its mode
+        assert [o["kind"] for o in old_identity if api.has(o["kind"], o["metadata"]["name"],
+                                                            o["metadata"].get("namespace", ""))] == []
+        with ssh(farm["hive"]) as client:  # k3s's deploy controller, standing in: the shared manifest's objects
+            assert run(client, f"sudo ls {DATA_DIR}/server/manifests")[1].split() == [
+                "m2p-nvidia-device-plugin.yaml", "m2p-timeshare.yaml"]
+            rc, text = run(client, f"sudo cat {DATA_DIR}/server/manifests/m2p-timeshare.yaml")
+            assert rc == 0, text
+            api.apply([d for d in yaml.safe_load_all(text) if d])
+        with ssh(farm["plain"]) as client:
+            assert run(client, "sudo test -e /etc/m2p/agent-token")[0] == 1  # no token of m2p's on the rig
+        deadline = time.monotonic() + 30  # the agent's kubelet credential works: it publishes its mode
         while "m2p.io/mode" not in api.nodes.get("cv-plain", {}).get("metadata", {}).get("labels", {}):
-            assert time.monotonic() < deadline, "the agent never reached the API with its token"
+            assert time.monotonic() < deadline, "the agent never reached the API as its kubelet"
             time.sleep(0.5)
+        # What root on cv-plain holds reaches no further than cv-plain's own node.
+        with ssh(farm["plain"]) as client:
+            files = {n: run(client, f"sudo cat /var/lib/rancher/k3s/agent/{n}")[1]
+                     for n in ("server-ca.crt", "client-kubelet.crt", "client-kubelet.key")}
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        (tmp / "stolen.kubeconfig").write_text(kubeconfig_text(api.url, *(str(tmp / n) for n in files)))
+        as_plain = kube.KubeClient("", None, kubeconfig=str(tmp / "stolen.kubeconfig"))
+        assert [p["metadata"]["name"] for p in as_plain.pods_on_node("cv-plain")] == []
+        for denied in (lambda: as_plain.pods_on_node("cv-hive"), lambda: as_plain.node("cv-hive"),
+                       lambda: as_plain.patch_node("cv-hive", {"metadata": {"labels": {"m2p.io/mode": "x"}}}),
+                       lambda: as_plain.patch_node("cv-plain", {"spec": {"taints": [
+                           {"key": "evil", "effect": "NoSchedule"}]}})):
+            with pytest.raises(kube.ApiError, match="HTTP 403"):
+                denied()
 
         reverted = m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env)
         assert reverted.returncode == 0, reverted.stdout[-3000:] + reverted.stderr[-3000:]
         left = [(kind, ns, name) for kind, ns, name in [
-            ("Secret", "m2p-system", "m2p-agent-cv-plain"), ("ServiceAccount", "m2p-system", "m2p-agent-cv-plain"),
-            ("ClusterRole", "", "m2p-agent-cv-plain"), ("ClusterRoleBinding", "", "m2p-agent-cv-plain"),
-            ("ClusterRoleBinding", "", "m2p-agent-cv-plain-pods"), ("Node", "", "cv-plain"),
-            ("Secret", "kube-system", "cv-plain.node-password.k3s"),
+            ("Node", "", "cv-plain"), ("Secret", "kube-system", "cv-plain.node-password.k3s"),
             ("Namespace", "", "m2p-system"), ("ClusterRole", "", "m2p-agent-pods"),
             ("PriorityClass", "", "m2p-placeholder")] if api.has(kind, name, ns)]
         assert left == [], f"left on the server: {left}"
-        (tmp / "old-token").write_text(token)
-        with pytest.raises(kube.ApiError, match="HTTP 401"):
-            kube.KubeClient(api.url, str(tmp / "old-token")).node("cv-hive")
         with ssh(farm["hive"]) as client:
             assert run(client, f"sudo ls {DATA_DIR}/server/manifests")[1].split() == ["m2p-nvidia-device-plugin.yaml"]
         again = outcomes(m2p("revert", *common, "--limit", "cv-plain", "--yes", "--json", env=env))
@@ -304,7 +335,7 @@ def revert_agent_leaves_nothing_on_its_server(farm):
     finally:
         api.close()
         with ssh(farm["hive"]) as client:
-            run(client, "sudo rm -f /etc/m2p-standin/kube-api.json")
+            run(client, "sudo rm -f /etc/m2p-standin/kube-api.json /etc/m2p-standin/kube-api-ca.crt")
 
 
 def remove_forgets_a_dead_rig_on_its_server(farm, api):

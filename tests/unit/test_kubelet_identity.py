@@ -1,0 +1,68 @@
+"""The agent as its rig's kubelet: the kubeconfig k3s writes (a client certificate for system:node:<rig>),
+over real TLS to the STAND-IN API, which judges it by the Node authorizer's and NodeRestriction's rules:
+its own node's pods and Node only, never its taints, never another node."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider.agent.kube import ApiError, KubeClient
+
+
+def kubelet_client(api: KubeApiStandin, node: str, folder) -> KubeClient:
+    ca, cert, key = api.kubelet_credential(node)
+    for name, data in (("server-ca.crt", ca), ("client-kubelet.crt", cert), ("client-kubelet.key", key)):
+        (folder / name).write_bytes(data)
+    # relative paths, as kubectl reads them: from the kubeconfig's folder
+    (folder / "kubelet.kubeconfig").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "default",
+        "clusters": [{"name": "local", "cluster": {"server": api.url, "certificate-authority": "server-ca.crt"}}],
+        "contexts": [{"name": "default", "context": {"cluster": "local", "user": "user"}}],
+        "users": [{"name": "user", "user": {"client-certificate": "client-kubelet.crt",
+                                            "client-key": "client-kubelet.key"}}]}))
+    return KubeClient("", None, kubeconfig=str(folder / "kubelet.kubeconfig"))
+
+
+@pytest.fixture
+def api():
+    served = KubeApiStandin(tls=True)
+    served.add_node("rig1", "t-" + "1" * 20)
+    served.add_node("rig2", "t-" + "2" * 20)
+    served.add_pod("lease-a", "rig1", 1)
+    served.add_pod("tenant-b", "rig2", 1)
+    yield served
+    served.close()
+
+
+def test_the_kubelet_reads_and_patches_its_own_node_only(api, tmp_path):
+    client = kubelet_client(api, "rig1", tmp_path)
+    assert [p["metadata"]["name"] for p in client.pods_on_node("rig1")] == ["lease-a"]
+    assert client.node("rig1")["metadata"]["name"] == "rig1"
+    client.patch_node("rig1", {"metadata": {"labels": {"m2p.io/mode": "leasing"},
+                                            "annotations": {"m2p.io/status": "{}"}}, "spec": {"unschedulable": True}})
+    assert api.nodes["rig1"]["spec"]["unschedulable"] is True
+    for denied, said in ((lambda: client.pods_on_node("rig2"), "can only list/watch pods"),
+                         (lambda: client.node("rig2"), "only its own Node"),
+                         (lambda: client.patch_node("rig2", {"spec": {"unschedulable": True}}), "only its own Node"),
+                         (lambda: client.patch_node("rig1", {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}),
+                          "not allowed to modify taints"),
+                         (lambda: client.patch_node("rig1", {"metadata": {"labels": {
+                             "node-role.kubernetes.io/control-plane": "true"}}}), "not allowed to modify labels")):
+        with pytest.raises(ApiError, match="HTTP 403") as caught:
+            denied()
+        assert said in str(caught.value)
+    assert "unschedulable" not in api.nodes["rig2"]["spec"]
+
+
+def test_no_certificate_or_a_broken_kubeconfig_is_an_api_error_not_a_crash(api, tmp_path):
+    client = kubelet_client(api, "rig1", tmp_path)
+    (tmp_path / "client-kubelet.crt").unlink()  # k3s has not written it yet
+    with pytest.raises(ApiError):
+        client.node("rig1")
+    (tmp_path / "kubelet.kubeconfig").write_text("clusters: [\n")
+    with pytest.raises(ApiError, match="not a kubeconfig the agent can use"):
+        client.node("rig1")
+    with pytest.raises(ApiError, match="No such file"):
+        KubeClient("", None, kubeconfig=str(tmp_path / "absent.kubeconfig")).node("rig1")

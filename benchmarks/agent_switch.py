@@ -57,6 +57,7 @@ from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
+from miner2provider.core.checks import STANDIN_PLAIN_HTTP
 
 HOOK = yaml.safe_load((Path(__file__).parents[1] / "ansible_collections/m2p/rigs/roles/nvidia_container_toolkit"
                        / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
@@ -188,6 +189,7 @@ def main() -> int:
             "ansible_host": rig.address, "ansible_user": rig.user, "ansible_ssh_private_key_file": rig.key_file,
             "m2p_agent_token_env": "M2P_BENCH_AGENT_TOKEN"}}}}))
         os.environ["M2P_BENCH_AGENT_TOKEN"] = token
+        os.environ[STANDIN_PLAIN_HTTP] = "1"  # the STAND-IN API speaks plain HTTP
         bench = Bench(rig, api)
         bench.wait("the miner (hive.service)", bench.miner_running, 60)
         # The stand-in miner frees its cards at once: m2p's own hand-over is what is timed.

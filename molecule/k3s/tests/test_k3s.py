@@ -60,6 +60,10 @@ def test_server_runs_from_m2ps_unit_and_config_on_its_data_disk(host):
         assert token.exists and token.mode == 0o600 and token.user == "root"
         assert token.content_string.startswith("K10")
         assert not host.file("/var/lib/rancher/k3s/server/token").exists
+        # The agents' token (k3s's agent-token-file): a file of its own, not k3s's link to the server token.
+        agents = host.file(f"{DATA_DIR}/server/agent-token")
+        assert agents.is_file and not agents.is_symlink and "::node:" in agents.content_string
+        assert agents.content_string.split("::")[0] == token.content_string.split("::")[0]
 
 
 def test_agent_runs_and_points_at_its_server(host):
@@ -81,9 +85,11 @@ def test_token_read_from_the_servers_data_disk_only_in_the_root_env_file_never_i
         pytest.skip("the server the agents join")
     if name(host) == "k-agent":
         with rig("k-server").sudo():
-            token = rig("k-server").file(f"{DATA_DIR}/server/token").content_string.strip()
+            token = rig("k-server").file(f"{DATA_DIR}/server/agent-token").content_string.strip()
+            server_token = rig("k-server").file(f"{DATA_DIR}/server/token").content_string.strip()
+        assert "::node:" in token and token != server_token  # the agent token, never the server's
     else:
-        token = "K10standin-external-token::server:molecule"
+        token = "K10standin-external-token::node:molecule"
     with host.sudo():
         env = host.file("/etc/systemd/system/k3s-agent.service.env")
         assert env.mode == 0o600 and env.user == "root"

@@ -70,10 +70,11 @@ def test_k3s_runs_with_the_pinned_binary_and_sees_the_nvidia_runtime(host):
     assert 'runtimes."nvidia"]' in generated and "DO NOT EDIT" in generated
 
 
-def test_agent_joined_with_the_servers_token_kept_out_of_argv():
+def test_agent_joined_with_the_servers_agent_token_kept_out_of_argv():
     agent, server = other("conv-plain"), other("conv-hive")
     with server.sudo():
-        token = server.file("/var/lib/rancher/k3s/server/token").content_string.strip()
+        token = server.file("/var/lib/rancher/k3s/server/agent-token").content_string.strip()
+    assert "::node:" in token  # the agents' token (k3s's agent-token-file), never the server token
     with agent.sudo():
         env = agent.file("/etc/systemd/system/k3s-agent.service.env")
         assert env.mode == 0o600 and env.user == "root"

@@ -5,13 +5,13 @@
 - ``options``: options shared by several commands, folded into ``SshOptions``/``FleetSettings``;
 - ``render``: how rigs, fleet runs and schedules look, as text and JSON;
 - one module per group of commands: ``rigs`` (init, inventory check, detect, attributes,
-  status), ``fleet`` (plan, convert, revert), ``schedule``, ``bundle``, ``dashboard``; ``harness`` adds
+  status), ``fleet`` (plan, convert, revert), ``schedule``, ``bundle``, ``dashboard``, ``provider``; ``harness`` adds
   what other distributions provide (``m2p demo``, from the sandbox harness).
 """
 
 from __future__ import annotations
 
-from . import bundle, dashboard, fleet, harness, rigs, schedule  # noqa: F401 - each registers its commands
+from . import bundle, dashboard, fleet, harness, provider, rigs, schedule  # noqa: F401 - each registers its commands
 from .app import cli, entry, main
 
 harness.load()  # commands other distributions add (the sandbox harness: m2p demo)

@@ -117,3 +117,7 @@ def _subclasses(cls: type[M2PError] = M2PError) -> list[type[M2PError]]:
 
 class EconomicsError(UsageError):
     """An economics file (prices and mining revenue) is invalid (file:line says where; exit 2)."""
+
+
+class ProviderFileError(UsageError):
+    """A provider file (provider.yml: the farm as a marketplace provider) is invalid (file:line; exit 2)."""

@@ -202,3 +202,24 @@ def construct(node: yaml.Node, where: str, error: type[M2PError], what: str = "v
         raise error(f"cannot read the {what}: {tag} is no tag m2p reads (plain YAML only)", where=at) from None
     except (ValueError, TypeError, OverflowError, RecursionError, yaml.YAMLError):
         raise error(f"cannot read the {what}: it does not fit its tag {tag}", where=at) from None
+
+
+def at(where: str, node: yaml.Node) -> str:
+    """``file:line`` of a YAML node."""
+    return f"{where}:{node.start_mark.line + 1}"
+
+
+def fields(node: yaml.MappingNode, where: str, error: type[M2PError], what: str, allowed: set[str] | None,
+           unknown_hint: str = " (a model name or default)") -> dict[str, tuple[yaml.Node, Any]]:
+    """A mapping's string keys -> (value node, value): a key not ``allowed`` (None: any) or given twice is
+    ``error`` at its line, naming the keys known."""
+    out: dict[str, tuple[yaml.Node, Any]] = {}
+    for key, value in node.value:
+        name = key.value if isinstance(key, yaml.ScalarNode) and key.tag.endswith(":str") else None
+        if name is None or (allowed is not None and name not in allowed):
+            known = f"; known: {', '.join(sorted(allowed))}" if allowed else unknown_hint
+            raise error(f"unknown {what} key {shown(name)}{known}", where=at(where, key))
+        if name in out:
+            raise error(f"{name} is given twice", where=at(where, key))
+        out[name] = (value, construct(value, where, error, name))
+    return out

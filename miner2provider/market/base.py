@@ -85,3 +85,11 @@ class Marketplace(Protocol):
     def price_mappings(self, floors: Sequence[Floor]) -> str:
         """Lease price floors per model in the form the marketplace's bid takes."""
         ...
+
+    def provider_starter(self) -> str:
+        """A commented starter of the file that makes the farm this marketplace's provider (`m2p provider init`)."""
+        ...
+
+    def read_provider_file(self, text: str, where: str) -> object:
+        """That file, checked (every mistake a ProviderFileError at its file:line)."""
+        ...

@@ -123,21 +123,12 @@ def parse(text: str, path: str = "<economics>") -> Economics:
 
 
 def _at(path: str, node: yaml.Node) -> str:
-    return f"{path}:{node.start_mark.line + 1}"
+    return textfiles.at(path, node)
 
 
 def _mapping(path: str, node: yaml.MappingNode, what: str,
              allowed: set[str] | None) -> dict[str, tuple[yaml.Node, object]]:
-    out: dict[str, tuple[yaml.Node, object]] = {}
-    for key, value in node.value:
-        name = key.value if isinstance(key, yaml.ScalarNode) and key.tag.endswith(":str") else None
-        if name is None or (allowed is not None and name not in allowed):
-            known = f"; known: {', '.join(sorted(allowed))}" if allowed else " (a model name or default)"
-            raise EconomicsError(f"unknown {what} key {textfiles.shown(name)}{known}", where=_at(path, key))
-        if name in out:
-            raise EconomicsError(f"{name} is given twice", where=_at(path, key))
-        out[name] = (value, textfiles.construct(value, path, EconomicsError, name))
-    return out
+    return textfiles.fields(node, path, EconomicsError, what, allowed)
 
 
 def _price(path: str, key: str, model: str, node: yaml.Node, value: object, most: float = MAX_PRICE) -> float:

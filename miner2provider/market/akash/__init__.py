@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash import gpus_json, provider
+from miner2provider.market.akash import gpus_json, provider, provider_file
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.market.base import FleetAttributes, RigGpus
@@ -38,6 +38,12 @@ class Akash:
 
     def price_mappings(self, floors: Sequence[Floor]) -> str:
         return akash_mappings(floors)
+
+    def provider_starter(self) -> str:
+        return provider_file.STARTER.read_text()
+
+    def read_provider_file(self, text: str, where: str) -> provider_file.ProviderFile:
+        return provider_file.parse(text, where)
 
 
 AKASH = Akash()

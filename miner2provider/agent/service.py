@@ -390,9 +390,13 @@ class Agent:
         wanted = ((self.dir / "drain").exists() or not self.state.offered
                   or (self.state.mode == "idle-mining" and not self.gate_in_spec()))
         cordoned = bool(node.get("spec", {}).get("unschedulable"))
-        try:
-            if kube.has_old_taint(node):
+        if kube.has_old_taint(node):
+            try:  # as the rig's kubelet it may not (NodeRestriction): schedule apply removes it from the server
                 self.client.patch_node(self.config.node, kube.without_old_taint(node))
+            except kube.ApiError as exc:
+                self._say(f"the first time-share's {kube.OLD_MINING_TAINT_KEY} taint stays on the node ({exc}): "
+                          f"m2p schedule apply removes it through the server")
+        try:
             if wanted and not cordoned:
                 self._mark_cordoned()
                 self.client.patch_node(self.config.node, {"spec": {"unschedulable": True}})

@@ -66,3 +66,27 @@ def test_no_certificate_or_a_broken_kubeconfig_is_an_api_error_not_a_crash(api, 
         client.node("rig1")
     with pytest.raises(ApiError, match="No such file"):
         KubeClient("", None, kubeconfig=str(tmp_path / "absent.kubeconfig")).node("rig1")
+
+
+def test_as_its_kubelet_the_agent_cordons_though_it_may_not_lift_the_first_designs_taint(tmp_path):
+    """NodeRestriction refuses the kubelet a taint change: the agent says so in its status and cordons all the
+    same (schedule apply removes that taint through the server's admin)."""
+    from test_agent_service import FIXED_MINE, NODE, cordoned, make_agent  # tests/unit is on sys.path
+
+    from miner2provider.agent.kube import OLD_MINING_TAINT_KEY
+
+    api = KubeApiStandin(tls=True)
+    try:
+        api.add_node(NODE, "unused-" + "x" * 20, gpus=2)
+        api.nodes[NODE]["spec"]["taints"] = [{"key": OLD_MINING_TAINT_KEY, "effect": "NoSchedule"}]
+        folder = tmp_path / "kubelet"
+        folder.mkdir()
+        agent = make_agent(api, tmp_path, FIXED_MINE)
+        agent.client = kubelet_client(api, NODE, folder)
+        for _ in range(2):
+            agent.tick()
+        assert cordoned(api) and api.nodes[NODE]["spec"]["taints"][0]["key"] == OLD_MINING_TAINT_KEY
+        status = (tmp_path / "state" / "status.json").read_text()
+        assert "taint stays on the node" in status and "not allowed to modify taints" in status
+    finally:
+        api.close()

@@ -83,16 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - unexpected: keep the traceback for the bug report
         log = debug_log_path()
+        held = [Secret(s) for s in list(Secret.made)]  # every secret this process read: masked below
         try:
             # 0600 in a 0700 folder, secrets masked: a traceback may quote a rig's data or a password.
             entry = f"--- {datetime.datetime.now().isoformat()} m2p {__version__} {sys.argv!r}\n" \
                     + traceback.format_exc()
             with os.fdopen(open_private_append(log), "a") as f:
-                f.write(redact(entry, [Secret(s) for s in list(Secret.made)]))
+                f.write(redact(entry, held))
             where = f"traceback saved to {log}"
         except (OSError, UnsafePath) as why:
             where = f"could not write the debug log: {why}"
-        said = redact(f"m2p: internal error: {type(exc).__name__}: {exc}", [Secret(s) for s in list(Secret.made)])
+        said = redact(f"m2p: internal error: {type(exc).__name__}: {exc}", held)
         click.echo(click.style(one_line(said, f" ({where})"),
                                fg="red"), err=True)
         return INTERNAL_ERROR

@@ -9,7 +9,6 @@ is read or trusted, and private files are created 0600 with O_NOFOLLOW.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -71,7 +70,3 @@ def open_private_append(path: Path) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     os.fchmod(fd, 0o600)  # a log made before m2p kept it private
     return fd
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -195,13 +195,13 @@ def construct(node: yaml.Node, where: str, error: type[M2PError], what: str = "v
     """The Python value of ``node``; a tag that does not fit (``!!int abc``), an unknown or unsafe tag
     (``!!python/object``) is ``error`` at the node's line, never quoting a secret's text."""
     tag = printable(node.tag.replace("tag:yaml.org,2002:", "!!")[:SHOWN])
-    at = f"{where}:{node.start_mark.line + 1}"
+    line = at(where, node)
     try:
         return loader("").construct_object(node, deep=True)
     except yaml.constructor.ConstructorError:
-        raise error(f"cannot read the {what}: {tag} is no tag m2p reads (plain YAML only)", where=at) from None
+        raise error(f"cannot read the {what}: {tag} is no tag m2p reads (plain YAML only)", where=line) from None
     except (ValueError, TypeError, OverflowError, RecursionError, yaml.YAMLError):
-        raise error(f"cannot read the {what}: it does not fit its tag {tag}", where=at) from None
+        raise error(f"cannot read the {what}: it does not fit its tag {tag}", where=line) from None
 
 
 def at(where: str, node: yaml.Node) -> str:

@@ -44,7 +44,7 @@ async def _checked(request: Request, call_next: Callable[[Request], Awaitable[Re
         return JSONResponse({"error": "this dashboard answers to 127.0.0.1 and localhost only"}, 421)
     bearer = request.headers.get("authorization", "")
     if bearer:
-        if not (bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].encode(), config.token.encode())):
+        if not (bearer.startswith("Bearer ") and state.is_token(bearer[7:])):
             return JSONResponse({"error": "the bearer token is not the dashboard's token"}, 401)
         return await call_next(request)
     if request.method not in ("GET", "HEAD") and not same_origin(request):

@@ -3,7 +3,6 @@ template each (templates/)."""
 
 from __future__ import annotations
 
-import hmac
 import time
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ async def login(request: Request) -> Response:
         response.headers["Retry-After"] = str(int(wait) + 1)
         return response
     given = (await form(request)).get("token", "")
-    if not hmac.compare_digest(given.encode(), state.config.token.encode()):
+    if not state.is_token(given):
         state.limiter.failed(client)
         return render(request, "login.html.j2", {"failed": True, "signing_in": True}, 401)
     response = RedirectResponse("/", 303)

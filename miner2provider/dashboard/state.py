@@ -3,6 +3,7 @@ and the rigs' inputs from the history (views.py turns them into rows).  No Starl
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
 import threading
@@ -52,6 +53,10 @@ class DashboardState:
     # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
     # on every page (1,000 rigs: ~100 ms a page otherwise).
     reports: dict[str, tuple[float, RigReport | None]] = field(default_factory=dict)
+
+    def is_token(self, given: str) -> bool:
+        """``given`` is the dashboard's token (compared in constant time): the login form's and a Bearer's."""
+        return hmac.compare_digest(given.encode(), self.config.token.encode())
 
     def typed(self, rig: str, at: float, snapshot: dict[str, Any] | None) -> RigReport | None:
         cached = self.reports.get(rig)

@@ -18,7 +18,8 @@ import zipfile
 from pathlib import Path
 
 import miner2provider
-from miner2provider.core.private import UnsafePath, check_private_file, private_dir, sha256_of, write_private
+from miner2provider.core.private import UnsafePath, check_private_file, private_dir, write_private
+from miner2provider.fleet.bundle.manifest import sha256_of
 
 PACKAGE = Path(miner2provider.__file__).parent
 MAIN = b"import sys\nfrom miner2provider.agent.service import main\nsys.exit(main())\n"

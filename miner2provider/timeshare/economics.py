@@ -93,13 +93,13 @@ def parse(text: str, path: str = "<economics>") -> Economics:
     if not isinstance(root, yaml.MappingNode):
         raise EconomicsError(f"an economics file is a mapping with currency, {' and '.join(PRICES)}",
                              where=f"{path}:1")
-    fields = _mapping(path, root, "economics", KEYS)
+    fields = textfiles.fields(root, path, EconomicsError, "economics", KEYS)
     currency: object = "USD"
     if "currency" in fields:
         node, currency = fields["currency"]
         if not isinstance(currency, str) or not currency.isalpha() or not 2 <= len(currency) <= 5:
             raise EconomicsError(f"currency {textfiles.shown(currency)}: use a code such as USD or AKT",
-                                 where=_at(path, node))
+                                 where=textfiles.at(path, node))
     prices: dict[str, dict[str, float]] = {}
     for key in PRICES:
         if key not in fields:
@@ -107,9 +107,11 @@ def parse(text: str, path: str = "<economics>") -> Economics:
             continue
         node, _ = fields[key]
         if not isinstance(node, yaml.MappingNode):
-            raise EconomicsError(f"{key} is a mapping of model: price (and default: price)", where=_at(path, node))
+            raise EconomicsError(f"{key} is a mapping of model: price (and default: price)",
+                                 where=textfiles.at(path, node))
+        models = textfiles.fields(node, path, EconomicsError, key, None)
         prices[key] = {model: _price(path, key, model, value_node, value)
-                       for model, (value_node, value) in _mapping(path, node, key, None).items()}
+                       for model, (value_node, value) in models.items()}
     scalars: dict[str, float | None] = {}
     for key in SCALARS:
         if key in fields:
@@ -122,19 +124,10 @@ def parse(text: str, path: str = "<economics>") -> Economics:
                      scalars["power_price_per_kwh"], margin, mining_per_mhs_day=prices[PRICES[3]])
 
 
-def _at(path: str, node: yaml.Node) -> str:
-    return textfiles.at(path, node)
-
-
-def _mapping(path: str, node: yaml.MappingNode, what: str,
-             allowed: set[str] | None) -> dict[str, tuple[yaml.Node, object]]:
-    return textfiles.fields(node, path, EconomicsError, what, allowed)
-
-
 def _price(path: str, key: str, model: str, node: yaml.Node, value: object, most: float = MAX_PRICE) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= most:
         name = f"{key}.{model}" if model else key
         raise EconomicsError(f"{name} is {textfiles.shown(value)}: a number from 0 to {most:g}",
-                             where=_at(path, node))
+                             where=textfiles.at(path, node))
     return float(value)

@@ -322,9 +322,7 @@ class KubeApiStandin(Served):
                 if field != "spec.nodeName":
                     return 400, _status(400, "BadRequest",
                                         "the stand-in serves only fieldSelector=spec.nodeName=<node>")
-                items = [p for p in self.pods.values() if p["spec"].get("nodeName") == value]
-                return 200, {"kind": "PodList", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
+                return 200, self._pod_list(value)
             if method == "GET" and url.path == "/api/v1/nodes":
                 selector = urllib.parse.parse_qs(url.query).get("labelSelector", [""])[0]
                 if not selector or any(ch in selector for ch in "=!,() "):
@@ -366,9 +364,7 @@ class KubeApiStandin(Served):
             if selector != f"spec.nodeName={node}":
                 return 403, _status(403, "Forbidden", f'pods is forbidden: {user} cannot list resource "pods": '
                                     "can only list/watch pods with spec.nodeName field selector")
-            items = [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
-            return 200, {"kind": "PodList", "apiVersion": "v1",
-                         "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
+            return 200, self._pod_list(node)
         prefix = "/api/v1/nodes/"
         name = urllib.parse.unquote(url.path[len(prefix):]) if url.path.startswith(prefix) else ""
         if method not in ("GET", "PATCH") or name != node:
@@ -389,6 +385,11 @@ class KubeApiStandin(Served):
         if forbidden:
             return 403, _status(403, "Forbidden", f"is not allowed to modify labels: {', '.join(forbidden)}")
         return self._patched(node, patched)
+
+    def _pod_list(self, node: str) -> dict[str, Any]:
+        items = [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
+                "items": copy.deepcopy(items)}
 
     def _patched(self, name: str, patched: dict[str, Any]) -> tuple[int, Any]:
         invalid = [k for k, v in (patched["metadata"].get("labels") or {}).items() if not _legal_label(k, v)]

@@ -89,6 +89,14 @@ class ScheduleError(M2PError):
     meaning = "bad schedule (file:line)"
 
 
+class ProviderError(M2PError):
+    """The farm cannot become (or stop being) a marketplace provider as asked: a missing chart archive,
+    an unreadable key file, an unset passphrase variable, a model without a price floor."""
+
+    exit_code = 8
+    meaning = "the provider cannot be installed, checked or removed as asked"
+
+
 def exit_codes() -> list[tuple[str, str]]:
     """(code, meaning) for docs/errors.md's exit-code table, from the classes above (a test keeps them equal).
     A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""

@@ -13,6 +13,7 @@ GOOD = """domain: farm.example.com
 wallet:
   key_file: keys/provider.key
   passphrase_env: AKASH_KEY_PASS
+  address: akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63
 email: ops@farm.example.com
 website: https://farm.example.com
 organization: Example Farm
@@ -30,6 +31,7 @@ def test_a_good_file_reads_whole():
     assert (got.domain, got.email, got.ingress_rig, got.rpc_node, got.region) == (
         "farm.example.com", "ops@farm.example.com", "rig01", "http://akash-node:26657", "eu-central")
     assert str(got.wallet.key_file) == "/farm/keys/provider.key" and got.wallet.passphrase_env == "AKASH_KEY_PASS"
+    assert got.wallet.address == "akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63"
     assert got.reclamation_window_s == 5400
     assert got.charts == {**provider_file.CHARTS, "provider": "19.0.3"}
 
@@ -37,23 +39,26 @@ def test_a_good_file_reads_whole():
 @pytest.mark.parametrize("change, line, said", [
     (("domain: farm.example.com", "domain: 203.0.113.7"), 1, "a DNS name you control"),
     (("domain: farm.example.com", "domain: localhost"), 1, "a DNS name you control"),
-    (("email: ops@farm.example.com", "email: ops"), 5, "an address such as"),
-    (("rpc_node: http://akash-node:26657", "rpc_node: akash-node:26657"), 10, "the RPC node's URL"),
-    (("reclamation_window: 1h30m", "reclamation_window: 720"), 11, "a bare number is no duration"),
-    (("reclamation_window: 1h30m", "reclamation_window: 30m"), 11, "from 1h to 720h"),
-    (("reclamation_window: 1h30m", "reclamation_window: 721h"), 11, "from 1h to 720h"),
-    (("reclamation_window: 1h30m", "reclamation_window: 1 day"), 11, "a Go duration"),
-    (("region: eu-central", "region: eu central"), 8, "letters, digits"),
-    (('charts: {provider: "19.0.3"}', "charts: {provider: 19.0}"), 12, "a chart version"),
-    (('charts: {provider: "19.0.3"}', 'charts: {akash-node: "1.0.0"}'), 12, "unknown charts key 'akash-node'"),
+    (("email: ops@farm.example.com", "email: ops"), 6, "an address such as"),
+    (("rpc_node: http://akash-node:26657", "rpc_node: akash-node:26657"), 11, "the RPC node's URL"),
+    (("reclamation_window: 1h30m", "reclamation_window: 720"), 12, "a bare number is no duration"),
+    (("reclamation_window: 1h30m", "reclamation_window: 30m"), 12, "from 1h to 720h"),
+    (("reclamation_window: 1h30m", "reclamation_window: 721h"), 12, "from 1h to 720h"),
+    (("reclamation_window: 1h30m", "reclamation_window: 1 day"), 12, "a Go duration"),
+    (("region: eu-central", "region: eu central"), 9, "letters, digits"),
+    (('charts: {provider: "19.0.3"}', "charts: {provider: 19.0}"), 13, "a chart version"),
+    (('charts: {provider: "19.0.3"}', 'charts: {akash-node: "1.0.0"}'), 13, "unknown charts key 'akash-node'"),
     (("  passphrase_env: AKASH_KEY_PASS", "  passphrase_env: hunter2 is my pass"), 4, "the NAME of an environment"),
     (("  passphrase_env: AKASH_KEY_PASS", "  passphrase: x"), 4, "unknown wallet key 'passphrase'"),
-    (("ingress_rig: rig01", "ingres_rig: rig01"), 9, "unknown provider key 'ingres_rig'"),
+    (("akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63", "akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx64"), 5,
+     "wallet.address 'akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx64': the provider's akash1"),
+    (("  address: akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63\n", ""), 3, "wallet.address missing"),
+    (("ingress_rig: rig01", "ingres_rig: rig01"), 10, "unknown provider key 'ingres_rig'"),
     (("ingress_rig: rig01\n", ""), 1, "ingress_rig missing"),
-    (("email: ops@farm.example.com", f"email: {MNEMONIC}"), 5, "looks like the wallet's key or mnemonic"),
-    (("organization: Example Farm", "organization: |\n  -----BEGIN TENDERMINT PRIVATE KEY-----\n  abc"), 7,
+    (("email: ops@farm.example.com", f"email: {MNEMONIC}"), 6, "looks like the wallet's key or mnemonic"),
+    (("organization: Example Farm", "organization: |\n  -----BEGIN TENDERMINT PRIVATE KEY-----\n  abc"), 8,
      "looks like the wallet's key or mnemonic"),
-    (("website: https://farm.example.com", "website: [a, b]"), 6, "a single value"),
+    (("website: https://farm.example.com", "website: [a, b]"), 7, "a single value"),
     (("domain: farm.example.com", "domain: farm.example.com\ndomain: other.example.com"), 2, "given twice"),
 ])
 def test_every_mistake_is_one_line_at_its_place(change, line, said):

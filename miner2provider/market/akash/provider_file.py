@@ -3,6 +3,7 @@ here (every mistake a ProviderFileError at its file:line); read by `m2p provider
 
     domain: farm.example.com          # provider.<domain> and *.ingress.<domain> point at the ingress rig
     wallet:
+      address: akash1...              # the provider's account address (public; `provider-services keys show -a`)
       key_file: provider.key          # `provider-services keys export` output (armored, passphrase-protected)
       passphrase_env: AKASH_KEY_PASS  # the environment variable that holds its passphrase
     email: ops@farm.example.com
@@ -34,6 +35,7 @@ import yaml
 
 from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import ProviderFileError
+from miner2provider.market.akash import address
 
 STARTER = Path(__file__).with_name("provider.yml")  # what `m2p provider init` writes
 # Chart -> the version m2p's tests render (../shared/akash: helm-charts @ f3d8d46).
@@ -42,7 +44,7 @@ CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inve
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
         "reclamation_window", "charts"}
 REQUIRED = ("domain", "wallet", "email", "ingress_rig", "rpc_node")
-WALLET_KEYS = {"key_file", "passphrase_env"}
+WALLET_KEYS = {"address", "key_file", "passphrase_env"}
 WINDOW_MIN_S, WINDOW_MAX_S = 3600, 720 * 3600  # AEP-82: the chain accepts 1 h to 720 h
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -56,6 +58,7 @@ _MNEMONIC = re.compile(r"^(?:[a-z]{3,8} ){11}[a-z]{3,8}(?:(?: [a-z]{3,8}){12})?$
 
 @dataclass(frozen=True)
 class Wallet:
+    address: str  # akash1...: the chart's ``from``
     key_file: Path  # resolved from the provider file's folder
     passphrase_env: str
 
@@ -161,6 +164,11 @@ def _wallet(path: str, node: yaml.Node) -> Wallet:
     missing = sorted(WALLET_KEYS - set(found))
     if missing:
         raise ProviderFileError(f"wallet.{missing[0]} missing", where=textfiles.at(path, node))
+    address_node, address_text = found["address"]
+    if not isinstance(address_text, str) or not address.is_account(address_text):
+        raise ProviderFileError(f"wallet.address {textfiles.shown(address_text)}: the provider's akash1... account "
+                                "address (provider-services keys show NAME -a); its checksum must match",
+                                where=textfiles.at(path, address_node))
     key_node, key_file = found["key_file"]
     env_node, env = found["passphrase_env"]
     if not isinstance(key_file, str) or not key_file.strip():
@@ -170,7 +178,7 @@ def _wallet(path: str, node: yaml.Node) -> Wallet:
         raise ProviderFileError("wallet.passphrase_env: the NAME of an environment variable (such as "
                                 "AKASH_KEY_PASS), never the passphrase itself", where=textfiles.at(path, env_node))
     resolved = Path(key_file).expanduser()
-    return Wallet(resolved if resolved.is_absolute() else Path(path).parent / resolved, env)
+    return Wallet(address_text, resolved if resolved.is_absolute() else Path(path).parent / resolved, env)
 
 
 def _charts(path: str, node: yaml.Node) -> dict[str, str]:

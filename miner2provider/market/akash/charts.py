@@ -1,0 +1,122 @@
+"""Akash's chart archives and CRDs, as the farm installs them: read from a folder the owner (or `m2p
+bundle`) filled, each checked for what it claims to be before it goes anywhere.
+
+k3s's Helm controller installs a chart from ``spec.chartContent`` (the archive, base64), so an offline
+farm needs the archives themselves, never a chart repository.  m2p carries no copy of Akash's charts;
+it reads what the folder holds:
+
+    <folder>/provider-19.0.2.tgz                   # `helm package` names: <chart>-<version>.tgz
+    <folder>/akash-hostname-operator-19.0.2.tgz
+    <folder>/akash-inventory-operator-19.0.2.tgz
+    <folder>/akash-gateway-1.2.1.tgz
+    <folder>/akash-crd.yaml                        # akash-network/provider pkg/apis/akash.network/crd.yaml
+
+Every archive must be a gzip'd tar whose ``<chart>/Chart.yaml`` names that chart and version, within
+k3s's limit for chartContent (the Helm controller copies it into a ConfigMap: about 1 MiB).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from miner2provider.core import textfiles
+from miner2provider.core.errors import ProviderError
+
+CRDS_FILE = "akash-crd.yaml"
+PRICE_SCRIPT = "scripts/price_script_generic.sh"  # inside the provider chart: Akash's own bid script
+MAX_ARCHIVE = 700 * 1024  # base64 grows it by 4/3; a ConfigMap holds at most 1 MiB
+MAX_CRDS = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ChartArchive:
+    name: str
+    version: str
+    data: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def member(self, path: str) -> str:
+        """A text file of the chart (``scripts/...``), or "" when the chart has none."""
+        with tarfile.open(fileobj=io.BytesIO(self.data), mode="r:gz") as tar:
+            try:
+                found = tar.extractfile(f"{self.name}/{path}")
+            except KeyError:
+                return ""
+            return found.read().decode() if found else ""
+
+
+@dataclass(frozen=True)
+class AkashCharts:
+    charts: dict[str, ChartArchive]
+    crds: str  # Akash's CRDs, YAML
+
+    @property
+    def price_script(self) -> str:
+        return self.charts["provider"].member(PRICE_SCRIPT)
+
+
+def archive_name(chart: str, version: str) -> str:
+    return f"{chart}-{version}.tgz"
+
+
+def load(folder: str | Path, versions: dict[str, str]) -> AkashCharts:
+    """The archives of ``versions`` (chart -> version) and the CRDs from ``folder``."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise ProviderError(f"no chart folder {textfiles.shown(str(root))}: put Akash's chart archives there "
+                            f"({', '.join(archive_name(c, v) for c, v in versions.items())}) and {CRDS_FILE}, "
+                            "or pass --charts DIR")
+    charts = {name: _archive(root / archive_name(name, version), name, version) for name, version in versions.items()}
+    crds_path = root / CRDS_FILE
+    try:
+        crds = crds_path.read_bytes()
+    except OSError as exc:
+        raise ProviderError(f"cannot read {textfiles.shown(str(crds_path))}: {exc.strerror} (Akash's CRDs: "
+                            "akash-network/provider pkg/apis/akash.network/crd.yaml)") from None
+    if len(crds) > MAX_CRDS:
+        raise ProviderError(f"{crds_path}: {len(crds)} bytes, more than Akash's CRDs are")
+    docs = _crd_documents(crds, crds_path)
+    if not docs:
+        raise ProviderError(f"{crds_path}: no CustomResourceDefinition of akash.network in it")
+    return AkashCharts(charts, crds.decode())
+
+
+def _archive(path: Path, name: str, version: str) -> ChartArchive:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProviderError(f"cannot read chart archive {textfiles.shown(str(path))}: {exc.strerror} "
+                            f"(Akash's {name} chart, version {version}; `helm pull` it or let m2p bundle fetch it)"
+                            ) from None
+    if len(data) > MAX_ARCHIVE:
+        raise ProviderError(f"{path}: {len(data)} bytes; k3s's Helm controller takes chart archives up to "
+                            f"{MAX_ARCHIVE} bytes")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            found = tar.extractfile(f"{name}/Chart.yaml")
+            meta = yaml.safe_load(found.read()) if found else None
+    except (tarfile.TarError, OSError, KeyError, EOFError, yaml.YAMLError):
+        raise ProviderError(f"{path}: not a chart archive with {name}/Chart.yaml") from None
+    if not isinstance(meta, dict) or (meta.get("name"), str(meta.get("version"))) != (name, version):
+        got = (meta.get("name"), meta.get("version")) if isinstance(meta, dict) else None
+        raise ProviderError(f"{path}: its Chart.yaml says {got}, not chart {name} version {version}")
+    return ChartArchive(name, version, data)
+
+
+def _crd_documents(data: bytes, path: Path) -> list[dict[str, object]]:
+    try:
+        docs = [d for d in yaml.safe_load_all(data) if d]
+    except yaml.YAMLError as exc:
+        raise ProviderError(f"{path}: not YAML ({textfiles.shown(str(exc).splitlines()[0])})") from None
+    if not all(isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition" for d in docs):
+        raise ProviderError(f"{path}: holds something other than CustomResourceDefinitions")
+    return [d for d in docs if str(d.get("spec", {}).get("group", "")).endswith("akash.network")]

@@ -1,0 +1,169 @@
+"""Akash's provider stack for one farm, as k3s installs it: the manifests m2p puts in the k3s server's
+manifests folder and the one Secret that holds the wallet.  Pure: everything read comes in.
+
+What goes where, in Akash's order (provider-playbooks roles/provider/tasks/install.yml; Akash's docs,
+"provider installation prep"):
+
+- ``m2p-akash-00-namespaces.yaml``: ``akash-services`` (labels ``akash.network=true`` and
+  ``akash.network/name=akash-services``), ``lease`` and ``akash-gateway`` (``akash.network=true``);
+- ``m2p-akash-01-crds.yaml``: Akash's CRDs, as given (charts.AkashCharts.crds);
+- ``m2p-akash-10-<chart>.yaml``: one k3s HelmChart (helm.cattle.io/v1) per chart, in ``kube-system``,
+  installing the archive itself (``chartContent``: works offline) into Akash's namespace.  The release
+  names are the ones Akash's charts expect of each other (akash-gateway's TCPRoutes point at the Service
+  ``akash-provider`` in akash-services; the chart names its objects after a release that contains its name).
+
+The wallet (the exported key and its passphrase, base64 as the chart wants them) is only in the Secret
+``m2p-akash-provider-wallet`` (kube-system, beside the HelmChart, as ``valuesSecrets`` requires), which
+m2p sends to the API and never writes to the manifests folder.  Every value is checked here, because the
+chart checks almost nothing (../shared/akash/README.md: an empty key renders, a bad base64 script
+becomes the script, ``720`` renders as a non-duration).
+
+Prices: ``price_target_gpu_mappings`` holds ``<model>.<vram>`` for every model and size the farm has,
+and the bare ``<model>`` at the highest of its sizes' floors: Akash's bid script falls back from
+``model.vram[.interface]`` to ``model`` and then to the highest price of the whole map
+(helm-charts charts/akash-provider/scripts/price_script_generic.sh), so an order that names only the
+model still bids at or above every floor, and no model ever falls through to another's price.  The
+script itself is the provider chart's own (``bidpricescript``: base64 of scripts/price_script_generic.sh
+from the archive installed), which turns the provider's bid strategy to ``shellScript``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from miner2provider.core.errors import ProviderError
+from miner2provider.market.akash.charts import AkashCharts
+from miner2provider.market.akash.provider_file import ProviderFile
+from miner2provider.market.pricing import Floor
+
+NAMESPACE = "akash-services"
+HELM_NAMESPACE = "kube-system"  # k3s's HelmCharts live here; a valuesSecrets Secret must sit beside its HelmChart
+WALLET_SECRET = "m2p-akash-provider-wallet"
+WALLET_KEY = "values.yaml"
+MANAGED = {"app.kubernetes.io/managed-by": "m2p"}
+# chart -> (release name, target namespace)
+RELEASES = {"akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
+            "akash-inventory-operator": ("akash-inventory-operator", NAMESPACE),
+            "akash-gateway": ("akash-gateway", "akash-gateway"),
+            "provider": ("akash-provider", NAMESPACE)}
+NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPACE},
+              "lease": {"akash.network": "true"}, "akash-gateway": {"akash.network": "true"}}
+FILE_PREFIX = "m2p-akash-"
+_ARMORED_KEY = re.compile(r"-----BEGIN TENDERMINT PRIVATE KEY-----\n(?:[A-Za-z-]+: [^\n]*\n)+\n[A-Za-z0-9+/=\n]+"
+                          r"-----END TENDERMINT PRIVATE KEY-----\n?")
+
+
+@dataclass(frozen=True)
+class Farm:
+    """What the provider offers: the fleet's attributes (Marketplace.fleet_attributes), each model's lease
+    floor (market/pricing.py) and the node that runs the provider's own pods (the k3s server: always on,
+    never handed to a miner)."""
+
+    attributes: tuple[tuple[str, str], ...]
+    floors: tuple[Floor, ...]
+    server_node: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    files: dict[str, str]  # manifest file name -> YAML, for the server's manifests folder (no secret in any)
+    secret: str  # the wallet Secret as JSON: for the API only, never a file, output or log
+    fingerprint: str  # of files + secret: a converged provider re-applies nothing
+    values: dict[str, dict[str, Any]]  # chart -> its values (without the wallet), for `provider apply --check`
+
+
+def price_mappings(floors: Sequence[Floor]) -> str:
+    """``model.vram=USD,...,model=USD`` (highest floor of its sizes); every model priced, never ``*``."""
+    unpriced = sorted({f.key for f in floors if f.floor_per_month is None})
+    if unpriced:
+        raise ProviderError(f"no lease floor for {', '.join(unpriced)}: give their mining revenue in the "
+                            "economics file (m2p pricing shows what is missing); m2p never bids a guessed price")
+    if not floors:
+        raise ProviderError("the farm has no GPU m2p can price: nothing to offer on Akash")
+    prices: dict[str, float] = {}
+    for f in floors:
+        assert f.floor_per_month is not None
+        prices[f.key] = f.floor_per_month
+        prices[f.model] = max(prices.get(f.model, 0.0), f.floor_per_month)
+    return ",".join(f"{key}={price:.2f}" for key, price in sorted(prices.items()))
+
+
+def provider_values(provider: ProviderFile, farm: Farm, price_script: str) -> dict[str, Any]:
+    if not price_script.startswith("#!"):
+        raise ProviderError("the provider chart archive holds no price script (scripts/price_script_generic.sh): "
+                            "is it Akash's provider chart?")
+    attributes = [("host", "akash"), ("tier", "community")]
+    if provider.organization:
+        attributes.append(("organization", provider.organization))
+    attributes += [(k, v) for k, v in farm.attributes if k not in dict(attributes)]
+    values: dict[str, Any] = {
+        "from": provider.wallet.address, "domain": provider.domain, "node": provider.rpc_node,
+        "email": provider.email, "website": provider.website,
+        "attributes": [{"key": k, "value": v} for k, v in attributes],
+        "price_target_gpu_mappings": price_mappings(farm.floors),
+        "bidpricescript": base64.b64encode(price_script.encode()).decode(),
+        "nodeSelector": {"kubernetes.io/hostname": farm.server_node},
+    }
+    if provider.reclamation_window:
+        values["reclamationWindow"] = provider.reclamation_window  # checked as a Go duration, 1h-720h
+    return values
+
+
+def wallet_values(provider: ProviderFile, key_text: str, passphrase: str) -> dict[str, str]:
+    """The chart's ``key`` and ``keysecret`` (base64 of the armored key and of its passphrase)."""
+    if not _ARMORED_KEY.fullmatch(key_text.replace("\r\n", "\n")):
+        raise ProviderError(f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: "
+                            "an armored TENDERMINT PRIVATE KEY block)")
+    if not passphrase:
+        raise ProviderError(f"the environment variable {provider.wallet.passphrase_env} (wallet.passphrase_env) "
+                            "is empty or unset: it must hold the exported key's passphrase")
+    return {"key": base64.b64encode(key_text.encode()).decode(),
+            "keysecret": base64.b64encode(passphrase.encode()).decode()}
+
+
+def build(provider: ProviderFile, farm: Farm, charts: AkashCharts, wallet: dict[str, str]) -> Stack:
+    server = {"nodeSelector": {"kubernetes.io/hostname": farm.server_node}}
+    values: dict[str, dict[str, Any]] = {
+        "akash-hostname-operator": dict(server), "akash-inventory-operator": dict(server),
+        "akash-gateway": {"domain": provider.domain}, "provider": provider_values(provider, farm, charts.price_script)}
+    files = {f"{FILE_PREFIX}00-namespaces.yaml": _documents(_namespace(n, labels) for n, labels in NAMESPACES.items()),
+             f"{FILE_PREFIX}01-crds.yaml": charts.crds}
+    for chart, archive in charts.charts.items():
+        release, namespace = RELEASES[chart]
+        spec: dict[str, Any] = {"chartContent": base64.b64encode(archive.data).decode(), "targetNamespace": namespace,
+                                "valuesContent": yaml.safe_dump(values[chart], sort_keys=True)}
+        if chart == "provider":
+            spec["valuesSecrets"] = [{"name": WALLET_SECRET, "keys": [WALLET_KEY]}]
+        files[f"{FILE_PREFIX}10-{release}.yaml"] = _documents([{
+            "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": release, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)}, "spec": spec}])
+    secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                         "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
+                         "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
+    return Stack(files, secret, fingerprint(files, secret), values)
+
+
+def fingerprint(files: dict[str, str], secret: str) -> str:
+    """Changes with any manifest or the wallet.  The wallet part goes through scrypt, salted with the
+    manifests' digest: the fingerprint file on the server must not be a fast way to try passphrases."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    salt = digest.digest()
+    return digest.hexdigest()[:32] + hashlib.scrypt(secret.encode(), salt=salt, n=1 << 14, r=8, p=1, dklen=16).hex()
+
+
+def _namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {**labels, **MANAGED}}}
+
+
+def _documents(docs: Any) -> str:
+    return "".join("---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs)

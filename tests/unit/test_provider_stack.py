@@ -1,0 +1,203 @@
+"""Akash's provider stack for a farm (market/akash/stack.py), rendered by a real helm over Akash's real
+charts (../shared/akash) the way k3s's Helm job renders them, and checked against k3s's HelmChart CRD:
+attributes and prices for a farm of mixed models (every model, never ``*``), the reclamation window, the
+provider and operators on the server node, and no wallet material in any manifest."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from m2p_sandbox import helm
+from miner2provider.core.errors import ProviderError
+from miner2provider.detect.facts.gpu import Gpu, Gpus
+from miner2provider.market.akash import AKASH, charts, stack
+from miner2provider.market.akash.address import encode
+from miner2provider.market.akash.provider_file import parse
+from miner2provider.market.base import RigGpus
+from miner2provider.market.cards import cards_of
+from miner2provider.market.pricing import floors
+from miner2provider.timeshare import economics
+
+ADDRESS = encode(bytes(range(1, 21)))
+PROVIDER = parse(f"""domain: farm.example.com
+wallet: {{address: {ADDRESS}, key_file: provider.key, passphrase_env: AKASH_KEY_PASS}}
+email: ops@farm.example.com
+website: https://farm.example.com
+organization: Example Farm
+region: eu-central
+ingress_rig: rig01
+rpc_node: http://akash-node:26657
+reclamation_window: 24h
+""", "/farm/provider.yml")
+PASSPHRASE = "correct horse battery staple 7731"
+KEY = ("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\nsalt: 8C4A0F4E2D1B6E1C9A2B3C4D5E6F7081\n"
+       "type: secp256k1\n\nZmFrZSBlbmNyeXB0ZWQga2V5IGJ5dGVzIGZvciBhIHRlc3Q=\n=AbCd\n"
+       "-----END TENDERMINT PRIVATE KEY-----\n")
+ECON = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, rtx3090: 0.95, cmp90hx: 0.55}\n"
+                       "gpu_power_watts: {default: 200, rtx3090: 300}\npower_price_per_kwh: 0.12\nmargin: 0.15\n")
+
+
+def gpu(device: str, name: str, mib: int) -> Gpu:
+    return Gpu(0, name, "GPU-x", "00000000:01:00.0", "10de", device, "0x00000000", mib, "550.54")
+
+
+RIGS = [RigGpus("rig01", Gpus("ok", (gpu("2204", "NVIDIA GeForce RTX 3090", 24576),) * 2), "12.4"),
+        RigGpus("rig02", Gpus("ok", (gpu("2206", "NVIDIA GeForce RTX 3080", 10240),
+                                     gpu("220a", "NVIDIA GeForce RTX 3080 12GB", 12288))), "12.2"),
+        RigGpus("rig03", Gpus("ok", (gpu("220d", "NVIDIA CMP 90HX", 10240),) * 4), "12.4")]
+
+
+def farm(rigs: list[RigGpus] = RIGS) -> stack.Farm:
+    cards = [(c.slug, c.memory) for r in rigs for c in cards_of(r.gpus)]
+    return stack.Farm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01")
+
+
+@pytest.fixture(scope="module")
+def chart_dir(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("charts")
+    for archive in helm.shared_charts().glob("*.tgz"):
+        (folder / archive.name).write_bytes(archive.read_bytes())
+    (folder / charts.CRDS_FILE).write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built(chart_dir) -> stack.Stack:
+    loaded = charts.load(chart_dir, PROVIDER.charts)
+    return stack.build(PROVIDER, farm(), loaded, stack.wallet_values(PROVIDER, KEY, PASSPHRASE))
+
+
+def helmcharts(built: stack.Stack) -> dict[str, dict]:  # type: ignore[type-arg]
+    out = {}
+    for text in built.files.values():
+        for doc in yaml.safe_load_all(text):
+            if doc and doc["kind"] == "HelmChart":
+                out[doc["metadata"]["name"]] = doc
+    return out
+
+
+def secrets(built: stack.Stack) -> dict[str, dict[str, str]]:
+    secret = json.loads(built.secret)
+    return {secret["metadata"]["name"]: secret["stringData"]}
+
+
+def rendered(built: stack.Stack, release: str) -> list[dict]:  # type: ignore[type-arg]
+    return helm.render(helmcharts(built)[release], secrets(built))
+
+
+def find(objects: list[dict], kind: str, name: str | None = None) -> dict:  # type: ignore[type-arg]
+    (found,) = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def test_every_helmchart_fits_k3s_crd_and_installs_the_archive_itself(built):
+    charts_in = helmcharts(built)
+    assert set(charts_in) == {"akash-provider", "akash-hostname-operator", "akash-inventory-operator",
+                              "akash-gateway"}
+    for obj in charts_in.values():
+        helm.check_helmchart(obj)
+        assert obj["metadata"]["namespace"] == "kube-system" and "chart" not in obj["spec"]  # offline: no repo
+    assert charts_in["akash-gateway"]["spec"]["targetNamespace"] == "akash-gateway"
+    namespaces = {d["metadata"]["name"]: d["metadata"]["labels"]
+                  for d in yaml.safe_load_all(built.files["m2p-akash-00-namespaces.yaml"]) if d}
+    assert namespaces["akash-services"]["akash.network/name"] == "akash-services"
+    assert all(labels["akash.network"] == "true" for labels in namespaces.values())
+    assert set(namespaces) == {"akash-services", "lease", "akash-gateway"}
+
+
+def test_the_provider_renders_with_every_model_priced_and_the_farms_attributes(built):
+    objects = rendered(built, "akash-provider")
+    pricing = find(objects, "ConfigMap", "akash-provider-pricing")["data"]
+    mappings = dict(pair.split("=") for pair in pricing["PRICE_TARGET_GPU_MAPPINGS"].split(","))
+    assert "*" not in mappings
+    assert set(mappings) == {"rtx3090.24Gi", "rtx3090", "rtx3080.10Gi", "rtx3080.12Gi", "rtx3080", "cmp90hx.10Gi",
+                             "cmp90hx"}
+    by_key = {f.key: f.floor_per_month for f in farm().floors}
+    assert float(mappings["rtx3090.24Gi"]) == pytest.approx(by_key["rtx3090.24Gi"], abs=0.006)
+    assert float(mappings["rtx3080"]) == max(float(mappings["rtx3080.10Gi"]), float(mappings["rtx3080.12Gi"]))
+    main = find(objects, "ConfigMap", "akash-provider-main")["data"]
+    assert main["AKASH_FROM"] == ADDRESS and main["AKASH_NODE"] == "http://akash-node:26657"
+    assert main["AKASH_BID_PRICE_STRATEGY"] == "shellScript"
+    assert main["AKASH_CLUSTER_PUBLIC_HOSTNAME"] == "provider.farm.example.com"
+    script = find(objects, "ConfigMap", "akash-provider-script")["data"]
+    provider_yaml = script["create_provider.sh"]
+    assert "host: https://provider.farm.example.com:8443" in provider_yaml
+    for key in ("capabilities/gpu/vendor/nvidia/model/rtx3090/ram/24Gi", "capabilities/gpu/vendor/nvidia/model/cmp90hx",
+                "location-region", "organization"):
+        assert f"- key: {key}\n" in provider_yaml
+    assert "value: eu-central" in provider_yaml and "value: Example Farm" in provider_yaml
+    assert script["price_script.sh"].startswith("#!")  # Akash's own bid script, from the archive
+    pod = find(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "rig01"}
+    env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
+    assert env["AKASH_RECLAMATION_WINDOW"] == "24h"
+
+
+def test_the_wallet_is_only_in_the_secret_and_the_chart_gets_it_from_there(built):
+    key_b64, pass_b64 = base64.b64encode(KEY.encode()).decode(), base64.b64encode(PASSPHRASE.encode()).decode()
+    for name, text in built.files.items():
+        for secret in (PASSPHRASE, key_b64, pass_b64, "TENDERMINT PRIVATE KEY", "kdf: bcrypt"):
+            assert secret not in text, f"{secret[:12]}... in {name}"
+    keys = find(rendered(built, "akash-provider"), "Secret", "akash-provider-keys")["data"]
+    assert (keys["key.txt"], keys["key-pass.txt"]) == (key_b64, pass_b64)
+
+
+def test_the_operators_and_gateway_render_for_the_farm(built):
+    for release in ("akash-hostname-operator", "akash-inventory-operator"):
+        deployment = find(rendered(built, release), "Deployment")
+        assert deployment["metadata"].get("namespace", "akash-services") == "akash-services"  # helm --namespace
+        assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "rig01"}
+    gateway = find(rendered(built, "akash-gateway"), "Gateway")
+    hosts = {listener.get("hostname") for listener in gateway["spec"]["listeners"]}
+    assert "*.ingress.farm.example.com" in hosts
+
+
+def test_no_window_unless_set_and_the_fingerprint_follows_every_input(chart_dir):
+    loaded = charts.load(chart_dir, PROVIDER.charts)
+    wallet = stack.wallet_values(PROVIDER, KEY, PASSPHRASE)
+    base = stack.build(PROVIDER, farm(), loaded, wallet)
+    off = stack.build(replace(PROVIDER, reclamation_window=""), farm(), loaded, wallet)
+    assert "reclamationWindow" not in off.values["provider"] and base.values["provider"]["reclamationWindow"] == "24h"
+    assert stack.build(PROVIDER, farm(), loaded, wallet).fingerprint == base.fingerprint
+    other_pass = stack.build(PROVIDER, farm(), loaded, stack.wallet_values(PROVIDER, KEY, PASSPHRASE + "!"))
+    assert len({base.fingerprint, off.fingerprint, other_pass.fingerprint}) == 3
+    assert PASSPHRASE not in base.fingerprint
+
+
+@pytest.mark.parametrize("key, passphrase, said", [
+    ("not a key", PASSPHRASE, "not an exported key"),
+    (KEY.replace("TENDERMINT PRIVATE KEY", "PGP MESSAGE"), PASSPHRASE, "not an exported key"),
+    (KEY, "", "AKASH_KEY_PASS (wallet.passphrase_env) is empty or unset"),
+])
+def test_bad_wallet_material_is_refused_without_quoting_it(key, passphrase, said):
+    with pytest.raises(ProviderError) as caught:
+        stack.wallet_values(PROVIDER, key, passphrase)
+    assert said in str(caught.value) and "horse" not in str(caught.value)
+
+
+def test_a_model_without_a_floor_is_refused_never_priced_by_another(chart_dir):
+    bare = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 0.95}\ngpu_power_watts: {default: 200}\n"
+                           "power_price_per_kwh: 0.1\n")
+    unpriced = floors([("rtx3090", "24Gi"), ("cmp90hx", "10Gi")], bare)
+    with pytest.raises(ProviderError, match="no lease floor for cmp90hx.10Gi"):
+        stack.price_mappings(unpriced)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda d: d.joinpath("provider-19.0.2.tgz").unlink(), "cannot read chart archive"),
+    (lambda d: d.joinpath("provider-19.0.2.tgz").write_bytes(b"junk"), "not a chart archive"),
+    (lambda d: d.joinpath("provider-19.0.2.tgz").write_bytes(d.joinpath("akash-gateway-1.2.1.tgz").read_bytes()),
+     "not a chart archive with provider/Chart.yaml"),
+    (lambda d: d.joinpath("akash-crd.yaml").write_text("kind: Deployment\n"), "other than CustomResourceDefinitions"),
+])
+def test_a_wrong_or_missing_archive_is_named(tmp_path, chart_dir, damage, said):
+    for f in chart_dir.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    damage(tmp_path)
+    with pytest.raises(ProviderError, match=said):
+        charts.load(tmp_path, PROVIDER.charts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from miner2provider.agent.status import Measured
@@ -47,6 +48,36 @@ class FleetAttributes:
     attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
     warnings: tuple[str, ...]
     unknown_entries: tuple[str, ...]  # the fleet's cards the marketplace's own list lacks, ready to add
+
+
+@dataclass(frozen=True)
+class ProviderFarm:
+    """What the provider offers: the fleet's attributes (``fleet_attributes``), each model's lease floor
+    (market/pricing.py) and the node that runs the provider's own pods (the k3s server: always on, never
+    handed to a miner)."""
+
+    attributes: tuple[tuple[str, str], ...]
+    floors: tuple[Floor, ...]
+    server_node: str
+
+
+@dataclass(frozen=True)
+class ProviderStack:
+    """A marketplace's provider, as k3s installs it on the farm's server (role market_provider)."""
+
+    files: dict[str, str]  # manifest file name -> YAML, for k3s's manifests folder (no secret in any)
+    secret: str  # the wallet Secret as JSON: for the API only, never a file, output or log
+    fingerprint: str  # of files + secret: a converged provider re-applies nothing
+    values: dict[str, dict[str, Any]]  # chart -> its values (without the wallet)
+
+
+@dataclass(frozen=True)
+class ProviderParts:
+    """What m2p makes on the server for a marketplace's provider, so remove can find it without the stack."""
+
+    file_prefix: str  # manifest files <prefix>*.yaml
+    releases: tuple[str, ...]  # HelmChart objects in kube-system
+    secret_name: str  # the wallet Secret in kube-system
 
 
 class Marketplace(Protocol):
@@ -90,6 +121,16 @@ class Marketplace(Protocol):
         """A commented starter of the file that makes the farm this marketplace's provider (`m2p provider init`)."""
         ...
 
-    def read_provider_file(self, text: str, where: str) -> object:
+    def read_provider_file(self, text: str, where: str) -> Any:
         """That file, checked (every mistake a ProviderFileError at its file:line)."""
+        ...
+
+    @property
+    def provider_parts(self) -> ProviderParts:
+        ...
+
+    def provider_stack(self, provider: Any, farm: ProviderFarm, charts_folder: Path, key_text: str,
+                       passphrase: str) -> ProviderStack:
+        """The provider for ``farm`` (``provider``: read_provider_file's), its charts read from ``charts_folder``
+        and its wallet from the key's text and passphrase (they go only into ``ProviderStack.secret``)."""
         ...

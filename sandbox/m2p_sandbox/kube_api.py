@@ -10,9 +10,10 @@ them (v1 Pod, PodList, Node, Status):
   gone, as the API refuses a deleted Secret's token;
 - for the admin (``k3s kubectl`` on a server, through the stand-in k3s): ``GET`` of a Secret and
   ``DELETE`` of nodes, namespaces (with everything in them), secrets, serviceaccounts,
-  clusterroles, clusterrolebindings and priorityclasses.  ``apply`` puts a manifest's objects in, standing for
-  k3s's deploy controller; nothing happens when a manifest file goes (k3s does not delete what
-  a removed manifest made), since nothing here watches the files.
+  clusterroles, clusterrolebindings, priorityclasses and k3s HelmCharts; ``PUT`` of a Secret (kubectl's
+  server-side apply; ``stringData`` is folded into base64 ``data`` as the API does, never kept).
+  ``apply`` puts a manifest's objects in, standing for k3s's deploy controller; nothing happens
+  when a manifest file goes (k3s does not delete what a removed manifest made), since nothing here watches the files.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
 ``delete_pod`` (a pod is bound where the test says: no scheduler runs here, so the tests
 bind only to nodes that are offered, as the scheduler would).
@@ -29,6 +30,7 @@ lease asks for among allocatable minus allocated
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -141,6 +143,9 @@ class KubeApiStandin(Served):
 
             def do_DELETE(self) -> None:
                 standin._serve(self, "DELETE")
+
+            def do_PUT(self) -> None:
+                standin._serve(self, "PUT")
 
         self._serve_on(host, port, Handler)
         self.authority: pki.Authority | None = None
@@ -305,7 +310,7 @@ class KubeApiStandin(Served):
                 return self._as_node(kubelet, handler, method, url)
         with self.lock:
             if token in self.admin_tokens:
-                admin = self._admin(method, url.path)
+                admin = self._admin(method, url.path, handler)
                 if admin is not None:
                     return admin
             allowed = "*" if token in self.admin_tokens else self.tokens.get(token)
@@ -400,12 +405,14 @@ class KubeApiStandin(Served):
         self.nodes[name] = patched
         return 200, copy.deepcopy(patched)
 
-    def _admin(self, method: str, path: str) -> tuple[int, Any] | None:
-        """The admin's GET of a Secret and its deletes; None: served like any other caller."""
+    def _admin(self, method: str, path: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any] | None:
+        """The admin's GET and PUT of a Secret and its deletes; None: served like any other caller."""
         parts = path.strip("/").split("/")
         kind, namespace, name = _object_path(parts)
-        if kind is None or method not in {"GET", "DELETE"} or (method == "GET" and kind != "Secret"):
+        if kind is None or method not in {"GET", "DELETE", "PUT"} or (method in {"GET", "PUT"} and kind != "Secret"):
             return None
+        if method == "PUT":
+            return self._put_secret(namespace, name, handler)
         if kind == "Node":
             if method == "GET":
                 return None
@@ -424,6 +431,30 @@ class KubeApiStandin(Served):
         return 200, _status(200, "Success", "deleted") | {"status": "Success"}
 
 
+    def _put_secret(self, namespace: str, name: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any]:
+        """Create or replace a Secret; 200 with ``"unchanged"`` in the status when its data is the same."""
+        length = int(handler.headers.get("Content-Length") or 0)
+        try:
+            doc = json.loads(handler.rfile.read(length) or b"{}")
+        except ValueError:
+            return 400, _status(400, "BadRequest", "the body is not JSON")
+        meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
+        if doc.get("kind") != "Secret" or meta.get("name") != name or meta.get("namespace", namespace) != namespace:
+            return 400, _status(400, "BadRequest", "the body is not this Secret")
+        data = dict(doc.get("data") or {})
+        for key, value in (doc.pop("stringData", None) or {}).items():  # the API keeps only base64 data
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        doc["data"] = data
+        key = ("Secret", namespace, name)
+        old = self.objects.get(key)
+        if old is not None and old.get("data") == data and old.get("metadata", {}).get("labels") == meta.get("labels"):
+            return 200, copy.deepcopy(old) | {"m2pStandin": "unchanged"}
+        doc["metadata"] = {**meta, "namespace": namespace}
+        self._bump(doc)
+        self.objects[key] = doc
+        return (201 if old is None else 200), copy.deepcopy(doc)
+
+
 def _allocated(pod: dict[str, Any]) -> bool:
     """isPodAllocated: scheduled, and Pending or Running."""
     scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
@@ -438,7 +469,7 @@ def _requests(pod: dict[str, Any]) -> int:
 
 _KINDS = {"nodes": "Node", "namespaces": "Namespace", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
           "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding",
-          "priorityclasses": "PriorityClass"}
+          "priorityclasses": "PriorityClass", "helmcharts": "HelmChart"}
 
 
 def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
@@ -450,4 +481,6 @@ def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
     if parts[:2] in (["apis", "rbac.authorization.k8s.io"], ["apis", "scheduling.k8s.io"]) \
             and parts[2] == "v1" and len(parts) == 5:
         return _KINDS.get(parts[3]), "", parts[4]
+    if parts[:3] == ["apis", "helm.cattle.io", "v1"] and len(parts) == 7 and parts[3] == "namespaces":
+        return _KINDS.get(parts[5]), parts[4], parts[6]
     return None, "", ""

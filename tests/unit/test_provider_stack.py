@@ -18,7 +18,7 @@ from miner2provider.detect.facts.gpu import Gpu, Gpus
 from miner2provider.market.akash import AKASH, charts, stack
 from miner2provider.market.akash.address import encode
 from miner2provider.market.akash.provider_file import parse
-from miner2provider.market.base import RigGpus
+from miner2provider.market.base import ProviderFarm, ProviderStack, RigGpus
 from miner2provider.market.cards import cards_of
 from miner2provider.market.pricing import floors
 from miner2provider.timeshare import economics
@@ -52,9 +52,9 @@ RIGS = [RigGpus("rig01", Gpus("ok", (gpu("2204", "NVIDIA GeForce RTX 3090", 2457
         RigGpus("rig03", Gpus("ok", (gpu("220d", "NVIDIA CMP 90HX", 10240),) * 4), "12.4")]
 
 
-def farm(rigs: list[RigGpus] = RIGS) -> stack.Farm:
+def farm(rigs: list[RigGpus] = RIGS) -> ProviderFarm:
     cards = [(c.slug, c.memory) for r in rigs for c in cards_of(r.gpus)]
-    return stack.Farm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01")
+    return ProviderFarm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01")
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +67,12 @@ def chart_dir(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def built(chart_dir) -> stack.Stack:
+def built(chart_dir) -> ProviderStack:
     loaded = charts.load(chart_dir, PROVIDER.charts)
     return stack.build(PROVIDER, farm(), loaded, stack.wallet_values(PROVIDER, KEY, PASSPHRASE))
 
 
-def helmcharts(built: stack.Stack) -> dict[str, dict]:  # type: ignore[type-arg]
+def helmcharts(built: ProviderStack) -> dict[str, dict]:  # type: ignore[type-arg]
     out = {}
     for text in built.files.values():
         for doc in yaml.safe_load_all(text):
@@ -81,12 +81,12 @@ def helmcharts(built: stack.Stack) -> dict[str, dict]:  # type: ignore[type-arg]
     return out
 
 
-def secrets(built: stack.Stack) -> dict[str, dict[str, str]]:
+def secrets(built: ProviderStack) -> dict[str, dict[str, str]]:
     secret = json.loads(built.secret)
     return {secret["metadata"]["name"]: secret["stringData"]}
 
 
-def rendered(built: stack.Stack, release: str) -> list[dict]:  # type: ignore[type-arg]
+def rendered(built: ProviderStack, release: str) -> list[dict]:  # type: ignore[type-arg]
     return helm.render(helmcharts(built)[release], secrets(built))
 
 

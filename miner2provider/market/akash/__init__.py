@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash import gpus_json, provider, provider_file
+from miner2provider.market.akash import charts, gpus_json, provider, provider_file, stack
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
-from miner2provider.market.base import FleetAttributes, RigGpus
+from miner2provider.market.base import FleetAttributes, ProviderFarm, ProviderParts, ProviderStack, RigGpus
 from miner2provider.market.pricing import Floor
 
 
@@ -44,6 +45,15 @@ class Akash:
 
     def read_provider_file(self, text: str, where: str) -> provider_file.ProviderFile:
         return provider_file.parse(text, where)
+
+    @property
+    def provider_parts(self) -> ProviderParts:
+        return stack.PARTS
+
+    def provider_stack(self, provider: provider_file.ProviderFile, farm: ProviderFarm, charts_folder: Path,
+                       key_text: str, passphrase: str) -> ProviderStack:
+        wallet = stack.wallet_values(provider, key_text, passphrase)
+        return stack.build(provider, farm, charts.load(charts_folder, provider.charts), wallet)
 
 
 AKASH = Akash()

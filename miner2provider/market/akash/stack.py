@@ -34,7 +34,6 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -42,6 +41,7 @@ import yaml
 from miner2provider.core.errors import ProviderError
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
+from miner2provider.market.base import ProviderFarm, ProviderParts, ProviderStack
 from miner2provider.market.pricing import Floor
 
 NAMESPACE = "akash-services"
@@ -57,27 +57,9 @@ RELEASES = {"akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
 NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPACE},
               "lease": {"akash.network": "true"}, "akash-gateway": {"akash.network": "true"}}
 FILE_PREFIX = "m2p-akash-"
+PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET)
 _ARMORED_KEY = re.compile(r"-----BEGIN TENDERMINT PRIVATE KEY-----\n(?:[A-Za-z-]+: [^\n]*\n)+\n[A-Za-z0-9+/=\n]+"
                           r"-----END TENDERMINT PRIVATE KEY-----\n?")
-
-
-@dataclass(frozen=True)
-class Farm:
-    """What the provider offers: the fleet's attributes (Marketplace.fleet_attributes), each model's lease
-    floor (market/pricing.py) and the node that runs the provider's own pods (the k3s server: always on,
-    never handed to a miner)."""
-
-    attributes: tuple[tuple[str, str], ...]
-    floors: tuple[Floor, ...]
-    server_node: str
-
-
-@dataclass(frozen=True)
-class Stack:
-    files: dict[str, str]  # manifest file name -> YAML, for the server's manifests folder (no secret in any)
-    secret: str  # the wallet Secret as JSON: for the API only, never a file, output or log
-    fingerprint: str  # of files + secret: a converged provider re-applies nothing
-    values: dict[str, dict[str, Any]]  # chart -> its values (without the wallet), for `provider apply --check`
 
 
 def price_mappings(floors: Sequence[Floor]) -> str:
@@ -96,7 +78,7 @@ def price_mappings(floors: Sequence[Floor]) -> str:
     return ",".join(f"{key}={price:.2f}" for key, price in sorted(prices.items()))
 
 
-def provider_values(provider: ProviderFile, farm: Farm, price_script: str) -> dict[str, Any]:
+def provider_values(provider: ProviderFile, farm: ProviderFarm, price_script: str) -> dict[str, Any]:
     if not price_script.startswith("#!"):
         raise ProviderError("the provider chart archive holds no price script (scripts/price_script_generic.sh): "
                             "is it Akash's provider chart?")
@@ -129,7 +111,7 @@ def wallet_values(provider: ProviderFile, key_text: str, passphrase: str) -> dic
             "keysecret": base64.b64encode(passphrase.encode()).decode()}
 
 
-def build(provider: ProviderFile, farm: Farm, charts: AkashCharts, wallet: dict[str, str]) -> Stack:
+def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str]) -> ProviderStack:
     server = {"nodeSelector": {"kubernetes.io/hostname": farm.server_node}}
     values: dict[str, dict[str, Any]] = {
         "akash-hostname-operator": dict(server), "akash-inventory-operator": dict(server),
@@ -148,7 +130,7 @@ def build(provider: ProviderFile, farm: Farm, charts: AkashCharts, wallet: dict[
     secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                          "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
                          "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
-    return Stack(files, secret, fingerprint(files, secret), values)
+    return ProviderStack(files, secret, fingerprint(files, secret), values)
 
 
 def fingerprint(files: dict[str, str], secret: str) -> str:

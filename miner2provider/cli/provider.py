@@ -1,22 +1,45 @@
-"""``m2p provider``: the farm as a marketplace provider (issue 35).  So far ``init``: a commented starter
-provider file, checked by the same parser the other provider commands will read it with."""
+"""``m2p provider``: the farm as a marketplace provider (issue 35): ``init`` writes a commented provider
+file, ``apply`` installs the marketplace's provider stack on the farm's k3s server, ``remove`` takes it
+off.  Everything marketplace-specific is behind the seam (market/base.py); the server run is fleet/provider.py."""
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
 from miner2provider.core import textfiles
-from miner2provider.core.errors import UsageError
-from miner2provider.market import marketplace
+from miner2provider.core.errors import ChangesPending, ProviderError, ProviderFileError, RigFailures, UsageError
+from miner2provider.core.inventory import Host
+from miner2provider.detect.report import RigReport
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.detect.survey import detect
+from miner2provider.fleet import drain, guards
+from miner2provider.fleet import provider as provider_run
+from miner2provider.fleet.pipeline import RigOutcome
+from miner2provider.market import marketplace, pricing
+from miner2provider.market.base import Marketplace, ProviderFarm
+from miner2provider.timeshare import economics
 
+from . import render
 from .app import Context, cli, pass_ctx
+from .fleet import _progress
+from .options import inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
+from .rigs import gpus_of
+
+provider_option = click.option("-p", "--provider", "provider_path", default="provider.yml", show_default=True,
+                               type=click.Path(dir_okay=False), envvar="M2P_PROVIDER",
+                               help="The provider file (m2p provider init writes one).  [env M2P_PROVIDER]")
+artifacts_option = click.option("--keep-artifacts", type=click.Path(file_okay=False),
+                                help="Copy ansible-runner's artifacts (events, stdout) here, for audits.")
 
 
 @cli.group("provider")
 def provider_group() -> None:
-    """The farm as a marketplace provider: its provider file (more to come: check, apply, status, remove)."""
+    """The farm as a marketplace provider: its provider file, then install or take off the provider."""
 
 
 @provider_group.command("init")
@@ -35,4 +58,137 @@ def provider_init(ctx: Context, file: str, force: bool) -> None:
         target.write_text(text)
     except OSError as exc:
         raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
-    ctx.info(f"wrote {file}: set your domain, wallet files, ingress rig and RPC node")
+    ctx.info(f"wrote {file}: set your domain, wallet, ingress rig and RPC node")
+
+
+@provider_group.command("apply")
+@inventory_option()
+@provider_option
+@click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
+              help="Mining revenue, power and margin per model: every model's lease floor becomes its price.")
+@click.option("--charts", "charts_dir", required=True, type=click.Path(file_okay=False), envvar="M2P_PROVIDER_CHARTS",
+              help="The marketplace's chart archives and CRDs (Akash: <chart>-<version>.tgz and akash-crd.yaml).  "
+                   "[env M2P_PROVIDER_CHARTS]")
+@click.option("--check", is_flag=True, help="Show whether the server would change; change nothing.  Exit 1: pending.")
+@yes_option
+@vault_option
+@artifacts_option
+@json_option
+@ssh_options
+@pass_ctx
+def provider_apply(ctx: Context, inventory_file: str, provider_path: str, economics_path: str, charts_dir: str,
+                   check: bool, yes: bool, vault_password_file: str | None, keep_artifacts: str | None,
+                   as_json: bool, ssh: SshOptions) -> None:
+    """Install the marketplace's provider on the farm's k3s server (through k3s's own Helm controller), priced
+    at every model's lease floor.  Nothing is installed unless every rig answers and every value checks."""
+    market, provider = _provider_file(provider_path)
+    econ = economics.load(economics_path)
+    hosts = _hosts(inventory_file, vault_password_file)
+    server = provider_run.server_of(hosts)
+    _ingress_in(provider, hosts, provider_path)
+    reports = _every_rig(hosts, ssh)
+    rigs = gpus_of(hosts, reports)
+    farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
+                        tuple(pricing.fleet_floors(rigs, econ)), provider_run.node_name(server))
+    stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
+    prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
+    ctx.info(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
+             f"prices (USD per GPU-month): {prices}")
+    if not check and not yes:
+        click.confirm(f"install {market.label}'s provider on {server.name}?", abort=True, err=True)
+    outcome = provider_run.apply(server, hosts, stack, market.provider_parts, ssh, check=check,
+                                 on_event=_progress(ctx), keep_artifacts=_path(keep_artifacts))
+    _finish([outcome], as_json, check, "m2p provider apply")
+
+
+@provider_group.command("remove")
+@inventory_option()
+@click.option("--check", is_flag=True, help="Show whether the server would change; change nothing.  Exit 1: pending.")
+@click.option("--drain", "drain_wait", is_flag=True,
+              help="Wait for running leases to end (each rig's agent cordons its node) instead of refusing.")
+@click.option("--drain-timeout", default=guards.DEFAULT_DRAIN_TIMEOUT, show_default=True, metavar="DURATION",
+              help="How long --drain waits (90s, 30m, 2h, 1d).")
+@yes_option
+@vault_option
+@artifacts_option
+@json_option
+@ssh_options
+@pass_ctx
+def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: bool, drain_timeout: str, yes: bool,
+                    vault_password_file: str | None, keep_artifacts: str | None, as_json: bool,
+                    ssh: SshOptions) -> None:
+    """Take the marketplace's provider off the farm's k3s server (refused while leases run).  The wallet stays
+    yours; namespaces and the marketplace's CRDs stay (deleting a CRD deletes every object of its kind)."""
+    market = marketplace()
+    timeout_s = guards.parse_span(drain_timeout)
+    hosts = _hosts(inventory_file, vault_password_file)
+    server = provider_run.server_of(hosts)
+    leased = [(h, r.facts.agent_status.leases) for h, r in zip(hosts, _every_rig(hosts, ssh), strict=True)
+              if r.facts and r.facts.agent_status.leases]
+    if leased and not drain_wait:
+        now = datetime.now(UTC)
+        raise ProviderError("; ".join(guards.refusal(h.name, running, now) for h, running in leased)
+                            + " (the provider serves those leases: --drain waits for them)")
+    if not check and not yes:
+        click.confirm(f"take {market.label}'s provider off {server.name}?", abort=True, err=True)
+    drained = [h for h, _ in leased]
+    try:
+        if drained and not check:
+            _drain(drained, ssh, timeout_s)
+        outcome = provider_run.remove(server, hosts, market.provider_parts, ssh, check=check, on_event=_progress(ctx),
+                                      keep_artifacts=_path(keep_artifacts))
+    finally:
+        if drained and not check:
+            drain.request(drained, ssh, on=False)
+    _finish([outcome], as_json, check, "m2p provider remove")
+
+
+def _provider_file(path: str) -> tuple[Marketplace, Any]:
+    market = marketplace()
+    return market, market.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError), path)
+
+
+def _hosts(inventory_file: str, vault_password_file: str | None) -> list[Host]:
+    return list(load_inventory(inventory_file, vault_password_file).hosts)
+
+
+def _ingress_in(provider: Any, hosts: list[Host], provider_path: str) -> None:
+    names = [h.name for h in hosts]
+    if provider.ingress_rig not in names:
+        raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
+                                f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})", where=provider_path)
+
+
+def _every_rig(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:
+    """Every rig's report; one that does not answer stops the command before anything changes (the provider's
+    attributes, prices and lease guard need the whole farm)."""
+    reports = detect(hosts, ssh)
+    failed = [r for r in reports if not r.ok]
+    for r in failed:
+        render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+    if failed:
+        raise RigFailures(len(failed), len(reports))
+    return reports
+
+
+def _drain(hosts: list[Host], ssh: SshOptions, timeout_s: float) -> None:
+    errors = drain.request(hosts, ssh)
+    if errors:
+        raise ProviderError("; ".join(f"{name}: --drain: {error}" for name, error in errors.items()))
+    _, still = drain.wait(hosts, ssh, timeout_s)
+    if still:
+        now = datetime.now(UTC)
+        raise ProviderError("; ".join(guards.drain_timed_out(name, running, timeout_s, now)
+                                      for name, running in still.items()))
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
+
+
+def _finish(outcomes: list[RigOutcome], as_json: bool, check: bool, command: str) -> None:
+    render.outcomes(outcomes, as_json, show_tasks=check)
+    if any(o.failed for o in outcomes):
+        raise RigFailures(sum(o.failed for o in outcomes), len(outcomes))
+    if check and any(o.result == "pending" for o in outcomes):
+        raise ChangesPending(f"the provider has changes pending: run `{command}`")

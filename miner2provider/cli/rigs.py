@@ -11,15 +11,15 @@ import click
 
 from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import RigFailures, UsageError
+from miner2provider.core.inventory import Host
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
-from miner2provider.detect.report import report_json, status_row
+from miner2provider.detect.report import RigReport, report_json, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet.pipeline import fleet_role_vars
 from miner2provider.market import MARKETPLACES, marketplace, pricing
 from miner2provider.market.base import RigGpus
-from miner2provider.market.cards import amd_combos, cards_of
 from miner2provider.market.saved_report import load_report
 from miner2provider.timeshare import economics
 
@@ -132,7 +132,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
     if region is not None and not checks.is_region(region):
         raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
                          "(such as us-west)")
-    rigs, failed = _fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
+    rigs, failed = fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
     market = marketplace()
     render.attributes(market.label, market.fleet_attributes(rigs, region), failed, as_json)
     if gpus_json_path:
@@ -148,7 +148,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
         raise RigFailures(len(failed), len(failed) + len(rigs))
 
 
-def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, limit: str | None,
+def fleet_gpus(command: str, inventory_file: str | None, report: str | None, limit: str | None,
                 vault_password_file: str | None, ssh: SshOptions) -> tuple[list[RigGpus], list[str]]:
     """The fleet's GPUs from the rigs now (-i) or a saved detect report (--from); and the rigs that failed."""
     if bool(inventory_file) == bool(report):
@@ -157,15 +157,20 @@ def _fleet_gpus(command: str, inventory_file: str | None, report: str | None, li
         return load_report(report)
     assert inventory_file is not None
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
-    by_name = {h.name: h for h in hosts}
     reports = detect(hosts, ssh)
     for r in reports:
         if not r.ok:
             render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
+    return gpus_of(hosts, reports), [r.name for r in reports if not r.ok]
+
+
+def gpus_of(hosts: list[Host], reports: list[RigReport]) -> list[RigGpus]:
+    """What the marketplace needs of each rig that answered."""
+    by_name = {h.name: h for h in hosts}
     return [RigGpus(r.name, r.facts.gpus, r.facts.cuda, by_name[r.name].var("m2p_location_region"),
                     _schedule_label(by_name[r.name].var("m2p_schedule")), r.facts.amd_gpus,
                     r.facts.agent_status.measured)
-            for r in reports if r.ok and r.facts], [r.name for r in reports if not r.ok]
+            for r in reports if r.ok and r.facts]
 
 
 @cli.command("pricing")
@@ -185,12 +190,8 @@ def pricing_command(inventory_file: str | None, report: str | None, economics_pa
     """Per card model and VRAM of the fleet: the lowest lease price per GPU that beats mining (its revenue
     and power, by the economics file's margin).  Changes nothing."""
     econ = economics.load(economics_path)
-    rigs, failed = _fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
-    cards = [(c.slug, c.memory) for rig in rigs for c in cards_of(rig.gpus)]
-    cards += [(slug, memory) for rig in rigs for slug, memory, _ in amd_combos(rig.amd)]
-    listed = pricing.floors(cards, econ, [m for rig in rigs for m in pricing.measured_cards(cards_of(rig.gpus),
-                                                                                            rig.measured)])
-    render.pricing(listed, econ, shape)
+    rigs, failed = fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
+    render.pricing(pricing.fleet_floors(rigs, econ), econ, shape)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))
 

@@ -76,9 +76,11 @@ _KINDS = {
 
 
 def build_inventory(hosts: list[Host], vault_key: str,
-                    role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None) -> str:
+                    role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None,
+                    secret_vars: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """The inventory as YAML text: each host's inventory variables, then the role variables m2p
-    derived for it (role_vars.py); every secret in it is a ``!vault`` value under ``vault_key``."""
+    derived for it (role_vars.py), then ``secret_vars`` (host -> variable -> secret text, such as a
+    provider's wallet Secret); every secret in it is a ``!vault`` value under ``vault_key``."""
     vault = vault_lib(vault_key.encode())
     hostvars: dict[str, dict[str, Any]] = {}
     children: dict[str, dict[str, Any]] = {}
@@ -94,6 +96,8 @@ def build_inventory(hosts: list[Host], vault_key: str,
             hv["ansible_ssh_common_args"] = _through_jump(host, known_hosts)
         for var, secret in host.secrets().items():
             hv[var] = _Vaulted(vault.encrypt(secret.reveal()).decode())
+        for var, text in (secret_vars or {}).get(host.name, {}).items():
+            hv[var] = _Vaulted(vault.encrypt(text).decode())
         hostvars[host.name] = hv
         for group in host.groups:
             if group != "all":
@@ -143,12 +147,13 @@ def run_playbook(
     on_event: Callable[[Event], None] | None = None,
     keep_artifacts: Path | None = None,
     limit: list[str] | None = None,
+    secret_vars: Mapping[str, Mapping[str, str]] | None = None,
 ) -> RunReport:
     """Run ``playbook`` on ``limit`` (default: every host) of ``hosts``, the whole inventory (a rig's
     play may read another's variables or delegate to it, e.g. an agent reads its server's token);
     ``keep_artifacts`` copies runner's artifacts there (for audits)."""
     vault_key = secrets.token_urlsafe(32)
-    inventory = build_inventory(hosts, vault_key, role_vars, known_hosts)
+    inventory = build_inventory(hosts, vault_key, role_vars, known_hosts, secret_vars)
     # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
     # 30 s instead of stalling the run until TCP gives up (many minutes).
     ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",

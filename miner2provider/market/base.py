@@ -11,7 +11,7 @@ Implementations register in market/__init__.py (Akash is the first).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,8 +129,9 @@ class Marketplace(Protocol):
     def provider_parts(self) -> ProviderParts:
         ...
 
-    def provider_stack(self, provider: Any, farm: ProviderFarm, charts_folder: Path, key_text: str,
-                       passphrase: str) -> ProviderStack:
+    def provider_stack(self, provider: Any, farm: ProviderFarm, charts_folder: Path,
+                       environ: Mapping[str, str]) -> ProviderStack:
         """The provider for ``farm`` (``provider``: read_provider_file's), its charts read from ``charts_folder``
-        and its wallet from the key's text and passphrase (they go only into ``ProviderStack.secret``)."""
+        and its wallet from the files and ``environ`` variables ``provider`` names (they go only into
+        ``ProviderStack.secret``)."""
         ...

@@ -24,10 +24,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from miner2provider.agent.status import Measured
-from miner2provider.market.cards import Card
+from miner2provider.market.cards import Card, amd_combos, cards_of
 from miner2provider.timeshare.economics import Economics
+
+if TYPE_CHECKING:  # base.py imports Floor from here
+    from miner2provider.market.base import RigGpus
 
 HOURS_PER_MONTH = 730.0
 
@@ -95,6 +99,15 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics,
         net = None if figure is None else figure / 24 - economics.power_cost_per_hour(model)
         out.append(Floor(model, memory, count, figure, watts_figure, net, economics.floor_per_hour(model)))
     return out
+
+
+def fleet_floors(rigs: Iterable[RigGpus], economics: Economics) -> list[Floor]:
+    """The floors of every card a fleet has (NVIDIA and AMD), with its measured hashrates where they pair."""
+    listed = list(rigs)
+    cards = [(c.slug, c.memory) for rig in listed for c in cards_of(rig.gpus)]
+    cards += [(slug, memory) for rig in listed for slug, memory, _ in amd_combos(rig.amd)]
+    measured = [m for rig in listed for m in measured_cards(cards_of(rig.gpus), rig.measured)]
+    return floors(cards, economics, measured)
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -25,6 +25,7 @@ from miner2provider.fleet import runner
 from miner2provider.fleet.bundle.manifest import load_bundle
 
 from .conftest import M2P, give_kubelet_credential, kubeconfig_text, m2p, outcomes, run, ssh
+from .provider_flow import provider_goes_on_and_off
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +114,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     rows = {r["rig"]: r for r in json.loads(status.stdout)}
     assert rows["cv-hive"]["state"] == "converged" and rows["cv-hive"]["k3s"].startswith("k3s v1.35")
     assert rows["cv-plain"]["k3s"].startswith("k3s-agent") and rows["cv-plain"]["gpus"] == "1 x NVIDIA GeForce RTX 3060"
+    provider_goes_on_and_off(farm)  # issue 35, on this converged farm (tests/integration/provider_flow.py)
 
     # Secrets: the SSH/sudo password and the join token appear in no output and no runner artifact.
     with ssh(farm["hive"]) as client:

@@ -4,13 +4,13 @@ marketplace seam (market/base.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash import charts, gpus_json, provider, provider_file, stack
+from miner2provider.market.akash import charts, gpus_json, provider, provider_file, stack, wallet
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.market.base import FleetAttributes, ProviderFarm, ProviderParts, ProviderStack, RigGpus
@@ -51,9 +51,9 @@ class Akash:
         return stack.PARTS
 
     def provider_stack(self, provider: provider_file.ProviderFile, farm: ProviderFarm, charts_folder: Path,
-                       key_text: str, passphrase: str) -> ProviderStack:
-        wallet = stack.wallet_values(provider, key_text, passphrase)
-        return stack.build(provider, farm, charts.load(charts_folder, provider.charts), wallet)
+                       environ: Mapping[str, str]) -> ProviderStack:
+        secret = stack.wallet_values(provider, wallet.key_text(provider), wallet.passphrase(provider, environ))
+        return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
 
 
 AKASH = Akash()

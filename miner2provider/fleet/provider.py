@@ -1,0 +1,82 @@
+"""``m2p provider apply|remove``: a marketplace's provider stack on the farm's k3s server.
+
+The stack (market/: manifests, the wallet Secret, a fingerprint) goes to the one k3s server of the
+inventory through the ``provider`` playbook (role market_provider), which runs there and nowhere else.
+The wallet Secret travels only as a vault-encrypted inventory value (runner.py) and reaches the API on
+stdin under ``no_log``.  A server whose record (``RECORD``, a digest only) matches the stack's fingerprint
+is converged without running Ansible: one SSH read, so a converged provider re-applies in well under 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from miner2provider.core import collection
+from miner2provider.core.errors import ProviderError
+from miner2provider.core.inventory import Host
+from miner2provider.detect.ssh import SshOptions, run_one
+from miner2provider.fleet.pipeline import RigOutcome, outcome_of
+from miner2provider.fleet.role_vars import Rig, data_dir
+from miner2provider.fleet.runner import Event, run_playbook
+from miner2provider.market.base import ProviderParts, ProviderStack
+
+RECORD = "/var/lib/m2p/provider.json"  # one provider per farm; 0644, {"fingerprint": ...}
+
+
+def server_of(fleet: list[Host]) -> Host:
+    """The inventory's one k3s server: the provider's pods and manifests live there."""
+    servers = [h for h in fleet if "k3s_server" in h.groups]
+    if len(servers) != 1:
+        named = ", ".join(h.name for h in servers) or "none"
+        raise ProviderError(f"the provider needs exactly one k3s server in the inventory (group k3s_server); found "
+                            f"{named}: one farm, one cluster, one provider")
+    return servers[0]
+
+
+def node_name(host: Host) -> str:
+    return str(host.var("k3s_node_name") or host.name)  # the k3s role's node-name
+
+
+def recorded_fingerprint(server: Host, opts: SshOptions) -> str:
+    """What the server's record says was applied last ("" when none or unreadable)."""
+    result = run_one(server, f"cat {RECORD} 2>/dev/null || true\n", opts, file_notes=False)
+    if not result.ok:
+        raise ProviderError(f"{server.name}: {result.error}")
+    try:
+        found = json.loads(result.stdout or "{}")
+    except ValueError:
+        return ""
+    return str(found.get("fingerprint", "")) if isinstance(found, dict) else ""
+
+
+def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: ProviderParts, opts: SshOptions, *,
+          check: bool = False, on_event: Callable[[Event], None] | None = None,
+          keep_artifacts: Path | None = None) -> RigOutcome:
+    if recorded_fingerprint(server, opts) == stack.fingerprint:
+        return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
+    variables = {**_common(server, parts), "market_provider_state": "present",
+                 "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint}
+    run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
+                       known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
+                       limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}})
+    return outcome_of(server.name, run, check=check, why="provider installed or updated")
+
+
+def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptions, *, check: bool = False,
+           on_event: Callable[[Event], None] | None = None, keep_artifacts: Path | None = None) -> RigOutcome:
+    variables = {**_common(server, parts), "market_provider_state": "absent"}
+    run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
+                       known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
+                       limit=[server.name])
+    return outcome_of(server.name, run, check=check, why="provider taken off", note="no provider was installed")
+
+
+def _common(server: Host, parts: ProviderParts) -> dict[str, Any]:
+    default = str(server.var("k3s_data_dir") or collection.role_defaults("k3s")["k3s_data_dir"])
+    where = data_dir(Rig(server.name, server.address, server.groups, server.vars), default)
+    return {"market_provider_k3s_data_dir": where, "market_provider_file_prefix": parts.file_prefix,
+            "market_provider_releases": list(parts.releases), "market_provider_secret_name": parts.secret_name,
+            "market_provider_record": RECORD}

@@ -1,0 +1,193 @@
+"""Issue 35: `m2p provider` on the converted sandbox farm of test_convert (its rigs, shared: no new boots).
+
+Called from test_convert while the farm is converged.  The farm's k3s server cv-hive (k3s data on a
+data disk) gets Akash's provider through k3s's deploy folder: what m2p writes there is rendered by a real
+helm (4.1.4) over Akash's real charts (../shared/akash) with the wallet Secret read back from the API,
+the way k3s's Helm job renders it.  STAND-INS: the Kubernetes API (kube_api.py: it keeps the Secret
+``kubectl apply --server-side`` sends, folding stringData into data as the API does) and the stand-in k3s's
+kubectl; k3s's deploy controller is played by the test (``api.apply`` of the files m2p wrote).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from m2p_sandbox import helm, network
+from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider.market.akash.address import encode
+
+from .conftest import m2p, outcomes, run, ssh
+
+DATA_DIR = "/srv/k3s-data"
+MANIFESTS = f"{DATA_DIR}/server/manifests"
+ECONOMICS = ("mining_revenue_per_gpu_day: {rtx3090: 0.95, rtx3060: 0.45, rtx3080: 0.80}\n"
+             "gpu_power_watts: {default: 200, rtx3090: 300}\npower_price_per_kwh: 0.12\nmargin: 0.15\n")
+KEY = ("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\nsalt: 5E0C2A1B9D8F7E6D5C4B3A2918070605\n"
+       "type: secp256k1\n\nc2FuZGJveCBrZXkgYnl0ZXMsIG5vdCBhIHJlYWwgd2FsbGV0Cg==\n=Zx9Q\n"
+       "-----END TENDERMINT PRIVATE KEY-----\n")
+
+
+def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
+    env, common, tmp = farm["env"], farm["common"], farm["tmp"]
+    ssh_args = [a for a in common if a != "--bundle" and not a.endswith("/bundle") and a != "-i"
+                and not a.endswith("rigs.yml")]
+    passphrase = "pass-" + secrets.token_urlsafe(18)
+    env = {**env, "AKASH_KEY_PASS": passphrase}
+    files = _provider_files(tmp)
+    inv_all, inv = farm["inventory"], _without_broken(farm["inventory"], tmp)
+    apply = ["provider", "apply", "-p", str(files["provider"]), "--economics", str(files["economics"]),
+             "--charts", str(files["charts"]), *ssh_args]
+    api = KubeApiStandin(host=str(network.gateway()), tls=True)
+    admin = secrets.token_urlsafe(16)
+    api.admin_tokens.add(admin)
+    assert api.authority is not None
+    runs: dict[str, str] = {}
+    try:
+        _point_k3s_kubectl_at(farm["hive"], api, admin)
+        # Bad input first: nothing is installed half-way.
+        refused = m2p(*apply, "-i", str(inv_all), "--yes", env=env)  # cv-locked does not answer
+        assert refused.returncode == 11 and "cv-locked: FAILED" in refused.stderr, refused.stderr[-2000:]
+        files["key"].chmod(0o644)
+        loose = m2p(*apply, "-i", str(inv), "--yes", env=env)
+        assert loose.returncode == 8 and "can be read by others (mode 0644): chmod 600" in loose.stderr, loose.stderr
+        files["key"].chmod(0o600)
+        unset = m2p(*apply, "-i", str(inv), "--yes", env={k: v for k, v in env.items() if k != "AKASH_KEY_PASS"})
+        assert unset.returncode == 8 and "AKASH_KEY_PASS" in unset.stderr and "is not set" in unset.stderr
+        runs.update(refused=refused.stdout + refused.stderr, loose=loose.stderr, unset=unset.stderr)
+        assert _server_files(farm) == [] and not api.has("Secret", "m2p-akash-provider-wallet", "kube-system")
+
+        check = m2p(*apply, "-i", str(inv), "--check", "--json", env=env)
+        assert check.returncode == 1 and outcomes(check)["cv-hive"]["result"] == "pending", check.stderr[-2000:]
+        assert _server_files(farm) == [] and not api.has("Secret", "m2p-akash-provider-wallet", "kube-system")
+
+        first = m2p(*apply, "-i", str(inv), "--yes", "--json", "--keep-artifacts", str(tmp / "provider-art"), env=env)
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        assert outcomes(first)["cv-hive"]["result"] == "changed"
+        assert "rtx3090.24Gi=" in first.stderr and "rtx3060.12Gi=" in first.stderr  # the prices it set, said
+        written = _server_files(farm)
+        assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml",
+                           "m2p-akash-10-akash-gateway.yaml", "m2p-akash-10-akash-hostname-operator.yaml",
+                           "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml"], written
+        _renders_from_what_the_server_holds(farm, api, passphrase)
+
+        again = m2p(*apply, "-i", str(inv), "--yes", "--json", env=env)
+        assert outcomes(again)["cv-hive"] == {**outcomes(again)["cv-hive"], "result": "converged",
+                                              "message": "provider up to date (fingerprint matches)"}
+        runs.update(check=check.stdout + check.stderr, first=first.stdout + first.stderr,
+                    again=again.stdout + again.stderr)
+
+        remove = ["provider", "remove", "-i", str(inv), *ssh_args]
+        off = m2p(*remove, "--yes", "--json", env=env)
+        assert off.returncode == 0 and outcomes(off)["cv-hive"]["result"] == "changed", off.stderr[-2000:]
+        assert _server_files(farm) == []
+        left = [name for name in ("akash-provider", "akash-gateway", "akash-inventory-operator",
+                                  "akash-hostname-operator") if api.has("HelmChart", name, "kube-system")]
+        assert left == [] and not api.has("Secret", "m2p-akash-provider-wallet", "kube-system"), left
+        off_again = m2p(*remove, "--yes", "--json", env=env)
+        assert outcomes(off_again)["cv-hive"]["result"] == "converged", off_again.stdout
+        runs.update(off=off.stdout + off.stderr, off_again=off_again.stdout + off_again.stderr)
+
+        # The passphrase and the key are in no output, no runner artifact and no file on the server.
+        artifacts = {str(p): p.read_text(errors="replace") for p in (tmp / "provider-art").rglob("*") if p.is_file()}
+        assert len(artifacts) > 5
+        key_b64 = base64.b64encode(KEY.encode()).decode()
+        for secret in (passphrase, base64.b64encode(passphrase.encode()).decode(), key_b64, "c2FuZGJveCBrZXkg"):
+            leaks = [where for where, text in {**runs, **artifacts}.items() if secret in text]
+            assert not leaks, f"wallet material in {leaks}"
+        with ssh(farm["hive"]) as client:
+            rc, found = run(client, f"sudo grep -rlF -e {shlex.quote(passphrase)} -e {shlex.quote(key_b64[:40])} "
+                                    f"/etc /var/lib/m2p {DATA_DIR}/server /root /home /tmp 2>/dev/null; true")
+        assert found.strip() == "", found
+    finally:
+        api.close()
+        with ssh(farm["hive"]) as client:
+            run(client, "sudo rm -f /etc/m2p-standin/kube-api.json /etc/m2p-standin/kube-api-ca.crt")
+
+
+def _provider_files(tmp: Path) -> dict[str, Path]:
+    charts = tmp / "akash-charts"
+    charts.mkdir()
+    for archive in helm.shared_charts().glob("*.tgz"):
+        (charts / archive.name).write_bytes(archive.read_bytes())
+    (charts / "akash-crd.yaml").write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    key = tmp / "provider.key"
+    key.write_text(KEY)
+    key.chmod(0o600)
+    provider = tmp / "provider.yml"
+    assert m2p("provider", "init", str(provider)).returncode == 0
+    text = provider.read_text()
+    for old, new in (("domain: farm.example.com", "domain: farm.m2p-test.example"),
+                     ("address: akash1qqqsyqcyq5rqwzqfpg9scrgwpugpzysnwduagr", f"address: {encode(bytes(range(20, 40)))}"),
+                     ("ingress_rig: rig01", "ingress_rig: cv-hive"),
+                     ("rpc_node: https://rpc.example.com:443", "rpc_node: http://akash-node:26657"),
+                     ("# reclamation_window: 24h", "reclamation_window: 36h")):
+        assert old in text, old
+        text = text.replace(old, new)
+    provider.write_text(text)
+    economics = tmp / "economics.yml"
+    economics.write_text(ECONOMICS)
+    return {"charts": charts, "key": key, "provider": provider, "economics": economics}
+
+
+def _without_broken(inventory: Path, tmp: Path) -> Path:
+    """The farm without cv-locked (its password is wrong: every rig must answer for the provider)."""
+    doc = yaml.safe_load(inventory.read_text())
+    del doc["all"]["children"]["broken"]
+    trimmed = tmp / "rigs-provider.yml"
+    trimmed.write_text(yaml.safe_dump(doc))
+    return trimmed
+
+
+def _point_k3s_kubectl_at(rig: Any, api: KubeApiStandin, admin: str) -> None:
+    assert api.authority is not None
+    with ssh(rig) as client:
+        ca = shlex.quote(api.authority.pem.decode())
+        config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
+        rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
+                              f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
+        assert rc == 0, out
+
+
+def _server_files(farm: dict[str, Any]) -> list[str]:
+    with ssh(farm["hive"]) as client:
+        rc, out = run(client, f"sudo find {MANIFESTS} -name 'm2p-akash-*' -printf '%f %m\\n' | sort")
+    assert rc == 0, out
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert all(mode == "600" for _, mode in rows), rows
+    return [name for name, _ in rows]
+
+
+def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandin, passphrase: str) -> None:
+    """Each HelmChart m2p wrote, as k3s's deploy controller and Helm job take it, renders Akash's stack."""
+    with ssh(farm["hive"]) as client:
+        rc, text = run(client, f"sudo sh -c 'cat {MANIFESTS}/m2p-akash-10-*.yaml'")
+    assert rc == 0, text[-500:]
+    helmcharts = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
+    assert passphrase not in text
+    api.apply(list(helmcharts.values()))  # k3s's deploy controller, standing in
+    secret = api.objects[("Secret", "kube-system", "m2p-akash-provider-wallet")]
+    assert "stringData" not in secret
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    for obj in helmcharts.values():
+        helm.check_helmchart(obj)
+    provider = helm.render(helmcharts["akash-provider"], {"m2p-akash-provider-wallet": values})
+    by = {(o["kind"], o["metadata"]["name"]): o for o in provider}
+    keys = by[("Secret", "akash-provider-keys")]["data"]
+    assert base64.b64decode(keys["key.txt"]).decode() == KEY
+    assert base64.b64decode(keys["key-pass.txt"]).decode() == passphrase
+    mappings = by[("ConfigMap", "akash-provider-pricing")]["data"]["PRICE_TARGET_GPU_MAPPINGS"]
+    assert {pair.split("=")[0] for pair in mappings.split(",")} == {"rtx3090.24Gi", "rtx3090", "rtx3060.12Gi",
+                                                                    "rtx3060"}, mappings
+    pod = by[("StatefulSet", "akash-provider")]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "cv-hive"}
+    env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
+    assert env["AKASH_RECLAMATION_WINDOW"] == "36h"
+    host = by[("ConfigMap", "akash-provider-main")]["data"]["AKASH_CLUSTER_PUBLIC_HOSTNAME"]
+    assert host == "provider.farm.m2p-test.example"

@@ -12,16 +12,24 @@ from typing import Any
 import click
 
 from miner2provider.core import textfiles
-from miner2provider.core.errors import ChangesPending, ProviderError, ProviderFileError, RigFailures, UsageError
+from miner2provider.core.errors import (
+    ChangesPending,
+    ProviderError,
+    ProviderFileError,
+    ProviderNotReady,
+    RigFailures,
+    UsageError,
+)
 from miner2provider.core.inventory import Host
+from miner2provider.detect.facts.listening import ListeningFact
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import detect
+from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
 from miner2provider.fleet import provider as provider_run
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import marketplace, pricing
-from miner2provider.market.base import Marketplace, ProviderFarm
+from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm
 from miner2provider.timeshare import economics
 
 from . import render
@@ -61,6 +69,33 @@ def provider_init(ctx: Context, file: str, force: bool) -> None:
     ctx.info(f"wrote {file}: set your domain, wallet, ingress rig and RPC node")
 
 
+@provider_group.command("check")
+@inventory_option()
+@provider_option
+@vault_option
+@json_option
+@ssh_options
+def provider_check(inventory_file: str, provider_path: str, vault_password_file: str | None, as_json: bool,
+                   ssh: SshOptions) -> None:
+    """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address and
+    ports, DNS, the RPC node, the wallet), each with what to do.  Reaches only the rigs, DNS and the RPC node;
+    changes nothing.  Exit 8 when something must be fixed first."""
+    market, provider = _provider_file(provider_path)
+    hosts = _hosts(inventory_file, vault_password_file)
+    provider_run.server_of(hosts)
+    ingress = _ingress_in(provider, hosts, provider_path)
+    reports = _every_rig(hosts, ssh)
+    facts = [r.facts for r in reports if r.facts]
+    listening = ask(ingress, ListeningFact, ssh)
+    farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
+                     ingress.address, listening)
+    found = market.provider_check(provider, farm, os.environ)
+    render.verdicts(found, as_json)
+    failed = [v for v in found if v.level == "fail"]
+    if failed:
+        raise ProviderNotReady(f"{len(failed)} of {len(found)} checks failed: fix them, then check again")
+
+
 @provider_group.command("apply")
 @inventory_option()
 @provider_option
@@ -92,7 +127,7 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
                         tuple(pricing.fleet_floors(rigs, econ)), provider_run.node_name(server))
     stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
-    ctx.info(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
+    ctx.note(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
              f"prices (USD per GPU-month): {prices}")
     if not check and not yes:
         click.confirm(f"install {market.label}'s provider on {server.name}?", abort=True, err=True)
@@ -152,11 +187,13 @@ def _hosts(inventory_file: str, vault_password_file: str | None) -> list[Host]:
     return list(load_inventory(inventory_file, vault_password_file).hosts)
 
 
-def _ingress_in(provider: Any, hosts: list[Host], provider_path: str) -> None:
-    names = [h.name for h in hosts]
-    if provider.ingress_rig not in names:
+def _ingress_in(provider: Any, hosts: list[Host], provider_path: str) -> Host:
+    by_name = {h.name: h for h in hosts}
+    if provider.ingress_rig not in by_name:
+        names = list(by_name)
         raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
                                 f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})", where=provider_path)
+    return by_name[provider.ingress_rig]
 
 
 def _every_rig(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:

@@ -18,7 +18,7 @@ from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.report import RigReport
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
-from miner2provider.market.base import FleetAttributes
+from miner2provider.market.base import FleetAttributes, Verdict
 from miner2provider.market.pricing import Floor
 from miner2provider.timeshare.economics import Economics
 from miner2provider.timeshare.model import Schedule
@@ -236,6 +236,17 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
              f"{cell(r['power_watts'], 6)} {cell(r['net_per_hour'], 8)} {cell(r['floor_per_hour'], 8)} "
              f"{cell(r['floor_per_month'], 12)}")
     echo(f"price_target_gpu_mappings: {marketplace().price_mappings(floors) or '(no model has a mining figure)'}")
+
+
+def verdicts(found: list[Verdict], as_json: bool) -> None:
+    """One line per verdict: ok, warn or FAIL, the topic, what was found and what to do."""
+    if as_json:
+        echo_json([{"level": v.level, "topic": v.topic, "text": v.text} for v in found])
+        return
+    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    for v in found:
+        mark = click.style(f"{v.level.upper() if v.level == 'fail' else v.level:4}", fg=colours.get(v.level))
+        echo(f"{mark}  {v.topic}: {printable_lines(v.text)}")
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -97,6 +97,12 @@ class ProviderError(M2PError):
     meaning = "the provider cannot be installed, checked or removed as asked"
 
 
+class ProviderNotReady(ProviderError):
+    """`m2p provider check`: some verdicts failed (each said, with what to do)."""
+
+    told_in_json = True
+
+
 def exit_codes() -> list[tuple[str, str]]:
     """(code, meaning) for docs/errors.md's exit-code table, from the classes above (a test keeps them equal).
     A rig that could not be reached or logged into counts among the failed rigs (10 + N)."""

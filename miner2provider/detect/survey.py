@@ -6,13 +6,15 @@ import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from miner2provider.core.inventory import Host, python_of
 from miner2provider.detect.facts import probe
+from miner2provider.detect.facts.base import Fact, Output
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.readiness import Thresholds, assess
 from miner2provider.detect.report import RigReport
-from miner2provider.detect.ssh import Result, SshOptions, fan_out
+from miner2provider.detect.ssh import Result, SshOptions, fan_out, run_one
 
 
 def settings_for(host: Host) -> Thresholds:
@@ -56,6 +58,17 @@ def detect(hosts: list[Host], opts: SshOptions,
 
     fan_out(hosts, lambda host: probe.script(python_of(host.vars)), opts, done)
     return [reports[h.name] for h in hosts]
+
+
+T = TypeVar("T")
+
+
+def ask(host: Host, fact: type[Fact[T]], opts: SshOptions) -> T | str:
+    """One fact of one rig (a fact the probe does not gather), or why the rig did not answer."""
+    result = run_one(host, fact.command + "\n", opts, file_notes=False)
+    if not result.ok:
+        return result.error or "no answer"
+    return fact.parse(Output(result.stdout, result.rc if result.rc is not None else 1))
 
 
 def detect_local(settings: Thresholds | None = None) -> RigReport:

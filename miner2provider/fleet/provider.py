@@ -61,7 +61,8 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
                  "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
-                       limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}})
+                       limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}},
+                       secret_env=stack.secret_env)
     return outcome_of(server.name, run, check=check, why="provider installed or updated")
 
 

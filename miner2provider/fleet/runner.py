@@ -22,7 +22,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,10 +148,12 @@ def run_playbook(
     keep_artifacts: Path | None = None,
     limit: list[str] | None = None,
     secret_vars: Mapping[str, Mapping[str, str]] | None = None,
+    secret_env: Iterable[str] = (),
 ) -> RunReport:
     """Run ``playbook`` on ``limit`` (default: every host) of ``hosts``, the whole inventory (a rig's
     play may read another's variables or delegate to it, e.g. an agent reads its server's token);
-    ``keep_artifacts`` copies runner's artifacts there (for audits)."""
+    ``keep_artifacts`` copies runner's artifacts there (for audits); ``secret_env``: more environment
+    variables that hold a secret (a provider's passphrase variable), hidden as the inventory's are."""
     vault_key = secrets.token_urlsafe(32)
     inventory = build_inventory(hosts, vault_key, role_vars, known_hosts, secret_vars)
     # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
@@ -195,9 +197,9 @@ def run_playbook(
         return True
 
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
-    secret_env = {str(h.var(key)) for h in hosts for key in SECRET_ENV_SETTINGS if h.var(key)}
+    hidden = {str(h.var(key)) for h in hosts for key in SECRET_ENV_SETTINGS if h.var(key)} | set(secret_env)
     try:
-        with _environ_without(secret_env):
+        with _environ_without(hidden):
             runner = ansible_runner.run(
                 private_data_dir=str(private),
                 playbook=str(playbook),

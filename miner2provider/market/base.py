@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from miner2provider.agent.status import Measured
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
+from miner2provider.detect.facts.listening import Listening
 from miner2provider.market.pricing import Floor
 
 
@@ -69,6 +70,7 @@ class ProviderStack:
     secret: str  # the wallet Secret as JSON: for the API only, never a file, output or log
     fingerprint: str  # of files + secret: a converged provider re-applies nothing
     values: dict[str, dict[str, Any]]  # chart -> its values (without the wallet)
+    secret_env: tuple[str, ...] = ()  # environment variables it read a secret from: hidden from ansible-runner
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,24 @@ class ProviderParts:
     file_prefix: str  # manifest files <prefix>*.yaml
     releases: tuple[str, ...]  # HelmChart objects in kube-system
     secret_name: str  # the wallet Secret in kube-system
+
+
+@dataclass(frozen=True)
+class FarmFacts:
+    """What `m2p provider check` read of the farm's rigs for the marketplace's verdicts."""
+
+    rigs: int
+    cores: int
+    memory_mib: int
+    ingress_address: str  # the ingress rig's address in the inventory
+    ingress_listening: Listening | str  # its listeners, or why they could not be read
+
+
+@dataclass(frozen=True)
+class Verdict:
+    level: str  # ok | warn | fail
+    topic: str
+    text: str  # what was found, and what to do
 
 
 class Marketplace(Protocol):
@@ -134,4 +154,8 @@ class Marketplace(Protocol):
         """The provider for ``farm`` (``provider``: read_provider_file's), its charts read from ``charts_folder``
         and its wallet from the files and ``environ`` variables ``provider`` names (they go only into
         ``ProviderStack.secret``)."""
+        ...
+
+    def provider_check(self, provider: Any, farm: FarmFacts, environ: Mapping[str, str]) -> list[Verdict]:
+        """One verdict per thing the provider needs (it may look up DNS and the marketplace's own nodes)."""
         ...

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.detect.facts import ALL_FACTS, FACTS_BY_NAME
+from miner2provider.detect.facts import ALL_FACTS, FACTS_BY_NAME, ON_DEMAND_FACTS
 from miner2provider.detect.facts.base import Output
 
 CASES = sorted((Path(__file__).parent / "facts").glob("*/*.json"))
@@ -35,7 +35,7 @@ def test_fact_parses_golden_output(case):
 
 def test_every_fact_has_golden_cases():
     covered = {p.parent.name for p in CASES}
-    assert covered == {f.name for f in ALL_FACTS}
+    assert covered == {f.name for f in (*ALL_FACTS, *ON_DEMAND_FACTS)}
 
 
 def test_gpu_golden_cases_cover_the_card_families():

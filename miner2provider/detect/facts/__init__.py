@@ -4,6 +4,7 @@ from miner2provider.detect.facts.amd import AmdGpusFact
 from miner2provider.detect.facts.fingerprint import FingerprintFact
 from miner2provider.detect.facts.gpu import CudaFact, GpusFact
 from miner2provider.detect.facts.health import DefaultRouteFact, HostnameFact, XidFact
+from miner2provider.detect.facts.listening import ListeningFact
 from miner2provider.detect.facts.mining_os import MinerFact, MiningOsFact
 from miner2provider.detect.facts.node import AgentLedgerFact, AgentStatusFact, InstalledFact
 from miner2provider.detect.facts.system import (
@@ -23,4 +24,6 @@ ALL_FACTS = (
     MiningOsFact, MinerFact, GpusFact, CudaFact, AmdGpusFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
     FingerprintFact, AgentStatusFact, AgentLedgerFact,
 )
-FACTS_BY_NAME = {f.name: f for f in ALL_FACTS}
+# Facts asked of one rig when a command needs them, never by the probe.
+ON_DEMAND_FACTS = (ListeningFact,)
+FACTS_BY_NAME = {f.name: f for f in (*ALL_FACTS, *ON_DEMAND_FACTS)}

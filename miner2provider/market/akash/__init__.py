@@ -10,10 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash import charts, gpus_json, provider, provider_file, stack, wallet
+from miner2provider.market.akash import charts, checkup, gpus_json, outside, provider, provider_file, stack, wallet
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
-from miner2provider.market.base import FleetAttributes, ProviderFarm, ProviderParts, ProviderStack, RigGpus
+from miner2provider.market.base import (
+    FarmFacts,
+    FleetAttributes,
+    ProviderFarm,
+    ProviderParts,
+    ProviderStack,
+    RigGpus,
+    Verdict,
+)
 from miner2provider.market.pricing import Floor
 
 
@@ -54,6 +62,12 @@ class Akash:
                        environ: Mapping[str, str]) -> ProviderStack:
         secret = stack.wallet_values(provider, wallet.key_text(provider), wallet.passphrase(provider, environ))
         return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
+
+    def provider_check(self, provider: provider_file.ProviderFile, farm: FarmFacts,
+                       environ: Mapping[str, str]) -> list[Verdict]:
+        seen = checkup.Seen(farm, {name: outside.resolve(name) for name in checkup.names(provider)},
+                            outside.rpc_status(provider.rpc_node), wallet.problem(provider, environ))
+        return checkup.verdicts(provider, seen)
 
 
 AKASH = Akash()

@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +40,7 @@ import yaml
 from miner2provider.core.errors import ProviderError
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
+from miner2provider.market.akash.wallet import ARMORED_KEY
 from miner2provider.market.base import ProviderFarm, ProviderParts, ProviderStack
 from miner2provider.market.pricing import Floor
 
@@ -58,8 +58,6 @@ NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPA
               "lease": {"akash.network": "true"}, "akash-gateway": {"akash.network": "true"}}
 FILE_PREFIX = "m2p-akash-"
 PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET)
-_ARMORED_KEY = re.compile(r"-----BEGIN TENDERMINT PRIVATE KEY-----\n(?:[A-Za-z-]+: [^\n]*\n)+\n[A-Za-z0-9+/=\n]+"
-                          r"-----END TENDERMINT PRIVATE KEY-----\n?")
 
 
 def price_mappings(floors: Sequence[Floor]) -> str:
@@ -101,7 +99,7 @@ def provider_values(provider: ProviderFile, farm: ProviderFarm, price_script: st
 
 def wallet_values(provider: ProviderFile, key_text: str, passphrase: str) -> dict[str, str]:
     """The chart's ``key`` and ``keysecret`` (base64 of the armored key and of its passphrase)."""
-    if not _ARMORED_KEY.fullmatch(key_text.replace("\r\n", "\n")):
+    if not ARMORED_KEY.fullmatch(key_text.replace("\r\n", "\n")):
         raise ProviderError(f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: "
                             "an armored TENDERMINT PRIVATE KEY block)")
     if not passphrase:
@@ -130,7 +128,7 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
     secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                          "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
                          "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
-    return ProviderStack(files, secret, fingerprint(files, secret), values)
+    return ProviderStack(files, secret, fingerprint(files, secret), values, (provider.wallet.passphrase_env,))
 
 
 def fingerprint(files: dict[str, str], secret: str) -> str:

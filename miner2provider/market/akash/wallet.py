@@ -6,6 +6,7 @@ Secret (stack.wallet_values); no message here quotes either."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 
@@ -14,6 +15,9 @@ from miner2provider.core.errors import ProviderError
 from miner2provider.market.akash.provider_file import ProviderFile
 
 MAX_KEY_BYTES = 16 * 1024  # an armored secp256k1 key is about 400 bytes
+# `keys export`'s armor (cosmos-sdk crypto/armor.go): header lines, a blank line, base64, a checksum line.
+ARMORED_KEY = re.compile(r"-----BEGIN TENDERMINT PRIVATE KEY-----\n(?:[A-Za-z-]+: [^\n]*\n)+\n[A-Za-z0-9+/=\n]+"
+                         r"-----END TENDERMINT PRIVATE KEY-----\n?")
 
 
 def key_text(provider: ProviderFile) -> str:
@@ -51,3 +55,17 @@ def passphrase(provider: ProviderFile, environ: Mapping[str, str]) -> str:
         raise ProviderError(f"the environment variable {name} (wallet.passphrase_env in {provider.source}) is not "
                             "set: export it with the key's passphrase before this command")
     return environ[name]
+
+
+def problem(provider: ProviderFile, environ: Mapping[str, str]) -> str:
+    """Why the wallet would not do, or "" (the key file private and armored, the passphrase variable set)."""
+    try:
+        text = key_text(provider)
+        if not ARMORED_KEY.fullmatch(text.replace("\r\n", "\n")):
+            return (f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: an "
+                    "armored TENDERMINT PRIVATE KEY block)")
+        if not passphrase(provider, environ):
+            return f"the environment variable {provider.wallet.passphrase_env} is empty: it must hold the passphrase"
+    except ProviderError as exc:
+        return exc.message
+    return ""

@@ -1,0 +1,159 @@
+"""`m2p provider check` for Akash: one verdict per thing a provider needs, each with what to do.  Pure:
+what was looked up (DNS, the RPC node, the rigs) comes in as ``Seen``.
+
+Sources: Akash's provider audit (akash.network/docs/providers/operations/provider-audit: at least 64 cores
+and 128 GiB across the cluster, else Homenode, AEP-60; dynamic-DNS domains cannot be audited), Akash's
+provider build docs (A records for ``provider.<domain>`` and ``*.ingress.<domain>`` to the public address;
+80, 443, 8443, 8444 and 30000-32767 open, tcp and udp), CometBFT's RPC ``/status`` (``node_info.network``,
+``sync_info.catching_up``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from miner2provider.market.akash.provider_file import ProviderFile
+from miner2provider.market.base import FarmFacts, Verdict
+
+AUDIT_CORES, AUDIT_MEMORY_GIB = 64, 128
+INGRESS_PORTS = (80, 443, 8443, 8444)
+NODE_PORTS = (30000, 32767)
+CHAIN_ID = "akashnet-2"  # the provider chart's chainid
+# Dynamic-DNS services (their customers' names cannot pass Akash's audit).
+DYNAMIC_DNS = ("duckdns.org", "no-ip.com", "no-ip.org", "noip.me", "ddns.net", "hopto.org", "zapto.org", "sytes.net",
+               "dynu.com", "dynu.net", "dyndns.org", "dyndns.com", "freedns.afraid.org", "mooo.com", "changeip.com",
+               "dnsalias.com", "servebeer.com", "myftp.org", "ydns.eu", "dedyn.io", "desec.io", "nsupdate.info",
+               "duckdns.com", "freeddns.org", "dynv6.net")
+CGNAT = ipaddress.ip_network("100.64.0.0/10")
+
+
+@dataclass(frozen=True)
+class RpcStatus:
+    network: str
+    height: int
+    catching_up: bool
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What `provider check` looked up: the farm (its rigs, the ingress rig), DNS, the RPC node, the wallet."""
+
+    farm: FarmFacts
+    resolved: dict[str, tuple[str, ...] | str]  # DNS name -> its addresses, or why it did not resolve
+    rpc: RpcStatus | str  # the RPC node's status, or why it did not answer
+    wallet_problem: str  # "" when the key file is private and the passphrase variable is set
+
+
+def wildcard_probe(domain: str) -> str:
+    """A name under ``*.ingress.<domain>`` that only the wildcard record can answer."""
+    return f"m2p-check.ingress.{domain}"
+
+
+def names(provider: ProviderFile) -> tuple[str, str]:
+    return f"provider.{provider.domain}", wildcard_probe(provider.domain)
+
+
+def verdicts(provider: ProviderFile, seen: Seen) -> list[Verdict]:
+    return [_audit(seen), *_ingress(provider, seen), *_dns(provider, seen), _ports(provider, seen),
+            _rpc(provider, seen), _wallet(seen)]
+
+
+def kind_of(address: str) -> str:
+    """public | private (RFC 1918 and the like) | cgnat | invalid."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return "invalid"
+    if ip.version == 4 and ip in CGNAT:
+        return "cgnat"
+    return "public" if ip.is_global else "private"
+
+
+def _audit(seen: Seen) -> Verdict:
+    gib = seen.farm.memory_mib / 1024
+    where = f"{seen.farm.rigs} rigs: {seen.farm.cores} cores, {gib:.0f} GiB"
+    if seen.farm.cores >= AUDIT_CORES and gib >= AUDIT_MEMORY_GIB:
+        return Verdict("ok", "audit floor", f"{where} (Akash's audit asks at least {AUDIT_CORES} cores and "
+                                            f"{AUDIT_MEMORY_GIB} GiB)")
+    return Verdict("warn", "audit floor", f"{where}, below Akash's audit floor ({AUDIT_CORES} cores, "
+                                          f"{AUDIT_MEMORY_GIB} GiB): the provider bids unaudited; Homenode "
+                                          "(AEP-60) is Akash's path for such providers; go on, and pool more rigs "
+                                          "to be audited")
+
+
+def _ingress(provider: ProviderFile, seen: Seen) -> list[Verdict]:
+    kind = kind_of(seen.farm.ingress_address)
+    rig = f"ingress rig {provider.ingress_rig} ({seen.farm.ingress_address})"
+    if kind == "public":
+        return [Verdict("ok", "ingress", f"{rig} has a public address")]
+    if kind == "cgnat":
+        return [Verdict("fail", "ingress", f"{rig} is behind carrier-grade NAT (100.64.0.0/10): nothing from the "
+                                           "internet reaches it; ask your ISP for a public address, or use a public "
+                                           "node (a VPS) as the ingress")]
+    if kind == "private":
+        return [Verdict("warn", "ingress", f"{rig} has a private address: forward tcp+udp 80, 443, 8443, 8444 and "
+                                           f"{NODE_PORTS[0]}-{NODE_PORTS[1]} from your router's public address to it")]
+    return [Verdict("warn", "ingress", f"{rig}: the inventory names it by host name; m2p checks the address "
+                                       "its DNS names resolve to below")]
+
+
+def _dns(provider: ProviderFile, seen: Seen) -> list[Verdict]:
+    out = []
+    dynamic = next((s for s in DYNAMIC_DNS if provider.domain == s or provider.domain.endswith("." + s)), None)
+    if dynamic:
+        out.append(Verdict("warn", "domain", f"{provider.domain} is a dynamic-DNS name ({dynamic}): Akash's audit "
+                                             "refuses those; use a domain of your own to be audited"))
+    ingress_public = kind_of(seen.farm.ingress_address) == "public"
+    for name in names(provider):
+        found = seen.resolved.get(name, "not looked up")
+        shown = f"*.ingress.{provider.domain}" if name == wildcard_probe(provider.domain) else name
+        if isinstance(found, str):
+            out.append(Verdict("fail", "dns", f"{shown} does not resolve ({found}): add an A record pointing at "
+                                              "your public address"))
+        elif any(kind_of(a) != "public" for a in found):
+            out.append(Verdict("fail", "dns", f"{shown} resolves to {', '.join(found)}, not a public address: "
+                                              "point it at your public address"))
+        elif ingress_public and seen.farm.ingress_address not in found:
+            out.append(Verdict("fail", "dns", f"{shown} resolves to {', '.join(found)}, not the ingress rig's "
+                                              f"{seen.farm.ingress_address}: fix the A record"))
+        else:
+            out.append(Verdict("ok", "dns", f"{shown} resolves to {', '.join(found)}"))
+    return out
+
+
+def _ports(provider: ProviderFile, seen: Seen) -> Verdict:
+    listening = seen.farm.ingress_listening
+    if isinstance(listening, str):
+        return Verdict("fail", "ports", f"cannot read what listens on {provider.ingress_rig}: {listening}")
+    if not listening.ok:
+        return Verdict("warn", "ports", f"{provider.ingress_rig} has no ss (iproute2): m2p cannot see what listens "
+                                        "there; make sure nothing holds 80, 443, 8443 or 8444")
+    held = sorted({p for p in (*listening.tcp, *listening.udp)
+                   if p in INGRESS_PORTS or NODE_PORTS[0] <= p <= NODE_PORTS[1]})
+    if held:
+        return Verdict("fail", "ports", f"something on {provider.ingress_rig} listens on {', '.join(map(str, held))}: "
+                                        "the ingress and NodePorts need them; move that service or pick another "
+                                        "ingress rig")
+    return Verdict("ok", "ports", f"nothing on {provider.ingress_rig} holds 80, 443, 8443, 8444 or "
+                                  f"{NODE_PORTS[0]}-{NODE_PORTS[1]} (sockets; pods' hostPorts are not sockets)")
+
+
+def _rpc(provider: ProviderFile, seen: Seen) -> Verdict:
+    if isinstance(seen.rpc, str):
+        return Verdict("fail", "rpc", f"the RPC node {provider.rpc_node} does not answer ({seen.rpc}): run your own "
+                                      "node (Akash advises it) or pick another from the network's list")
+    if seen.rpc.network != CHAIN_ID:
+        return Verdict("fail", "rpc", f"the RPC node {provider.rpc_node} serves {seen.rpc.network!r}, not Akash's "
+                                      f"mainnet {CHAIN_ID}")
+    if seen.rpc.catching_up:
+        return Verdict("warn", "rpc", f"the RPC node {provider.rpc_node} is still catching up (block "
+                                      f"{seen.rpc.height}): wait until it is in sync")
+    return Verdict("ok", "rpc", f"the RPC node {provider.rpc_node} answers ({CHAIN_ID}, block {seen.rpc.height})")
+
+
+def _wallet(seen: Seen) -> Verdict:
+    if seen.wallet_problem:
+        return Verdict("fail", "wallet", seen.wallet_problem)
+    return Verdict("ok", "wallet", "the key file is yours alone and its passphrase variable is set; fund the "
+                                   "wallet (a 0.5 AKT deposit per bid; about 50 AKT advised)")

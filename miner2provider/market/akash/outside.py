@@ -1,0 +1,58 @@
+"""What `m2p provider check` looks up outside the rigs: DNS names and the RPC node's ``/status`` (CometBFT
+RPC: ``result.node_info.network``, ``result.sync_info.latest_block_height`` and ``catching_up``).  Nothing
+else is contacted.  Each lookup has a deadline and comes back as a value or a sentence, never an exception."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit, urlunsplit
+
+from miner2provider.market.akash.checkup import RpcStatus
+
+TIMEOUT_S = 5.0
+MAX_STATUS_BYTES = 256 * 1024
+
+
+def resolve(name: str, timeout_s: float = TIMEOUT_S) -> tuple[str, ...] | str:
+    """The IPv4 and IPv6 addresses of ``name``, or why there are none (getaddrinfo has no deadline of its own:
+    it runs in a thread that is left behind when it overruns)."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2p-dns")
+    try:
+        found = pool.submit(socket.getaddrinfo, name, None, 0, socket.SOCK_STREAM).result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        return f"no answer in {timeout_s:.0f} s"
+    except socket.gaierror as exc:
+        return exc.strerror or "not found"
+    except (OSError, UnicodeError) as exc:
+        return str(exc) or type(exc).__name__
+    finally:
+        pool.shutdown(wait=False)
+    return tuple(sorted({str(info[4][0]) for info in found}))
+
+
+def rpc_status(node: str, timeout_s: float = TIMEOUT_S) -> RpcStatus | str:
+    url = urlsplit(node)
+    scheme = "http" if url.scheme == "tcp" else url.scheme  # tcp://host:26657 is the CLI's form of the same RPC
+    target = urlunsplit((scheme, url.netloc, url.path.rstrip("/") + "/status", "", ""))
+    try:
+        with urllib.request.urlopen(urllib.request.Request(target, headers={"Accept": "application/json"}),
+                                    timeout=timeout_s) as reply:
+            body = reply.read(MAX_STATUS_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} from {target}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{target}: {reason}"
+    if len(body) > MAX_STATUS_BYTES:
+        return f"{target}: the answer is larger than a status is"
+    try:
+        result = json.loads(body)["result"]
+        sync = result["sync_info"]
+        return RpcStatus(str(result["node_info"]["network"]), int(sync["latest_block_height"]),
+                         bool(sync["catching_up"]))
+    except (ValueError, KeyError, TypeError):
+        return f"{target}: not a CometBFT RPC status"

@@ -22,7 +22,7 @@ from miner2provider.core.errors import (
 )
 from miner2provider.core.inventory import Host
 from miner2provider.detect.facts.listening import ListeningFact
-from miner2provider.detect.report import RigReport
+from miner2provider.detect.report import RigReport, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
@@ -83,7 +83,7 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     market, provider = _provider_file(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
     provider_run.server_of(hosts)
-    ingress = _ingress_in(provider, hosts, provider_path)
+    ingress = _ingress_in(provider, hosts)
     reports = _every_rig(hosts, ssh)
     facts = [r.facts for r in reports if r.facts]
     listening = ask(ingress, ListeningFact, ssh)
@@ -94,6 +94,30 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     failed = [v for v in found if v.level == "fail"]
     if failed:
         raise ProviderNotReady(f"{len(failed)} of {len(found)} checks failed: fix them, then check again")
+
+
+@provider_group.command("status")
+@inventory_option()
+@provider_option
+@click.option("--url", help="The provider's status URL (default: https://<ingress rig>:8443/status).")
+@vault_option
+@json_option
+@ssh_options
+def provider_status(inventory_file: str, provider_path: str, url: str | None, vault_password_file: str | None,
+                    as_json: bool, ssh: SshOptions) -> None:
+    """The provider's own status (active leases, open bids, deployments) beside what m2p sees of each rig
+    (converged, its agent's mode: mining, offered, leasing, cordoned).  Changes nothing."""
+    market, provider = _provider_file(provider_path)
+    hosts = _hosts(inventory_file, vault_password_file)
+    ingress = _ingress_in(provider, hosts)
+    state = market.provider_status(provider, ingress.address, url)
+    rows = [status_row(r) for r in detect(hosts, ssh)]
+    render.provider_state(market.label, state, rows, as_json)
+    failed = sum(r["state"] == "failed" for r in rows)
+    if failed:
+        raise RigFailures(failed, len(rows))
+    if state.error:
+        raise ProviderNotReady(f"{market.label}'s provider at {state.url}: {state.error}")
 
 
 @provider_group.command("apply")
@@ -120,11 +144,12 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     econ = economics.load(economics_path)
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
-    _ingress_in(provider, hosts, provider_path)
+    _ingress_in(provider, hosts)
     reports = _every_rig(hosts, ssh)
     rigs = gpus_of(hosts, reports)
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
-                        tuple(pricing.fleet_floors(rigs, econ)), provider_run.node_name(server))
+                        tuple(pricing.fleet_floors(rigs, econ)), provider_run.node_name(server),
+                        market.card_list(rigs)[0])
     stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
     ctx.note(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
@@ -187,12 +212,13 @@ def _hosts(inventory_file: str, vault_password_file: str | None) -> list[Host]:
     return list(load_inventory(inventory_file, vault_password_file).hosts)
 
 
-def _ingress_in(provider: Any, hosts: list[Host], provider_path: str) -> Host:
+def _ingress_in(provider: Any, hosts: list[Host]) -> Host:
     by_name = {h.name: h for h in hosts}
     if provider.ingress_rig not in by_name:
-        names = list(by_name)
+        names = sorted(by_name)
         raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
-                                f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})", where=provider_path)
+                                f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})",
+                                where=provider.where("ingress_rig"))
     return by_name[provider.ingress_rig]
 
 

@@ -18,7 +18,7 @@ from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.report import RigReport
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
-from miner2provider.market.base import FleetAttributes, Verdict
+from miner2provider.market.base import FleetAttributes, ProviderState, Verdict
 from miner2provider.market.pricing import Floor
 from miner2provider.timeshare.economics import Economics
 from miner2provider.timeshare.model import Schedule
@@ -236,6 +236,19 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
              f"{cell(r['power_watts'], 6)} {cell(r['net_per_hour'], 8)} {cell(r['floor_per_hour'], 8)} "
              f"{cell(r['floor_per_month'], 12)}")
     echo(f"price_target_gpu_mappings: {marketplace().price_mappings(floors) or '(no model has a mining figure)'}")
+
+
+def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        echo_json({"provider": {"url": state.url, "error": state.error, **state.fields}, "rigs": rows})
+        return
+    if state.error:
+        echo(click.style(f"{label} provider ({state.url}): {printable_lines(state.error)}", fg="red"))
+    else:
+        f = state.fields
+        echo(f"{label} provider {printable_lines(f['hostname'] or state.url)} ({printable_lines(f['address'])}): "
+             f"{f['active_leases']} active leases, {f['open_orders']} open orders, {f['deployments']} deployments")
+    status_table(rows)
 
 
 def verdicts(found: list[Verdict], as_json: bool) -> None:

@@ -98,7 +98,8 @@ class ProviderError(M2PError):
 
 
 class ProviderNotReady(ProviderError):
-    """`m2p provider check`: some verdicts failed (each said, with what to do)."""
+    """`m2p provider check` (some verdicts failed) or `status` (the provider does not answer): the command's
+    own output, --json included, already said what and why."""
 
     told_in_json = True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from miner2provider.fleet.runner import Event, run_playbook
 from miner2provider.market.base import ProviderParts, ProviderStack
 
 RECORD = "/var/lib/m2p/provider.json"  # one provider per farm; 0644, {"fingerprint": ...}
+WAITING = ("installed; k3s's Helm jobs have not made every object m2p patches yet (they pull images first): run "
+           "`m2p provider apply` again in a few minutes to finish")
 
 
 def server_of(fleet: list[Host]) -> Host:
@@ -58,12 +61,18 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
     if recorded_fingerprint(server, opts) == stack.fingerprint:
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
     variables = {**_common(server, parts), "market_provider_state": "present",
-                 "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint}
+                 "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
+                 "market_provider_patches": list(stack.patches)}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}},
                        secret_env=stack.secret_env)
-    return outcome_of(server.name, run, check=check, why="provider installed or updated")
+    outcome = outcome_of(server.name, run, check=check,
+                         why="the provider would be installed or updated" if check else "provider installed or updated")
+    if not check and not outcome.failed and recorded_fingerprint(server, opts) != stack.fingerprint:
+        # The role writes its record only once every patch found its object (made by k3s's Helm jobs).
+        return replace(outcome, message=WAITING)
+    return outcome
 
 
 def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptions, *, check: bool = False,

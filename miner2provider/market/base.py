@@ -60,6 +60,7 @@ class ProviderFarm:
     attributes: tuple[tuple[str, str], ...]
     floors: tuple[Floor, ...]
     server_node: str
+    card_list: dict[str, Any] = field(default_factory=dict)  # the marketplace's card list for this farm (card_list)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ProviderStack:
     fingerprint: str  # of files + secret: a converged provider re-applies nothing
     values: dict[str, dict[str, Any]]  # chart -> its values (without the wallet)
     secret_env: tuple[str, ...] = ()  # environment variables it read a secret from: hidden from ansible-runner
+    # Server-side apply patches to objects the charts make, sent once those exist (a field m2p owns survives
+    # the charts' upgrades): {"namespace", "kind", "name", "body" (JSON)}
+    patches: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,15 @@ class Verdict:
     level: str  # ok | warn | fail
     topic: str
     text: str  # what was found, and what to do
+
+
+@dataclass(frozen=True)
+class ProviderState:
+    """What the marketplace's provider says of itself (`m2p provider status`)."""
+
+    url: str
+    error: str  # "" when it answered
+    fields: dict[str, Any]  # active_leases, open_orders, deployments, address, hostname
 
 
 class Marketplace(Protocol):
@@ -154,6 +167,10 @@ class Marketplace(Protocol):
         """The provider for ``farm`` (``provider``: read_provider_file's), its charts read from ``charts_folder``
         and its wallet from the files and ``environ`` variables ``provider`` names (they go only into
         ``ProviderStack.secret``)."""
+        ...
+
+    def provider_status(self, provider: Any, ingress_address: str, url: str | None = None) -> ProviderState:
+        """The provider's own status, asked of the ingress rig (or ``url``)."""
         ...
 
     def provider_check(self, provider: Any, farm: FarmFacts, environ: Mapping[str, str]) -> list[Verdict]:

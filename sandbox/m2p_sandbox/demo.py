@@ -7,6 +7,7 @@ The harness's, not the product's: the m2p command line finds it through the entr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -39,7 +40,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
     toolkit are stand-ins.  Nothing outside this machine is touched.  Needs the sandbox
     harness (m2p-sandbox), which a plain install of m2p leaves out.
     """
-    from m2p_sandbox import network, tenant
+    from m2p_sandbox import network, provider_demo, tenant
     from m2p_sandbox import rig as sandbox
     from m2p_sandbox.bundle import build_test_bundle
     from m2p_sandbox.kube_api import KubeApiStandin
@@ -53,6 +54,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
     token = secrets.token_urlsafe(24)
     os.environ[DEMO_TOKEN_ENV] = token  # the agent's API token, as a user names one in m2p_agent_token_env
     os.environ[STANDIN_PLAIN_HTTP] = "1"  # the demo's STAND-IN API speaks plain HTTP (refused anywhere else)
+    closing = contextlib.ExitStack()  # the provider steps' stand-ins
     try:
         build_test_bundle(work / "bundle")
         ctx.info("booting the sandbox rig demo-hive ...")
@@ -61,9 +63,11 @@ def demo_command(ctx: Context, serve: bool) -> None:
         api = KubeApiStandin(host=str(network.gateway()))
         api.add_node("demo-hive", token, gpus=2)
         inv = work / "rigs.yml"
-        inv.write_text(f"all:\n  hosts:\n    demo-hive:\n      ansible_host: {rig.address}\n"
-                       f"      ansible_user: {rig.user}\n      ansible_ssh_private_key_file: {rig.key_file}\n"
-                       f"      m2p_min_free_disk_gb: 5\n      m2p_agent_token_env: {DEMO_TOKEN_ENV}\n")
+        # Its own k3s server (group k3s_server): the farm an Akash provider needs.
+        inv.write_text(f"all:\n  children:\n    k3s_server:\n      hosts:\n        demo-hive:\n"
+                       f"          ansible_host: {rig.address}\n          ansible_user: {rig.user}\n"
+                       f"          ansible_ssh_private_key_file: {rig.key_file}\n          m2p_min_free_disk_gb: 5\n"
+                       f"          m2p_agent_token_env: {DEMO_TOKEN_ENV}\n")
         # Policy profit: the rig is offered while a lease pays more than mining.  The stand-in miner
         # reports 58 MH/s kawpow at 240 W a card (HiveOS's stats file): 58 x 0.02 = 1.16 a day, power
         # 0.029/h; floor 0.029 + 1.15 x 0.019 = 0.051/h a card, so a 0.25 lease pays: offered.
@@ -107,6 +111,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
             ("convert", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
             ("convert again: nothing to change", ["convert", "-i", str(inv), *bundle, *ssh, "--yes"], 0),
             ("status", ["status", "-i", str(inv), *ssh], 0),
+            *provider_demo.steps(rig, api, work, inv, ssh, closing),
             ("schedule apply: the time-share agent (policy profit: offered while a lease pays more than mining)",
              ["schedule", "apply", "-i", str(inv), *schedule, *ssh, "--yes"],
              0),
@@ -136,6 +141,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
                              "m2p demo --dashboard serves this demo's rig, its lease included, before it reverts.",
                              bold=True))
     finally:
+        closing.close()
         if api is not None:
             api.close()
         for r in rigs:

@@ -21,7 +21,18 @@ import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (the harness is installed editable from sandbox/)
-SHARED_AKASH = ROOT.parent / "shared" / "akash"
+
+
+def _shared_akash() -> Path:
+    """Akash's charts and CRDs as test data: $M2P_SHARED_AKASH, else ../shared/akash beside the checkout, else
+    this machine's /work/shared/akash (a clone elsewhere, such as CI's, still finds them)."""
+    for candidate in (os.environ.get("M2P_SHARED_AKASH"), ROOT.parent / "shared" / "akash", "/work/shared/akash"):
+        if candidate and (Path(candidate) / "charts").is_dir():
+            return Path(candidate)
+    return ROOT.parent / "shared" / "akash"
+
+
+SHARED_AKASH = _shared_akash()
 CHARTS = SHARED_AKASH / "charts"
 HELMCHART_CRD = SHARED_AKASH / "crds" / "helm.cattle.io_helmcharts.yaml"
 
@@ -36,7 +47,8 @@ def helm() -> str:
 
 def shared_charts() -> Path:
     if not (CHARTS / "provider-19.0.2.tgz").is_file():
-        raise AssertionError(f"no Akash charts under {CHARTS}: the provider tests need ../shared/akash")
+        raise AssertionError(f"no Akash charts under {CHARTS}: the provider tests need Akash's charts as test data "
+                             "(../shared/akash beside the checkout, or $M2P_SHARED_AKASH)")
     return CHARTS
 
 

@@ -11,7 +11,8 @@ them (v1 Pod, PodList, Node, Status):
 - for the admin (``k3s kubectl`` on a server, through the stand-in k3s): ``GET`` of a Secret and
   ``DELETE`` of nodes, namespaces (with everything in them), secrets, serviceaccounts,
   clusterroles, clusterrolebindings, priorityclasses and k3s HelmCharts; ``PUT`` of a Secret (kubectl's
-  server-side apply; ``stringData`` is folded into base64 ``data`` as the API does, never kept).
+  server-side apply; ``stringData`` is folded into base64 ``data`` as the API does, never kept) and of a
+  Deployment patch (env entries merged by name); ``GET`` of a Deployment.
   ``apply`` puts a manifest's objects in, standing for k3s's deploy controller; nothing happens
   when a manifest file goes (k3s does not delete what a removed manifest made), since nothing here watches the files.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
@@ -409,8 +410,11 @@ class KubeApiStandin(Served):
         """The admin's GET and PUT of a Secret and its deletes; None: served like any other caller."""
         parts = path.strip("/").split("/")
         kind, namespace, name = _object_path(parts)
-        if kind is None or method not in {"GET", "DELETE", "PUT"} or (method in {"GET", "PUT"} and kind != "Secret"):
+        if kind is None or method not in {"GET", "DELETE", "PUT"} or (
+                method in {"GET", "PUT"} and kind not in {"Secret", "Deployment"}):
             return None
+        if method == "PUT" and kind == "Deployment":
+            return self._apply_to_deployment(namespace, name, handler)
         if method == "PUT":
             return self._put_secret(namespace, name, handler)
         if kind == "Node":
@@ -430,6 +434,32 @@ class KubeApiStandin(Served):
                 del self.objects[other]
         return 200, _status(200, "Success", "deleted") | {"status": "Success"}
 
+
+    def _apply_to_deployment(self, namespace: str, name: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any]:
+        """A server-side apply patch to a Deployment that exists: its containers' env entries merged in by name
+        (the API's merge keys: containers by name, env by name); 404 when it does not exist (the real API would
+        try to create one from the patch and refuse it as invalid)."""
+        key = ("Deployment", namespace, name)
+        if key not in self.objects:
+            return 404, _status(404, "NotFound", f'deployments.apps "{name}" not found')
+        length = int(handler.headers.get("Content-Length") or 0)
+        try:
+            patch = json.loads(handler.rfile.read(length) or b"{}")
+            wanted = patch["spec"]["template"]["spec"]["containers"]
+        except (ValueError, KeyError, TypeError):
+            return 400, _status(400, "BadRequest", "not a Deployment patch")
+        obj = self.objects[key]
+        containers = {c["name"]: c for c in obj["spec"]["template"]["spec"]["containers"]}
+        for given in wanted:
+            live = containers.get(given.get("name"))
+            if live is None:
+                return 422, _status(422, "Invalid", f'no container "{given.get("name")}" to patch (the stand-in '
+                                                    "does not add containers)")
+            env = {e["name"]: e for e in live.get("env", [])}
+            env.update({e["name"]: e for e in given.get("env", [])})
+            live["env"] = list(env.values())
+        self._bump(obj)
+        return 200, copy.deepcopy(obj)
 
     def _put_secret(self, namespace: str, name: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any]:
         """Create or replace a Secret; 200 with ``"unchanged"`` in the status when its data is the same."""
@@ -468,6 +498,7 @@ def _requests(pod: dict[str, Any]) -> int:
 
 
 _KINDS = {"nodes": "Node", "namespaces": "Namespace", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
+          "deployments": "Deployment",
           "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding",
           "priorityclasses": "PriorityClass", "helmcharts": "HelmChart"}
 
@@ -481,6 +512,7 @@ def _object_path(parts: list[str]) -> tuple[str | None, str, str]:
     if parts[:2] in (["apis", "rbac.authorization.k8s.io"], ["apis", "scheduling.k8s.io"]) \
             and parts[2] == "v1" and len(parts) == 5:
         return _KINDS.get(parts[3]), "", parts[4]
-    if parts[:3] == ["apis", "helm.cattle.io", "v1"] and len(parts) == 7 and parts[3] == "namespaces":
+    if parts[:3] in (["apis", "helm.cattle.io", "v1"], ["apis", "apps", "v1"]) and len(parts) == 7 \
+            and parts[3] == "namespaces":
         return _KINDS.get(parts[5]), parts[4], parts[6]
     return None, "", ""

@@ -13,7 +13,7 @@ import paramiko
 from .rig import Rig
 
 
-def _ssh(rig: Rig) -> paramiko.SSHClient:
+def ssh(rig: Rig) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a sandbox rig's key is made at boot
     client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file, timeout=10,
@@ -21,7 +21,7 @@ def _ssh(rig: Rig) -> paramiko.SSHClient:
     return client
 
 
-def _run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
+def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
     _, stdout, stderr = client.exec_command(command, timeout=120)
     out = stdout.read().decode() + stderr.read().decode()
     return stdout.channel.recv_exit_status(), out
@@ -34,23 +34,23 @@ def container_at_the_gate(rig: Rig, pod: str, hook: dict[str, Any]) -> tuple[int
     (path, args)."""
     namespace, _, name = pod.partition("/")
     container = f"{name}-main"
-    client = _ssh(rig)
+    client = ssh(rig)
     try:
-        pid = _run(client, "sudo setsid sleep 3600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
+        pid = run(client, "sudo setsid sleep 3600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
         state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
                             "annotations": {"io.kubernetes.cri.sandbox-namespace": namespace,
                                             "io.kubernetes.cri.sandbox-name": name,
                                             "io.kubernetes.cri.container-name": "main"}})
         args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in hook["args"][1:])
-        code, out = _run(client, f"echo '{state}' | sudo env -i {hook['path']} {args} 2>&1")
+        code, out = run(client, f"echo '{state}' | sudo env -i {hook['path']} {args} 2>&1")
         return code, out, int(pid)
     finally:
         client.close()
 
 
 def container_ends(rig: Rig, pid: int) -> None:
-    client = _ssh(rig)
+    client = ssh(rig)
     try:
-        _run(client, f"sudo kill {int(pid)}")
+        run(client, f"sudo kill {int(pid)}")
     finally:
         client.close()

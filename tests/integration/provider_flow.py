@@ -11,16 +11,23 @@ kubectl; k3s's deploy controller is played by the test (``api.apply`` of the fil
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
+import os
 import secrets
 import shlex
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
 from m2p_sandbox import helm, network
+from m2p_sandbox.akash_node import ProviderStatusStandin, RpcStandin
 from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider.cli import main
+from miner2provider.market.akash import outside
 from miner2provider.market.akash.address import encode
 
 from .conftest import m2p, outcomes, run, ssh
@@ -40,7 +47,8 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
                 and not a.endswith("rigs.yml")]
     passphrase = "pass-" + secrets.token_urlsafe(18)
     env = {**env, "AKASH_KEY_PASS": passphrase}
-    files = _provider_files(tmp)
+    rpc = RpcStandin()
+    files = _provider_files(tmp, rpc.url)
     inv_all, inv = farm["inventory"], _without_broken(farm["inventory"], tmp)
     apply = ["provider", "apply", "-p", str(files["provider"]), "--economics", str(files["economics"]),
              "--charts", str(files["charts"]), *ssh_args]
@@ -51,6 +59,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     runs: dict[str, str] = {}
     try:
         _point_k3s_kubectl_at(farm["hive"], api, admin)
+        _check_reads_the_farm(farm, files, inv, ssh_args, passphrase, rpc)
         # Bad input first: nothing is installed half-way.
         refused = m2p(*apply, "-i", str(inv_all), "--yes", env=env)  # cv-locked does not answer
         assert refused.returncode == 11 and "cv-locked: FAILED" in refused.stderr, refused.stderr[-2000:]
@@ -70,18 +79,31 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         first = m2p(*apply, "-i", str(inv), "--yes", "--json", "--keep-artifacts", str(tmp / "provider-art"), env=env)
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         assert outcomes(first)["cv-hive"]["result"] == "changed"
+        # The inventory operator's Deployment is not there yet (k3s's Helm job makes it): no record, and the
+        # owner is told to apply again.
+        assert "run `m2p provider apply` again in a few minutes" in outcomes(first)["cv-hive"]["message"]
         assert "rtx3090.24Gi=" in first.stderr and "rtx3060.12Gi=" in first.stderr  # the prices it set, said
         written = _server_files(farm)
         assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml",
                            "m2p-akash-10-akash-gateway.yaml", "m2p-akash-10-akash-hostname-operator.yaml",
-                           "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml"], written
+                           "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml",
+                           "m2p-akash-20-gpu-list.yaml"], written
         _renders_from_what_the_server_holds(farm, api, passphrase)
 
+        _status_shows_provider_and_rigs(inv, files, ssh_args, env)
+
+        finish = m2p(*apply, "-i", str(inv), "--yes", "--json", env=env)  # the operator is there now: patched
+        assert outcomes(finish)["cv-hive"]["result"] == "changed", finish.stdout[-2000:] + finish.stderr[-2000:]
+        operator = api.objects[("Deployment", "akash-services", "operator-inventory")]
+        env_of = {e["name"]: e.get("value") for c in operator["spec"]["template"]["spec"]["containers"]
+                  for e in c.get("env", [])}
+        assert env_of["AP_PROVIDER_CONFIGS_URL"] == "http://m2p-gpu-list.akash-services.svc.cluster.local"
+        assert "AP_CONFIG" in env_of  # the chart's own entries stay
         again = m2p(*apply, "-i", str(inv), "--yes", "--json", env=env)
         assert outcomes(again)["cv-hive"] == {**outcomes(again)["cv-hive"], "result": "converged",
                                               "message": "provider up to date (fingerprint matches)"}
         runs.update(check=check.stdout + check.stderr, first=first.stdout + first.stderr,
-                    again=again.stdout + again.stderr)
+                    finish=finish.stdout + finish.stderr, again=again.stdout + again.stderr)
 
         remove = ["provider", "remove", "-i", str(inv), *ssh_args]
         off = m2p(*remove, "--yes", "--json", env=env)
@@ -107,11 +129,51 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         assert found.strip() == "", found
     finally:
         api.close()
+        rpc.close()
         with ssh(farm["hive"]) as client:
             run(client, "sudo rm -f /etc/m2p-standin/kube-api.json /etc/m2p-standin/kube-api-ca.crt")
 
 
-def _provider_files(tmp: Path) -> dict[str, Path]:
+def _status_shows_provider_and_rigs(inv: Path, files: dict[str, Path], ssh_args: list[str], env: dict[str, str]) -> None:
+    """`provider status`: the provider's own /status (a STAND-IN over HTTPS with its own certificate) beside each
+    rig; a provider that does not answer is exit 8, said in the JSON too."""
+    status = ProviderStatusStandin({"cluster": {"leases": {"active": 1}, "inventory": {}}, "bidengine": {"orders": 3},
+                                    "manifest": {"deployments": 1}, "address": "akash1standin",
+                                    "cluster_public_hostname": "provider.farm.m2p-test.example"})
+    try:
+        args = ["provider", "status", "-i", str(inv), "-p", str(files["provider"]), *ssh_args, "--json"]
+        shown = m2p(*args, "--url", status.url + "/status", env=env)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        doc = json.loads(shown.stdout)
+        assert {k: doc["provider"][k] for k in ("active_leases", "open_orders", "deployments", "error")} == {
+            "active_leases": 1, "open_orders": 3, "deployments": 1, "error": ""}
+        assert {r["rig"]: r["state"] for r in doc["rigs"]} == {"cv-hive": "converged", "cv-plain": "converged"}
+    finally:
+        status.close()
+    gone = m2p(*args, "--url", status.url + "/status", env=env)
+    assert gone.returncode == 8 and json.loads(gone.stdout)["provider"]["error"].startswith("no answer"), gone.stdout
+
+
+def _check_reads_the_farm(farm: dict[str, Any], files: dict[str, Path], inv: Path, ssh_args: list[str],
+                          passphrase: str, rpc: RpcStandin) -> None:
+    """`provider check` in-process (its DNS lookups given: no test may ask a resolver outside this machine):
+    the rigs' cores and memory, cv-hive's private address and listeners, the RPC stand-in, the wallet."""
+    public = ("81.2.69.160",)  # a public address no test connects to
+    out = io.StringIO()
+    with mock.patch.object(outside, "resolve", lambda name: public), \
+            mock.patch.dict(os.environ, {**farm["env"], "AKASH_KEY_PASS": passphrase}), contextlib.redirect_stdout(out):
+        code = main(["provider", "check", "-i", str(inv), "-p", str(files["provider"]), *ssh_args, "--json"])
+    found = {(v["topic"], v["level"]): v["text"] for v in json.loads(out.getvalue())}
+    assert code == 0, found  # warnings only
+    assert "2 rigs:" in found[("audit floor", "warn")] and "Homenode" in found[("audit floor", "warn")]
+    assert f"ingress rig cv-hive ({farm['hive'].address}) has a private address: forward" in found[("ingress", "warn")]
+    assert "nothing on cv-hive holds 80, 443, 8443, 8444" in found[("ports", "ok")]
+    assert found[("rpc", "ok")] == f"the RPC node {rpc.url} answers (akashnet-2, block 23456789)"
+    assert ("wallet", "ok") in found and ("dns", "ok") in found
+    assert rpc.paths == ["/status"]
+
+
+def _provider_files(tmp: Path, rpc_url: str) -> dict[str, Path]:
     charts = tmp / "akash-charts"
     charts.mkdir()
     for archive in helm.shared_charts().glob("*.tgz"):
@@ -126,7 +188,7 @@ def _provider_files(tmp: Path) -> dict[str, Path]:
     for old, new in (("domain: farm.example.com", "domain: farm.m2p-test.example"),
                      ("address: akash1qqqsyqcyq5rqwzqfpg9scrgwpugpzysnwduagr", f"address: {encode(bytes(range(20, 40)))}"),
                      ("ingress_rig: rig01", "ingress_rig: cv-hive"),
-                     ("rpc_node: https://rpc.example.com:443", "rpc_node: http://akash-node:26657"),
+                     ("rpc_node: https://rpc.example.com:443", f"rpc_node: {rpc_url}"),
                      ("# reclamation_window: 24h", "reclamation_window: 36h")):
         assert old in text, old
         text = text.replace(old, new)
@@ -178,6 +240,7 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     for obj in helmcharts.values():
         helm.check_helmchart(obj)
     provider = helm.render(helmcharts["akash-provider"], {"m2p-akash-provider-wallet": values})
+    api.apply(helm.render(helmcharts["akash-inventory-operator"]))  # k3s's Helm job, standing in
     by = {(o["kind"], o["metadata"]["name"]): o for o in provider}
     keys = by[("Secret", "akash-provider-keys")]["data"]
     assert base64.b64decode(keys["key.txt"]).decode() == KEY

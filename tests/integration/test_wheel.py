@@ -77,7 +77,7 @@ def test_installed_m2p_runs_without_the_checkout(installed):
           "TEMPLATES.get_template('fleet.html.j2')", cwd=tmp, env=env))
     # Users who drive rigs with their own playbooks: the collection as Ansible sees it.
     (tmp / "hosts.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 192.0.2.1}\n")
-    for playbook in ("convert", "revert", "verify", "schedule"):
+    for playbook in ("convert", "revert", "verify", "schedule", "provider"):
         ok(sh(venv / "bin/ansible-playbook", "-i", tmp / "hosts.yml", f"m2p.rigs.{playbook}", "--syntax-check",
               cwd=tmp, env=env))
 

@@ -54,7 +54,8 @@ RIGS = [RigGpus("rig01", Gpus("ok", (gpu("2204", "NVIDIA GeForce RTX 3090", 2457
 
 def farm(rigs: list[RigGpus] = RIGS) -> ProviderFarm:
     cards = [(c.slug, c.memory) for r in rigs for c in cards_of(r.gpus)]
-    return ProviderFarm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01")
+    return ProviderFarm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01",
+                        AKASH.card_list(rigs)[0])
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +202,38 @@ def test_a_wrong_or_missing_archive_is_named(tmp_path, chart_dir, damage, said):
     damage(tmp_path)
     with pytest.raises(ProviderError, match=said):
         charts.load(tmp_path, PROVIDER.charts)
+
+
+def operator_names(card_list: dict, vendor: str, device: str) -> str | None:  # type: ignore[type-arg]
+    """What Akash's inventory operator does with a card (operator/inventory/node-discovery.go parseGPUInfo):
+    the vendor, then the device ID, looked up in the list; a card not found is skipped (None)."""
+    entry = card_list.get(vendor, {}).get("devices", {}).get(device)
+    return None if entry is None else f"{card_list[vendor]['name']}/{entry['name']}/{entry['memory_size']}"
+
+
+def test_the_operator_reads_m2ps_card_list_so_a_cmp90hx_farm_is_named(built):
+    docs = [d for d in yaml.safe_load_all(built.files["m2p-akash-20-gpu-list.yaml"]) if d]
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"ConfigMap", "Deployment", "Service", "NetworkPolicy"}
+    served = json.loads(kinds["ConfigMap"]["data"]["gpus"])
+    assert operator_names(served, "10de", "220d") == "nvidia/cmp90hx/10Gi"
+    assert operator_names(served, "10de", "2204") == "nvidia/rtx3090/24Gi"
+    akash_list = {"10de": {"name": "nvidia", "devices": {"2204": {"name": "rtx3090", "interface": "PCIe",
+                                                                  "memory_size": "24Gi"}}}}
+    assert operator_names(akash_list, "10de", "220d") is None  # under Akash's own list: skipped, never named
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"].endswith("/akash-network/provider:0.16.2")  # the operator's own image, from its chart
+    assert pod["automountServiceAccountToken"] is False and pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    allowed = kinds["NetworkPolicy"]["spec"]["ingress"][0]["from"]
+    assert allowed == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "inventory"}}}]
+    (patch,) = built.patches
+    body = json.loads(patch["body"])
+    (env,) = body["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == {"name": "AP_PROVIDER_CONFIGS_URL", "value": "http://m2p-gpu-list.akash-services.svc.cluster.local"}
+    operator = find(rendered(built, "akash-inventory-operator"), "Deployment")
+    assert operator["metadata"]["name"] == patch["name"] and body["spec"]["template"]["spec"]["containers"][0][
+        "name"] in [c["name"] for c in operator["spec"]["template"]["spec"]["containers"]]
+    labels = operator["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "inventory"  # what the NetworkPolicy lets in

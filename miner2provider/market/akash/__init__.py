@@ -10,7 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
-from miner2provider.market.akash import charts, checkup, gpus_json, outside, provider, provider_file, stack, wallet
+from miner2provider.market.akash import (
+    charts,
+    checkup,
+    gpus_json,
+    outside,
+    provider,
+    provider_file,
+    provider_status,
+    stack,
+    wallet,
+)
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.market.base import (
@@ -19,6 +29,7 @@ from miner2provider.market.base import (
     ProviderFarm,
     ProviderParts,
     ProviderStack,
+    ProviderState,
     RigGpus,
     Verdict,
 )
@@ -62,6 +73,10 @@ class Akash:
                        environ: Mapping[str, str]) -> ProviderStack:
         secret = stack.wallet_values(provider, wallet.key_text(provider), wallet.passphrase(provider, environ))
         return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
+
+    def provider_status(self, provider: provider_file.ProviderFile, ingress_address: str,
+                        url: str | None = None) -> ProviderState:
+        return provider_status.fetch(url or provider_status.status_url(ingress_address))
 
     def provider_check(self, provider: provider_file.ProviderFile, farm: FarmFacts,
                        environ: Mapping[str, str]) -> list[Verdict]:

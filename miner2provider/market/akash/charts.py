@@ -44,6 +44,17 @@ class ChartArchive:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
+    @property
+    def image(self) -> str:
+        """The image the chart runs, as its own values and Chart.yaml name it (repository:appVersion)."""
+        values = yaml.safe_load(self.member("values.yaml") or "{}") or {}
+        meta = yaml.safe_load(self.member("Chart.yaml") or "{}") or {}
+        repository = str((values.get("image") or {}).get("repository") or "")
+        tag = str((values.get("image") or {}).get("tag") or meta.get("appVersion") or "")
+        if not repository or not tag:
+            raise ProviderError(f"the {self.name} chart names no image (values image.repository, appVersion)")
+        return f"{repository}:{tag}"
+
     def member(self, path: str) -> str:
         """A text file of the chart (``scripts/...``), or "" when the chart has none."""
         with tarfile.open(fileobj=io.BytesIO(self.data), mode="r:gz") as tar:

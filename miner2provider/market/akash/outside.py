@@ -24,7 +24,7 @@ def resolve(name: str, timeout_s: float = TIMEOUT_S) -> tuple[str, ...] | str:
     try:
         found = pool.submit(socket.getaddrinfo, name, None, 0, socket.SOCK_STREAM).result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
-        return f"no answer in {timeout_s:.0f} s"
+        return f"no answer in {timeout_s:g} s"
     except socket.gaierror as exc:
         return exc.strerror or "not found"
     except (OSError, UnicodeError) as exc:

@@ -76,6 +76,10 @@ class ProviderFile:
     region: str = ""
     reclamation_window: str = ""  # a Go duration, or "" (off)
     charts: dict[str, str] = field(default_factory=lambda: dict(CHARTS))
+    lines: dict[str, int] = field(default_factory=dict)  # key -> its line, for messages about its value
+
+    def where(self, key: str) -> str:
+        return f"{self.source}:{self.lines[key]}" if key in self.lines else self.source
 
     @property
     def reclamation_window_s(self) -> float | None:
@@ -106,7 +110,8 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
                         values["email"], values["ingress_rig"], values["rpc_node"], values.get("website", ""),
                         values.get("organization", ""), values.get("region", ""),
                         values.get("reclamation_window", ""),
-                        {**CHARTS, **_charts(path, found["charts"][0])} if "charts" in found else dict(CHARTS))
+                        {**CHARTS, **_charts(path, found["charts"][0])} if "charts" in found else dict(CHARTS),
+                        {key: node.start_mark.line + 1 for key, (node, _) in found.items()})
 
 
 def go_duration_s(text: str) -> float | None:

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from miner2provider.core.errors import ProviderError
+from miner2provider.market.akash import gpu_list
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.akash.wallet import ARMORED_KEY
@@ -109,6 +110,11 @@ def wallet_values(provider: ProviderFile, key_text: str, passphrase: str) -> dic
             "keysecret": base64.b64encode(passphrase.encode()).decode()}
 
 
+def card_list_objects(card_list: dict[str, Any], image: str, server_node: str) -> list[dict[str, Any]]:
+    """m2p's card list served inside the cluster for the inventory operator (see gpu_list.py)."""
+    return gpu_list.objects(NAMESPACE, json.dumps(card_list, sort_keys=True), image, server_node, MANAGED)
+
+
 def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str]) -> ProviderStack:
     server = {"nodeSelector": {"kubernetes.io/hostname": farm.server_node}}
     values: dict[str, dict[str, Any]] = {
@@ -125,10 +131,14 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
         files[f"{FILE_PREFIX}10-{release}.yaml"] = _documents([{
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": release, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)}, "spec": spec}])
+    operator = charts.charts["akash-inventory-operator"]
+    files[f"{FILE_PREFIX}20-gpu-list.yaml"] = _documents(card_list_objects(farm.card_list, operator.image,
+                                                                            farm.server_node))
     secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                          "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
                          "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
-    return ProviderStack(files, secret, fingerprint(files, secret), values, (provider.wallet.passphrase_env,))
+    return ProviderStack(files, secret, fingerprint(files, secret), values, (provider.wallet.passphrase_env,),
+                         (gpu_list.operator_patch(NAMESPACE),))
 
 
 def fingerprint(files: dict[str, str], secret: str) -> str:

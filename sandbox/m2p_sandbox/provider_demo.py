@@ -1,0 +1,102 @@
+"""`m2p demo`'s provider steps: the converted demo rig, its own k3s server, becomes an Akash provider and
+stops being one.  Everything outside m2p is a STAND-IN: the Kubernetes API (kube_api.py), the RPC node and
+the provider's /status (akash_node.py), DNS (the check's lookups answered here: the demo asks no resolver),
+the wallet (an armored block that is no real key), and k3s's Helm job (the inventory operator's Deployment
+put in the API by hand).  Akash's chart archives are the test data in ../shared/akash; without them the
+demo says so and goes on without these steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+from m2p_sandbox import helm, tenant
+from m2p_sandbox.akash_node import ProviderStatusStandin, RpcStandin
+from m2p_sandbox.kube_api import KubeApiStandin
+from m2p_sandbox.rig import Rig
+from miner2provider.cli.app import main
+from miner2provider.market.akash import outside
+from miner2provider.market.akash.address import encode
+
+PASS_ENV = "M2P_DEMO_AKASH_KEY_PASS"
+KEY = ("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\nsalt: 0F1E2D3C4B5A69788796A5B4C3D2E1F0\n"
+       "type: secp256k1\n\nbTJwIGRlbW86IGEgU1RBTkQtSU4sIG5vIHJlYWwga2V5\n=DeMo\n"
+       "-----END TENDERMINT PRIVATE KEY-----\n")
+Step = tuple[str, list[str] | Callable[[], int], int]  # what it shows, the command or a stand-in's act, its exit
+
+
+def charts_here() -> Path | None:
+    return helm.CHARTS if (helm.CHARTS / "provider-19.0.2.tgz").is_file() else None
+
+
+def steps(rig: Rig, api: KubeApiStandin, work: Path, inv: Path, ssh: list[str], stack: ExitStack) -> list[Step]:
+    charts = charts_here()
+    if charts is None:
+        def absent() -> int:
+            print(f"(no Akash chart archives at {helm.CHARTS}: the provider steps are left out)")
+            return 0
+        return [("the provider steps need Akash's chart archives (docs/akash-provider.md)", absent, 0)]
+    folder = work / "akash-charts"
+    folder.mkdir()
+    for archive in charts.glob("*.tgz"):
+        (folder / archive.name).write_bytes(archive.read_bytes())
+    (folder / "akash-crd.yaml").write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    rpc = RpcStandin()
+    stack.callback(rpc.close)
+    status = ProviderStatusStandin({"cluster": {"leases": {"active": 0}}, "bidengine": {"orders": 0},
+                                    "manifest": {"deployments": 0}, "cluster_public_hostname": "provider.demo.example",
+                                    "address": encode(bytes(range(40, 60)))})
+    stack.callback(status.close)
+    key = work / "provider.key"
+    key.write_text(KEY)
+    key.chmod(0o600)
+    (work / "provider.yml").write_text(
+        f"domain: demo.example\nwallet:\n  address: {encode(bytes(range(40, 60)))}\n  key_file: provider.key\n"
+        f"  passphrase_env: {PASS_ENV}\nemail: ops@demo.example\nregion: demo\ningress_rig: demo-hive\n"
+        f"rpc_node: {rpc.url}\nreclamation_window: 24h\n")
+    os.environ[PASS_ENV] = "demo-" + secrets.token_urlsafe(12)
+    admin = secrets.token_urlsafe(16)
+    api.admin_tokens.add(admin)
+    config = json.dumps({"url": api.url, "token": admin})
+    client = tenant.ssh(rig)
+    try:  # the stand-in k3s's kubectl talks to the stand-in API as the server's admin
+        code, out = tenant.run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
+    finally:
+        client.close()
+    if code != 0:
+        raise RuntimeError(f"could not point the demo rig's stand-in kubectl at the stand-in API: {out}")
+    common = ["-i", str(inv), "-p", str(work / "provider.yml"), *ssh]
+    apply = ["provider", "apply", *common, "--economics", str(work / "economics.yml"), "--charts", str(folder)]
+
+    def check() -> int:
+        with mock.patch.object(outside, "resolve", lambda name: ("81.2.69.160",)):  # DNS, STAND-IN
+            return main(["provider", "check", *common])
+
+    def helm_job() -> int:
+        api.apply([{"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "operator-inventory", "namespace": "akash-services"},
+                    "spec": {"template": {"spec": {"containers": [{"name": "operator-inventory", "env": []}]}}}}])
+        print("(STAND-IN: the inventory operator's Deployment is in the API, as k3s's Helm job would make it)")
+        return 0
+
+    return [
+        ("provider check: is the farm ready to be an Akash provider? (warnings: below the audit floor, a "
+         "private ingress address)", check, 0),
+        ("provider apply --check: what would change (exit 1: changes pending)", [*apply, "--check"], 1),
+        ("provider apply: Akash's stack through k3s's Helm controller, the wallet only in a Secret",
+         [*apply, "--yes"], 0),
+        ("k3s's Helm job installs the charts (STAND-IN)", helm_job, 0),
+        ("provider apply again: the inventory operator is pointed at m2p's card list", [*apply, "--yes"], 0),
+        ("provider status: the provider's own status beside the rig",
+         ["provider", "status", *common, "--url", status.url + "/status"], 0),
+        ("provider remove: the provider off the farm (the wallet stays yours)",
+         ["provider", "remove", "-i", str(inv), *ssh, "--yes"], 0),
+    ]
+

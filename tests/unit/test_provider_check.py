@@ -1,0 +1,163 @@
+"""`m2p provider check` for Akash (market/akash/checkup.py, outside.py, wallet.py): one verdict per need,
+with what to do; the RPC node asked for real (a loopback STAND-IN of CometBFT's /status); DNS given (no
+test may query a resolver outside this machine).  The 81.2.69.x addresses are public ones no test connects
+to (documentation ranges such as 203.0.113.0/24 are not global, so they cannot stand for a public address)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from m2p_sandbox.akash_node import RpcStandin
+from miner2provider.detect.facts.listening import Listening
+from miner2provider.market.akash import checkup, outside, provider_status, wallet
+from miner2provider.market.akash.address import encode
+from miner2provider.market.akash.checkup import RpcStatus, Seen
+from miner2provider.market.akash.provider_file import parse
+from miner2provider.market.base import FarmFacts
+
+KEY = ("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\nsalt: 00112233445566778899AABBCCDDEEFF\n"
+       "type: secp256k1\n\nc29tZSBieXRlcw==\n=Ab12\n-----END TENDERMINT PRIVATE KEY-----\n")
+
+
+def provider(tmp_path, domain: str = "farm.example.com"):
+    return parse(f"domain: {domain}\nwallet: {{address: {encode(bytes(20))}, key_file: k.key, "
+                 "passphrase_env: PASS}\nemail: ops@example.com\ningress_rig: rig01\nrpc_node: http://127.0.0.1:1\n",
+                 str(tmp_path / "provider.yml"))
+
+
+def seen(**changes) -> Seen:
+    farm = {"rigs": 12, "cores": 72, "memory_mib": 140 * 1024, "ingress_address": "81.2.69.160",
+            "ingress_listening": Listening((22,), (), True)}
+    farm.update({k: v for k, v in changes.items() if k in farm})
+    base = {"farm": FarmFacts(**farm),
+            "resolved": {"provider.farm.example.com": ("81.2.69.160",),
+                         "m2p-check.ingress.farm.example.com": ("81.2.69.160",)},
+            "rpc": RpcStatus("akashnet-2", 100, False), "wallet_problem": ""}
+    base.update({k: v for k, v in changes.items() if k in base})
+    return Seen(**base)
+
+
+def by_topic(found):
+    """(topic, level) -> the texts of those verdicts, joined."""
+    out: dict[tuple[str, str], str] = {}
+    for v in found:
+        out[(v.topic, v.level)] = out.get((v.topic, v.level), "") + v.text + "\n"
+    return out
+
+
+def test_a_ready_farm_gets_only_oks(tmp_path):
+    found = checkup.verdicts(provider(tmp_path), seen())
+    assert {v.level for v in found} == {"ok"}, found
+    assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "rpc", "wallet"]
+
+
+@pytest.mark.parametrize("changes, topic, level, said", [
+    ({"cores": 24, "memory_mib": 64 * 1024}, "audit floor", "warn", "Homenode (AEP-60)"),
+    ({"ingress_address": "192.168.1.20", "resolved": {"provider.farm.example.com": ("81.2.69.142",),
+                                                      "m2p-check.ingress.farm.example.com": ("81.2.69.142",)}},
+     "ingress", "warn", "forward tcp+udp 80, 443, 8443, 8444 and 30000-32767"),
+    ({"ingress_address": "100.72.3.4"}, "ingress", "fail", "carrier-grade NAT"),
+    ({"resolved": {"provider.farm.example.com": "Name or service not known"}}, "dns", "fail",
+     "provider.farm.example.com does not resolve (Name or service not known): add an A record"),
+    ({"resolved": {"provider.farm.example.com": ("81.2.69.160",),
+                   "m2p-check.ingress.farm.example.com": ("10.0.0.5",)}}, "dns", "fail",
+     "*.ingress.farm.example.com resolves to 10.0.0.5, not a public address"),
+    ({"resolved": {"provider.farm.example.com": ("81.2.69.192",),
+                   "m2p-check.ingress.farm.example.com": ("81.2.69.160",)}}, "dns", "fail",
+     "not the ingress rig's 81.2.69.160"),
+    ({"ingress_listening": Listening((22, 80, 31000), (), True)}, "ports", "fail", "listens on 80, 31000"),
+    ({"ingress_listening": Listening((), (), False)}, "ports", "warn", "has no ss"),
+    ({"ingress_listening": "connection refused"}, "ports", "fail", "cannot read what listens on rig01"),
+    ({"rpc": "http://127.0.0.1:1/status: [Errno 111] Connection refused"}, "rpc", "fail", "does not answer"),
+    ({"rpc": RpcStatus("sandbox-01", 5, False)}, "rpc", "fail", "serves 'sandbox-01', not Akash's mainnet"),
+    ({"rpc": RpcStatus("akashnet-2", 5, True)}, "rpc", "warn", "still catching up"),
+    ({"wallet_problem": "the key file can be read by others"}, "wallet", "fail", "can be read by others"),
+])
+def test_each_problem_is_one_verdict_with_what_to_do(tmp_path, changes, topic, level, said):
+    found = by_topic(checkup.verdicts(provider(tmp_path), seen(**changes)))
+    assert said in found[(topic, level)], found
+
+
+def test_a_dynamic_dns_domain_is_warned_about(tmp_path):
+    p = provider(tmp_path, "myfarm.duckdns.org")
+    names = checkup.names(p)
+    found = by_topic(checkup.verdicts(p, seen(resolved={n: ("81.2.69.160",) for n in names})))
+    assert "dynamic-DNS name (duckdns.org): Akash's audit refuses those" in found[("domain", "warn")]
+
+
+def test_the_rpc_node_is_asked_for_its_status():
+    rpc = RpcStandin(height=987)
+    try:
+        assert outside.rpc_status(rpc.url) == RpcStatus("akashnet-2", 987, False)
+        assert outside.rpc_status(rpc.url.replace("http://", "tcp://")) == RpcStatus("akashnet-2", 987, False)
+        assert rpc.paths == ["/status", "/status"]
+        assert outside.rpc_status(rpc.url + "/cosmos") == f"HTTP 404 from {rpc.url}/cosmos/status"
+    finally:
+        rpc.close()
+    assert "Connection refused" in str(outside.rpc_status(rpc.url, timeout_s=2))
+
+
+def test_dns_answers_and_failures_come_back_as_values(monkeypatch):
+    assert "127.0.0.1" in outside.resolve("localhost")  # /etc/hosts: no resolver is asked
+    failures = iter([socket.gaierror(socket.EAI_NONAME, "Name or service not known"), OSError("network down")])
+
+    def refuse(*args):
+        raise next(failures)
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    assert outside.resolve("farm.example.com") == "Name or service not known"
+    assert outside.resolve("farm.example.com") == "network down"
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a: time.sleep(3))
+    assert outside.resolve("farm.example.com", timeout_s=0.2) == "no answer in 0.2 s"
+
+
+@pytest.mark.parametrize("mode, text, environ, said", [
+    (0o600, KEY, {"PASS": "x"}, ""),
+    (0o640, KEY, {"PASS": "x"}, "can be read by others (mode 0640): chmod 600"),
+    (0o600, "hello", {"PASS": "x"}, "not an exported key"),
+    (0o600, KEY, {}, "PASS (wallet.passphrase_env in"),
+    (0o600, KEY, {"PASS": ""}, "is empty"),
+])
+def test_the_wallet_is_judged_without_quoting_it(tmp_path, mode, text, environ, said):
+    key = tmp_path / "k.key"
+    key.write_text(text)
+    key.chmod(mode)
+    problem = wallet.problem(provider(tmp_path), environ)
+    assert (said in problem) if said else problem == "", problem
+    assert "c29tZSBieXRlcw" not in problem
+
+
+def test_a_missing_key_file_says_how_to_export_one(tmp_path):
+    assert "provider-services keys export NAME" in wallet.problem(provider(tmp_path), {"PASS": "x"})
+
+
+@pytest.mark.parametrize("doc, expected", [
+    ({"cluster": {"leases": {"active": 2}}, "bidengine": {"orders": 1}, "manifest": {"deployments": 2},
+      "address": "akash1x", "cluster_public_hostname": "provider.f.example"},
+     {"active_leases": 2, "open_orders": 1, "deployments": 2, "address": "akash1x", "hostname": "provider.f.example"}),
+    ({"cluster": {"leases": 4}}, {"active_leases": 4, "open_orders": 0, "deployments": 0, "address": "",
+                                  "hostname": ""}),  # older providers: a bare number
+])
+def test_a_provider_status_reads_as_numbers(doc, expected):
+    assert provider_status.parse(doc) == expected
+
+
+@pytest.mark.parametrize("doc", [[], {"result": {}}, {"cluster": {"leases": {"active": -1}}}, {"cluster": {"leases": 1 << 40}},
+                                 {"bidengine": {"orders": "many"}}, {"manifest": {"deployments": True}},
+                                 {"cluster": "x"}])
+def test_a_hostile_status_is_refused(doc):
+    with pytest.raises((ValueError, TypeError, AttributeError)):
+        provider_status.parse(doc)
+
+
+def test_a_status_that_is_no_status_is_said_so():
+    rpc = RpcStandin()  # answers /status with a CometBFT document: no provider's
+    try:
+        state = provider_status.fetch(rpc.url + "/status")
+        assert (state.error, state.fields) == ("not an Akash provider's status", {})
+        assert provider_status.fetch(rpc.url + "/none").error == "HTTP 404"
+    finally:
+        rpc.close()

@@ -1,0 +1,61 @@
+"""`m2p provider check|apply|status|remove`: the mistakes found before any rig is asked are one line each,
+a non-zero exit, and nothing else happens (no SSH: the inventories point at a closed loopback port)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from miner2provider.cli import main
+from miner2provider.market.akash.address import encode
+
+PROVIDER = f"""domain: farm.example.com
+wallet: {{address: {encode(bytes(20))}, key_file: k.key, passphrase_env: M2P_TEST_PASS}}
+email: ops@example.com
+ingress_rig: rig01
+rpc_node: http://127.0.0.1:1
+"""
+
+
+def write(tmp_path, groups: dict[str, list[str]], provider: str = PROVIDER):
+    names = [h for hosts in groups.values() for h in hosts]
+    children = {g: {"hosts": {h: {"ansible_host": "127.0.0.1", "ansible_port": 1 + names.index(h)} for h in hosts}}
+                for g, hosts in groups.items()}  # closed loopback ports: nothing is ever asked
+    (tmp_path / "rigs.yml").write_text(yaml.safe_dump({"all": {"children": children}}))
+    (tmp_path / "provider.yml").write_text(provider)
+    (tmp_path / "econ.yml").write_text("mining_revenue_per_gpu_day: {default: 0.4}\npower_price_per_kwh: 0.1\n")
+    return ["-i", str(tmp_path / "rigs.yml"), "-p", str(tmp_path / "provider.yml")]
+
+
+NO_SERVER = ({"farm": ["rig01", "rig02"]}, "exactly one k3s server in the inventory (group k3s_server); found none")
+TWO_SERVERS = ({"k3s_server": ["rig01", "rig02"]}, "found rig01, rig02")
+NO_INGRESS = ({"k3s_server": ["rig02"], "k3s_agent": ["rig03"]}, "ingress_rig 'rig01' is not a rig of the inventory "
+                                                                 "(rig02, rig03)")
+APPLY = ["apply", "--economics", "ECON", "--charts", "CHARTS", "--yes"]
+
+
+@pytest.mark.parametrize("command, groups, said", [
+    (["check"], *NO_SERVER), (["check"], *TWO_SERVERS), (["check"], *NO_INGRESS),
+    (APPLY, *NO_SERVER), (APPLY, *TWO_SERVERS), (APPLY, *NO_INGRESS),
+    (["status"], *NO_INGRESS),  # status asks the ingress rig; it needs no k3s server
+])
+def test_an_inventory_that_cannot_carry_a_provider_is_refused_first(tmp_path, capsys, command, groups, said):
+    args = write(tmp_path, groups)
+    command = [str(tmp_path / "econ.yml") if a == "ECON" else str(tmp_path) if a == "CHARTS" else a for a in command]
+    code = main(["provider", *command, *args])
+    err = capsys.readouterr().err
+    if "ingress_rig" in said:
+        assert "provider.yml:4: ingress_rig" in err
+    assert code in (2, 8) and said in err and err.count("\n") == 1, err
+
+
+def test_a_bad_provider_file_is_named_at_its_line(tmp_path, capsys):
+    args = write(tmp_path, {"k3s_server": ["rig01"]}, PROVIDER.replace("email: ops@example.com", "email: ops"))
+    assert main(["provider", "check", *args]) == 2
+    assert "provider.yml:3: email 'ops': an address such as" in capsys.readouterr().err
+
+
+def test_remove_needs_the_server_too(tmp_path, capsys):
+    args = write(tmp_path, {"farm": ["rig01"]})
+    assert main(["provider", "remove", *args[:2], "--yes"]) == 8
+    assert "exactly one k3s server" in capsys.readouterr().err

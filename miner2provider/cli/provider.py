@@ -126,8 +126,8 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
 @click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
               help="Mining revenue, power and margin per model: every model's lease floor becomes its price.")
 @click.option("--charts", "charts_dir", required=True, type=click.Path(file_okay=False), envvar="M2P_PROVIDER_CHARTS",
-              help="The marketplace's chart archives and CRDs (Akash: <chart>-<version>.tgz and akash-crd.yaml).  "
-                   "[env M2P_PROVIDER_CHARTS]")
+              help="The folder with the marketplace's chart archives (<chart>-<version>.tgz) and CRDs, as the "
+                   "provider guide in docs/ lists them.  [env M2P_PROVIDER_CHARTS]")
 @click.option("--check", is_flag=True, help="Show whether the server would change; change nothing.  Exit 1: pending.")
 @yes_option
 @vault_option

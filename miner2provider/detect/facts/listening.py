@@ -3,7 +3,7 @@ alone, to see whether anything holds the ports the marketplace's ingress takes).
 
 ``ss -Hlntu`` (iproute2, on every rig m2p supports) prints one socket per line:
 
-    tcp   LISTEN 0      4096         0.0.0.0:22         0.0.0.0:*
+    tcp   LISTEN 0      128          0.0.0.0:22         0.0.0.0:*
     udp   UNCONN 0      0       127.0.0.53%lo:53        0.0.0.0:*
     tcp   LISTEN 0      511             [::]:80            [::]:*
 

@@ -63,7 +63,7 @@ farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attri
                     tuple(pricing.fleet_floors(rigs, economics.load(econ_path))), provider_run.node_name(server),
                     market.card_list(rigs)[0])
 stack = market.provider_stack(provider, farm, Path(charts), os.environ)
-variables = {**provider_run._common(server, market.provider_parts), "market_provider_state": "present",
+variables = {**provider_run.server_vars(server, market.provider_parts), "market_provider_state": "present",
              "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
              "market_provider_patches": list(stack.patches)}
 report = run_playbook(collection.playbook("provider"), hosts, role_vars={server.name: variables},
@@ -125,11 +125,7 @@ def main() -> int:
             tenant.run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
         finally:
             client.close()
-        charts = work / "charts"
-        charts.mkdir()
-        for archive in helm.shared_charts().glob("*.tgz"):
-            (charts / archive.name).write_bytes(archive.read_bytes())
-        (charts / "akash-crd.yaml").write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+        charts = helm.chart_folder(work / "charts")  # the Gateway API's CRDs a STAND-IN
         (work / "provider.key").write_text(KEY)
         (work / "provider.key").chmod(0o600)
         (work / "provider.yml").write_text(

@@ -60,7 +60,7 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
           keep_artifacts: Path | None = None) -> RigOutcome:
     if recorded_fingerprint(server, opts) == stack.fingerprint:
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
-    variables = {**_common(server, parts), "market_provider_state": "present",
+    variables = {**server_vars(server, parts), "market_provider_state": "present",
                  "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
                  "market_provider_patches": list(stack.patches)}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
@@ -77,14 +77,15 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
 
 def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptions, *, check: bool = False,
            on_event: Callable[[Event], None] | None = None, keep_artifacts: Path | None = None) -> RigOutcome:
-    variables = {**_common(server, parts), "market_provider_state": "absent"}
+    variables = {**server_vars(server, parts), "market_provider_state": "absent"}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name])
     return outcome_of(server.name, run, check=check, why="provider taken off", note="no provider was installed")
 
 
-def _common(server: Host, parts: ProviderParts) -> dict[str, Any]:
+def server_vars(server: Host, parts: ProviderParts) -> dict[str, Any]:
+    """The role variables every provider run on ``server`` takes (its k3s data dir, what m2p makes there)."""
     default = str(server.var("k3s_data_dir") or collection.role_defaults("k3s")["k3s_data_dir"])
     where = data_dir(Rig(server.name, server.address, server.groups, server.vars), default)
     return {"market_provider_k3s_data_dir": where, "market_provider_file_prefix": parts.file_prefix,

@@ -43,11 +43,7 @@ def steps(rig: Rig, api: KubeApiStandin, work: Path, inv: Path, ssh: list[str], 
             print(f"(no Akash chart archives at {helm.CHARTS}: the provider steps are left out)")
             return 0
         return [("the provider steps need Akash's chart archives (docs/akash-provider.md)", absent, 0)]
-    folder = work / "akash-charts"
-    folder.mkdir()
-    for archive in charts.glob("*.tgz"):
-        (folder / archive.name).write_bytes(archive.read_bytes())
-    (folder / "akash-crd.yaml").write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    folder = helm.chart_folder(work / "akash-charts")  # the Gateway API's CRDs a STAND-IN
     rpc = RpcStandin()
     stack.callback(rpc.close)
     status = ProviderStatusStandin({"cluster": {"leases": {"active": 0}}, "bidengine": {"orders": 0},

@@ -84,7 +84,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         assert "run `m2p provider apply` again in a few minutes" in outcomes(first)["cv-hive"]["message"]
         assert "rtx3090.24Gi=" in first.stderr and "rtx3060.12Gi=" in first.stderr  # the prices it set, said
         written = _server_files(farm)
-        assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml",
+        assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml", "m2p-akash-02-gateway-api-crds.yaml",
                            "m2p-akash-10-akash-gateway.yaml", "m2p-akash-10-akash-hostname-operator.yaml",
                            "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml",
                            "m2p-akash-20-gpu-list.yaml"], written
@@ -174,11 +174,7 @@ def _check_reads_the_farm(farm: dict[str, Any], files: dict[str, Path], inv: Pat
 
 
 def _provider_files(tmp: Path, rpc_url: str) -> dict[str, Path]:
-    charts = tmp / "akash-charts"
-    charts.mkdir()
-    for archive in helm.shared_charts().glob("*.tgz"):
-        (charts / archive.name).write_bytes(archive.read_bytes())
-    (charts / "akash-crd.yaml").write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    charts = helm.chart_folder(tmp / "akash-charts")  # the Gateway API's CRDs a STAND-IN
     key = tmp / "provider.key"
     key.write_text(KEY)
     key.chmod(0o600)

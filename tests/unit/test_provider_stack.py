@@ -60,11 +60,7 @@ def farm(rigs: list[RigGpus] = RIGS) -> ProviderFarm:
 
 @pytest.fixture(scope="module")
 def chart_dir(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("charts")
-    for archive in helm.shared_charts().glob("*.tgz"):
-        (folder / archive.name).write_bytes(archive.read_bytes())
-    (folder / charts.CRDS_FILE).write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
-    return folder
+    return helm.chart_folder(tmp_path_factory.mktemp("charts"))  # the Gateway API's CRDs a STAND-IN
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +191,10 @@ def test_a_model_without_a_floor_is_refused_never_priced_by_another(chart_dir):
     (lambda d: d.joinpath("provider-19.0.2.tgz").write_bytes(d.joinpath("akash-gateway-1.2.1.tgz").read_bytes()),
      "not a chart archive with provider/Chart.yaml"),
     (lambda d: d.joinpath("akash-crd.yaml").write_text("kind: Deployment\n"), "other than CustomResourceDefinitions"),
+    (lambda d: d.joinpath("gateway-api-crds.yaml").unlink(), "the Gateway API's CRDs: kubernetes-sigs/gateway-api"),
+    (lambda d: d.joinpath("gateway-api-crds.yaml").write_text(
+        d.joinpath("gateway-api-crds.yaml").read_text().replace("kind: TCPRoute", "kind: Other")),
+     "no CRD for TCPRoute of gateway.networking.k8s.io"),
 ])
 def test_a_wrong_or_missing_archive_is_named(tmp_path, chart_dir, damage, said):
     for f in chart_dir.iterdir():

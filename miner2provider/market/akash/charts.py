@@ -10,9 +10,13 @@ it reads what the folder holds:
     <folder>/akash-inventory-operator-19.0.2.tgz
     <folder>/akash-gateway-1.2.1.tgz
     <folder>/akash-crd.yaml                        # akash-network/provider pkg/apis/akash.network/crd.yaml
+    <folder>/gateway-api-crds.yaml                 # kubernetes-sigs/gateway-api experimental-install.yaml
 
-Every archive must be a gzip'd tar whose ``<chart>/Chart.yaml`` names that chart and version, within
-k3s's limit for chartContent (the Helm controller copies it into a ConfigMap: about 1 MiB).
+The Gateway API's CRDs are needed before any chart installs: the provider chart makes an HTTPRoute (its
+Let's Encrypt challenge) and akash-gateway a Gateway and TCPRoutes; k3s has none of them, and TCPRoute is
+in the experimental channel only.  Every archive must be a gzip'd tar whose ``<chart>/Chart.yaml`` names
+that chart and version, within k3s's limit for chartContent (the Helm controller copies it into a ConfigMap:
+about 1 MiB).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -29,9 +34,12 @@ from miner2provider.core import textfiles
 from miner2provider.core.errors import ProviderError
 
 CRDS_FILE = "akash-crd.yaml"
+GATEWAY_CRDS_FILE = "gateway-api-crds.yaml"
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+GATEWAY_KINDS = ("Gateway", "HTTPRoute", "TCPRoute")  # what Akash's charts make
 PRICE_SCRIPT = "scripts/price_script_generic.sh"  # inside the provider chart: Akash's own bid script
 MAX_ARCHIVE = 700 * 1024  # base64 grows it by 4/3; a ConfigMap holds at most 1 MiB
-MAX_CRDS = 2 * 1024 * 1024
+MAX_CRDS = 4 * 1024 * 1024  # the Gateway API's experimental install file is about 1 MB
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class ChartArchive:
 class AkashCharts:
     charts: dict[str, ChartArchive]
     crds: str  # Akash's CRDs, YAML
+    gateway_crds: str  # the Gateway API's CRDs, YAML
 
     @property
     def price_script(self) -> str:
@@ -87,18 +96,17 @@ def load(folder: str | Path, versions: dict[str, str]) -> AkashCharts:
                             f"({', '.join(archive_name(c, v) for c, v in versions.items())}) and {CRDS_FILE}, "
                             "or pass --charts DIR")
     charts = {name: _archive(root / archive_name(name, version), name, version) for name, version in versions.items()}
-    crds_path = root / CRDS_FILE
-    try:
-        crds = crds_path.read_bytes()
-    except OSError as exc:
-        raise ProviderError(f"cannot read {textfiles.shown(str(crds_path))}: {exc.strerror} (Akash's CRDs: "
-                            "akash-network/provider pkg/apis/akash.network/crd.yaml)") from None
-    if len(crds) > MAX_CRDS:
-        raise ProviderError(f"{crds_path}: {len(crds)} bytes, more than Akash's CRDs are")
-    docs = _crd_documents(crds, crds_path)
-    if not docs:
-        raise ProviderError(f"{crds_path}: no CustomResourceDefinition of akash.network in it")
-    return AkashCharts(charts, crds.decode())
+    crds = _crds(root / CRDS_FILE, "Akash's CRDs: akash-network/provider pkg/apis/akash.network/crd.yaml")
+    if not [d for d in crds if str(d["spec"].get("group", "")).endswith("akash.network")]:
+        raise ProviderError(f"{root / CRDS_FILE}: no CustomResourceDefinition of akash.network in it")
+    gateway = _crds(root / GATEWAY_CRDS_FILE, "the Gateway API's CRDs: kubernetes-sigs/gateway-api's release "
+                                              "experimental-install.yaml (TCPRoute is experimental only)")
+    kinds = {d["spec"].get("names", {}).get("kind") for d in gateway if d["spec"].get("group") == GATEWAY_GROUP}
+    lacking = [k for k in GATEWAY_KINDS if k not in kinds]
+    if lacking:
+        raise ProviderError(f"{root / GATEWAY_CRDS_FILE}: no CRD for {', '.join(lacking)} of {GATEWAY_GROUP} "
+                            "(the experimental channel's install file has them all)")
+    return AkashCharts(charts, (root / CRDS_FILE).read_text(), (root / GATEWAY_CRDS_FILE).read_text())
 
 
 def _archive(path: Path, name: str, version: str) -> ChartArchive:
@@ -123,11 +131,19 @@ def _archive(path: Path, name: str, version: str) -> ChartArchive:
     return ChartArchive(name, version, data)
 
 
-def _crd_documents(data: bytes, path: Path) -> list[dict[str, object]]:
+def _crds(path: Path, what: str) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions in ``path`` (and nothing else: k3s applies the file as it is)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ProviderError(f"cannot read {textfiles.shown(str(path))}: {exc.strerror} ({what})") from None
+    if len(data) > MAX_CRDS:
+        raise ProviderError(f"{path}: {len(data)} bytes, more than CRDs are")
     try:
         docs = [d for d in yaml.safe_load_all(data) if d]
     except yaml.YAMLError as exc:
         raise ProviderError(f"{path}: not YAML ({textfiles.shown(str(exc).splitlines()[0])})") from None
-    if not all(isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition" for d in docs):
+    if not all(isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
+               and isinstance(d.get("spec"), dict) for d in docs):
         raise ProviderError(f"{path}: holds something other than CustomResourceDefinitions")
-    return [d for d in docs if str(d.get("spec", {}).get("group", "")).endswith("akash.network")]
+    return docs

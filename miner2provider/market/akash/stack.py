@@ -7,6 +7,8 @@ What goes where, in Akash's order (provider-playbooks roles/provider/tasks/insta
 - ``m2p-akash-00-namespaces.yaml``: ``akash-services`` (labels ``akash.network=true`` and
   ``akash.network/name=akash-services``), ``lease`` and ``akash-gateway`` (``akash.network=true``);
 - ``m2p-akash-01-crds.yaml``: Akash's CRDs, as given (charts.AkashCharts.crds);
+- ``m2p-akash-02-gateway-api-crds.yaml``: the Gateway API's CRDs, as given (the provider chart's HTTPRoute and
+  akash-gateway's Gateway and TCPRoutes need them; k3s has none);
 - ``m2p-akash-10-<chart>.yaml``: one k3s HelmChart (helm.cattle.io/v1) per chart, in ``kube-system``,
   installing the archive itself (``chartContent``: works offline) into Akash's namespace.  The release
   names are the ones Akash's charts expect of each other (akash-gateway's TCPRoutes point at the Service
@@ -121,7 +123,7 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
         "akash-hostname-operator": dict(server), "akash-inventory-operator": dict(server),
         "akash-gateway": {"domain": provider.domain}, "provider": provider_values(provider, farm, charts.price_script)}
     files = {f"{FILE_PREFIX}00-namespaces.yaml": _documents(_namespace(n, labels) for n, labels in NAMESPACES.items()),
-             f"{FILE_PREFIX}01-crds.yaml": charts.crds}
+             f"{FILE_PREFIX}01-crds.yaml": charts.crds, f"{FILE_PREFIX}02-gateway-api-crds.yaml": charts.gateway_crds}
     for chart, archive in charts.charts.items():
         release, namespace = RELEASES[chart]
         spec: dict[str, Any] = {"chartContent": base64.b64encode(archive.data).decode(), "targetNamespace": namespace,

@@ -5,6 +5,7 @@ off.  Everything marketplace-specific is behind the seam (market/base.py); the s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,13 @@ provider_option = click.option("-p", "--provider", "provider_path", default="pro
                                help="The provider file (m2p provider init writes one).  [env M2P_PROVIDER]")
 artifacts_option = click.option("--keep-artifacts", type=click.Path(file_okay=False),
                                 help="Copy ansible-runner's artifacts (events, stdout) here, for audits.")
+
+
+def server_run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What every command that runs on the k3s server takes: --yes, the vault, artifacts, --json, SSH."""
+    for option in reversed((yes_option, vault_option, artifacts_option, json_option, ssh_options)):
+        f = option(f)
+    return f
 
 
 @cli.group("provider")
@@ -129,11 +137,7 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
               help="The folder with the marketplace's chart archives (<chart>-<version>.tgz) and CRDs, as the "
                    "provider guide in docs/ lists them.  [env M2P_PROVIDER_CHARTS]")
 @click.option("--check", is_flag=True, help="Show whether the server would change; change nothing.  Exit 1: pending.")
-@yes_option
-@vault_option
-@artifacts_option
-@json_option
-@ssh_options
+@server_run_options
 @pass_ctx
 def provider_apply(ctx: Context, inventory_file: str, provider_path: str, economics_path: str, charts_dir: str,
                    check: bool, yes: bool, vault_password_file: str | None, keep_artifacts: str | None,
@@ -168,11 +172,7 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
               help="Wait for running leases to end (each rig's agent cordons its node) instead of refusing.")
 @click.option("--drain-timeout", default=guards.DEFAULT_DRAIN_TIMEOUT, show_default=True, metavar="DURATION",
               help="How long --drain waits (90s, 30m, 2h, 1d).")
-@yes_option
-@vault_option
-@artifacts_option
-@json_option
-@ssh_options
+@server_run_options
 @pass_ctx
 def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: bool, drain_timeout: str, yes: bool,
                     vault_password_file: str | None, keep_artifacts: str | None, as_json: bool,

@@ -3,10 +3,17 @@ a non-zero exit, and nothing else happens (no SSH: the inventories point at a cl
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
+from test_readiness import facts  # tests/unit is on sys.path (no package)
 
+from miner2provider.agent.status import AgentStatus, Lease
 from miner2provider.cli import main
+from miner2provider.cli import provider as provider_cli
+from miner2provider.detect.readiness import assess
+from miner2provider.detect.report import RigReport
 from miner2provider.market.akash.address import encode
 
 PROVIDER = f"""domain: farm.example.com
@@ -59,3 +66,26 @@ def test_remove_needs_the_server_too(tmp_path, capsys):
     args = write(tmp_path, {"farm": ["rig01"]})
     assert main(["provider", "remove", *args[:2], "--yes"]) == 8
     assert "exactly one k3s server" in capsys.readouterr().err
+
+
+def leased_reports(hosts, opts):
+    """What detect reports of a farm where rig02's agent lists a running lease (rig01: none)."""
+    out = []
+    for host in hosts:
+        leases = (Lease("lease/web-7f9c", "2026-11-25T20:00:00+00:00"),) if host.name == "rig02" else ()
+        status = AgentStatus(True, "leasing" if leases else "idle-mining", "2026-11-25T20:00:00+00:00", "", "s", "",
+                             leases)
+        f = dataclasses.replace(facts(), agent_status=status)
+        out.append(RigReport(host.name, host.address, f, assess(f)))
+    return out
+
+
+def test_remove_is_refused_while_a_lease_runs_and_nothing_is_run(tmp_path, capsys, monkeypatch):
+    args = write(tmp_path, {"k3s_server": ["rig01"], "k3s_agent": ["rig02"]})
+    monkeypatch.setattr(provider_cli, "detect", leased_reports)
+    ran = []
+    monkeypatch.setattr(provider_cli.provider_run, "remove", lambda *a, **k: ran.append(a))
+    assert main(["provider", "remove", *args[:2], "--yes"]) == 8
+    err = capsys.readouterr().err
+    assert "rig02" in err and "lease/web-7f9c" in err and "--drain waits for them" in err, err
+    assert ran == []

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from miner2provider.agent.kube import KubeClient
 from miner2provider.core import checks, private, textfiles
-from miner2provider.core.errors import UsageError
+from miner2provider.core.errors import ProviderFileError, UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard import kube_sweep
 from miner2provider.dashboard.actions import Actions, Fleet
@@ -18,6 +19,8 @@ from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
+from miner2provider.market import marketplace
+from miner2provider.market.base import ProviderState
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.model import duration_seconds
 
@@ -92,11 +95,16 @@ def default_token() -> tuple[str, Path]:
               help="A token that may list nodes (with --kube-api).")
 @click.option("--kube-ca", type=click.Path(dir_okay=False), default=None,
               help="The API server's CA certificate (k3s keeps it as server/tls/server-ca.crt in its data dir).")
+@click.option("--provider", "provider_path", type=click.Path(dir_okay=False), default=None,
+              help="The farm's provider file (m2p provider init): the page shows the provider's own status, asked "
+                   "every --interval.")
+@click.option("--provider-status-url", default=None, metavar="URL",
+              help="Where the provider answers its status (default: https://<ingress rig>:8443/status).")
 def dashboard_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
                       port: int, bind: str, token_file: str | None, tls_cert: str | None, tls_key: str | None,
                       insecure_http: str | None, db_path: str | None,
                       economics_path: str | None, interval: str, kube_api: str | None, kube_token_file: str | None,
-                      kube_ca: str | None) -> None:
+                      kube_ca: str | None, provider_path: str | None, provider_status_url: str | None) -> None:
     """Serve the fleet's page: each rig's mode, hours leased and mined, earnings, and actions (plan first,
     then confirm).  Sweeps the rigs every --interval into the history database."""
     import uvicorn
@@ -134,11 +142,13 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
         with History(db) as history:
             return kube_sweep.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
 
+    provider_status = _provider_status(provider_path, provider_status_url, hosts) if provider_path else None
     secrets = tuple(s for h in hosts for s in h.secrets().values())
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
-                                if is_loopback(bind) else None))
+                                if is_loopback(bind) else None, provider_status=provider_status,
+                                provider_label=marketplace().label))
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"
     render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({len(hosts)} rigs, history {db}); sign in with the "
@@ -147,3 +157,15 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
         app, host=bind, port=port, log_level="warning", http=HeaderDeadline, ssl_certfile=tls_cert,
         ssl_keyfile=tls_key, limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=int(KEEP_ALIVE_S),
         server_header=False)).run()
+
+
+def _provider_status(path: str, url: str | None, hosts: list[Host]) -> Callable[[], ProviderState]:
+    """Asks the marketplace's provider for its status (the ingress rig of the provider file, or ``url``)."""
+    market = marketplace()
+    provider = market.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError), path)
+    ingress = next((h for h in hosts if h.name == provider.ingress_rig), None)
+    if ingress is None and url is None:
+        raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
+                                "(or pass --provider-status-url)", where=provider.where("ingress_rig"))
+    address = ingress.address if ingress is not None else ""
+    return lambda: market.provider_status(provider, address, url)

@@ -15,6 +15,7 @@ and action output passes ssh.redact.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -43,6 +44,8 @@ def create_app(config: DashboardConfig) -> Starlette:
                     collect(config.hosts)
                 except Exception:  # retried at the next interval; the page shows what it last had
                     pass
+            if config.provider_status is not None:
+                state.provider = (time.time(), config.provider_status())  # never raises: errors are its value
             if not config.interval_s or state.stop.wait(config.interval_s):
                 return
 

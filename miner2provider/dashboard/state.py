@@ -19,6 +19,7 @@ from miner2provider.core import textfiles
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History, Window
 from miner2provider.detect.report import RigReport, stored_report
+from miner2provider.market.base import ProviderState
 from miner2provider.timeshare.economics import Economics
 
 from . import views
@@ -42,6 +43,9 @@ class DashboardConfig:
     # a web page elsewhere cannot reach it by pointing its own DNS name at 127.0.0.1 (DNS rebinding).
     # None: any (a --bind beyond loopback, which needs the token anyway).
     hosts_allowed: frozenset[str] | None = frozenset({"127.0.0.1", "localhost", "::1"})
+    # The marketplace provider's own status (`m2p provider status`), asked at every sweep; None: no provider.
+    provider_status: Callable[[], ProviderState] | None = None
+    provider_label: str = ""
 
 
 @dataclass
@@ -53,6 +57,7 @@ class DashboardState:
     # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
     # on every page (1,000 rigs: ~100 ms a page otherwise).
     reports: dict[str, tuple[float, RigReport | None]] = field(default_factory=dict)
+    provider: tuple[float, ProviderState] | None = None  # (when it was asked, what it said)
 
     def is_token(self, given: str) -> bool:
         """``given`` is the dashboard's token (compared in constant time): the login form's and a Bearer's."""
@@ -109,7 +114,19 @@ def fleet_view(request: Request) -> dict[str, Any]:
     if key in SORT_KEYS:
         data["rigs"].sort(key=lambda r: (r[key], r["rig"]))
     data["busy"] = state.config.actions.running()
+    data["provider"] = provider_view(state)
     return data
+
+
+def provider_view(state: DashboardState) -> dict[str, Any] | None:
+    """The provider's status as the page shows it (None: no provider configured)."""
+    if state.config.provider_status is None:
+        return None
+    if state.provider is None:
+        return {"label": state.config.provider_label, "read_at": "", "error": "not asked yet", "fields": {}}
+    at, found = state.provider
+    return {"label": state.config.provider_label, "url": found.url, "error": found.error, "fields": found.fields,
+            "read_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime(at))}
 
 
 def _input(host: Host, snap: dict[str, Any] | None, ledger: list[Any],

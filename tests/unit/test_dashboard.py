@@ -27,6 +27,7 @@ from miner2provider.dashboard.history import History
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
+from miner2provider.market.base import ProviderState
 from miner2provider.timeshare import economics
 
 HOUR, DAY = 3600.0, 86_400.0
@@ -475,3 +476,27 @@ def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api()
                                                           "measured_per_gpu_day": None}
     unpriced = views.economy(dataclasses.replace(swept, measured=Measured("etchash", (58.0,), ())), econ)
     assert unpriced["measured_per_gpu_day"] is None
+
+
+def test_the_fleet_page_shows_the_providers_own_status_escaped(tmp_path):
+    """`m2p dashboard --provider`: the provider's status, asked at every sweep, on the fleet page; what it
+    sends is escaped like everything a rig sends, and an unanswered provider is said so."""
+    (tmp_path / "rigs.yml").write_text(INVENTORY)
+    hosts = list(inventory.load(tmp_path / "rigs.yml").hosts)
+    answers = iter([ProviderState("https://10.0.0.1:8443/status", "", {
+        "hostname": "<script>alert(1)</script>", "address": "akash1x", "active_leases": 3, "open_orders": 2,
+        "deployments": 3}), ProviderState("https://10.0.0.1:8443/status", "no answer (timed out)", {})])
+    actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
+                            lambda rig: rig))
+    for expected in (["<b>3</b> active leases", "<b>2</b> open orders", "&lt;script&gt;alert(1)&lt;/script&gt;"],
+                     ["no answer (timed out)"]):
+        config = DashboardConfig(tmp_path / "h.sqlite3", hosts, ECON, actions, lambda chosen: None, lambda chosen: 0,
+                                 0, TOKEN, provider_status=lambda: next(answers), provider_label="Akash")
+        with TestClient(create_app(config), base_url="http://127.0.0.1:8477") as client:
+            assert sign_in(client).status_code == 303
+            deadline = time.monotonic() + 10
+            while "not asked yet" in (page := client.get("/").text) and time.monotonic() < deadline:
+                time.sleep(0.05)  # the sweeper thread asks the provider right after start
+        assert "Akash provider" in page and "<script>alert" not in page
+        for text in expected:
+            assert text in page, page[page.find('id="provider"'):][:600]

@@ -30,7 +30,7 @@ from miner2provider.fleet import drain, guards
 from miner2provider.fleet import provider as provider_run
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import marketplace, pricing
-from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm
+from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
 from miner2provider.timeshare import economics
 
 from . import render
@@ -92,12 +92,15 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     hosts = _hosts(inventory_file, vault_password_file)
     provider_run.server_of(hosts)
     ingress = _ingress_in(provider, hosts)
-    reports = _every_rig(hosts, ssh)
+    reports = detect(hosts, ssh)
     facts = [r.facts for r in reports if r.facts]
     listening = ask(ingress, ListeningFact, ssh)
     farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
                      ingress.address, listening)
-    found = market.provider_check(provider, farm, os.environ)
+    # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
+    found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
+                                     "and provider apply waits until every rig answers") for r in reports if not r.ok]
+    found += market.provider_check(provider, farm, os.environ)
     render.verdicts(found, as_json)
     failed = [v for v in found if v.level == "fail"]
     if failed:

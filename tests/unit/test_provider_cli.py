@@ -4,6 +4,7 @@ a non-zero exit, and nothing else happens (no SSH: the inventories point at a cl
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from miner2provider.cli import main
 from miner2provider.cli import provider as provider_cli
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport
+from miner2provider.market.akash import outside
 from miner2provider.market.akash.address import encode
 
 PROVIDER = f"""domain: farm.example.com
@@ -89,3 +91,24 @@ def test_remove_is_refused_while_a_lease_runs_and_nothing_is_run(tmp_path, capsy
     err = capsys.readouterr().err
     assert "rig02" in err and "lease/web-7f9c" in err and "--drain waits for them" in err, err
     assert ran == []
+
+
+def test_check_says_a_rig_that_does_not_answer_and_goes_on(tmp_path, capsys, monkeypatch):
+    args = write(tmp_path, {"k3s_server": ["rig01"], "k3s_agent": ["rig02"]})
+    (tmp_path / "k.key").write_text("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\n\nYQ==\n"
+                                    "-----END TENDERMINT PRIVATE KEY-----\n")
+    (tmp_path / "k.key").chmod(0o600)
+
+    def one_dead(hosts, opts):
+        reports = leased_reports(hosts, opts)
+        return [r if r.name == "rig01" else RigReport(r.name, r.address, None, None, "refused",
+                                                      "connection refused (is sshd running?)") for r in reports]
+
+    monkeypatch.setattr(provider_cli, "detect", one_dead)
+    monkeypatch.setattr(provider_cli, "ask", lambda host, fact, opts: "not asked in this test")
+    monkeypatch.setattr(outside, "resolve", lambda name: ("81.2.69.160",))
+    monkeypatch.setenv("M2P_TEST_PASS", "x")
+    assert main(["provider", "check", *args, "--json"]) == 8
+    found = {(v["topic"], v["level"]): v["text"] for v in json.loads(capsys.readouterr().out)}
+    assert found[("rigs", "fail")].startswith("rig02 did not answer (connection refused (is sshd running?))")
+    assert "1 rigs:" in found[("audit floor", "warn")] and ("wallet", "ok") in found, found

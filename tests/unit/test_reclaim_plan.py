@@ -1,6 +1,6 @@
 """AEP-82 reclamation planned (market/akash/reclaim.py, issue 36's first brick), by property: no close is
 ever sent before a deadline; a mining window starts no later than planned when every lease on the node has
-a window no longer than its lead; leases without a window are never reclaimed (closed only on opt-in)."""
+a window no longer than its lead (less the margin a transaction takes to land); leases without a window are never reclaimed (closed only on opt-in)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from miner2provider.market.akash.address import encode
-from miner2provider.market.akash.reclaim import LABEL, Lease, LeaseId, lease_id, plan
+from miner2provider.market.akash.reclaim import LABEL, MARGIN_S, Lease, LeaseId, lease_id, plan
 
 OWNER, PROVIDER = encode(bytes(range(20))), encode(bytes(range(20, 40)))
 HOUR = 3600.0
@@ -46,7 +46,7 @@ def run_until_quiet(start: list[Lease], now: float, mining_at: float, opt_in: bo
     raise AssertionError("the plan never settles")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(leases, st.floats(0, 800 * HOUR), st.booleans())
 def test_no_close_before_a_deadline_and_no_reclaim_without_a_window(start, lead, opt_in):
     now = 1_000_000.0
@@ -58,14 +58,15 @@ def test_no_close_before_a_deadline_and_no_reclaim_without_a_window(start, lead,
             assert lease.deadline is not None and t >= lease.deadline, (t, lease)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(leases, st.floats(0, 800 * HOUR))
 def test_mining_starts_on_time_when_every_window_fits_the_lead(start, lead):
     now = 1_000_000.0
     mining_at = now + lead
     fresh = [lease for lease in start if lease.window_s is not None and lease.deadline is None]
-    if any(lease.window_s is not None and lease.window_s > lead for lease in fresh):
-        return  # a window longer than the lead: mining waits (said in the plan), not this property
+    if any(lease.window_s is not None and lease.window_s + MARGIN_S > lead for lease in fresh):
+        return  # a window (and the margin for the transaction) longer than the lead: mining waits (said in
+        # the plan), not this property
     if any(lease.deadline is not None and lease.deadline > mining_at for lease in start):
         return  # a reclaim started earlier ends after the mining window starts: likewise
     sent, live = run_until_quiet(fresh, now, mining_at)

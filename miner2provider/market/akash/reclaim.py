@@ -12,9 +12,11 @@ What the protocol allows (AEP-82, Final 2026-06-11; ../shared/reference/akash-pr
   or close it at once only with the owner's opt-in).
 
 So, for a node that must mine from ``mining_at``: each lease with a window W is reclaimed at
-``mining_at - W`` (at once when that has passed) and closed at its deadline; if every lease's W fits
-the lead, mining starts on time.  A lease whose deadline lands after ``mining_at`` is said (mining waits
-for it).  Akash's provider labels each lease's namespace with its id
+``mining_at - W - margin`` (at once when that has passed) and closed at its deadline; if every lease's
+W plus the margin fits the lead, mining starts on time.  The margin covers the time a transaction takes
+to land in a block: the chain sets the deadline from the block that includes the reclaim, not from when
+it was sent (a few 6-second blocks; ``MARGIN_S``).  A lease whose deadline lands after ``mining_at`` is
+said (mining waits for it).  Akash's provider labels each lease's namespace with its id
 (``akash.network/lease.id.{owner,dseq,gseq,oseq,provider}``: provider cluster/kube/builder).
 """
 
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 REASON_UNSPECIFIED = 10002
+MARGIN_S = 60.0
 REASONS = range(10000, 20000)
 LABEL = "akash.network/lease.id."
 _ADDRESS = re.compile(r"akash1[02-9ac-hj-np-z]{38}")
@@ -73,7 +76,8 @@ def lease_id(labels: Mapping[str, str]) -> LeaseId | None:
     return LeaseId(owner, dseq, gseq, oseq, provider)
 
 
-def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_window: bool = False) -> list[Action]:
+def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_window: bool = False,
+         margin_s: float = MARGIN_S) -> list[Action]:
     """What to send for each lease on a node that must mine from ``mining_at``; never a close before a
     deadline, never a reclaim of a lease without a window."""
     actions = []
@@ -90,7 +94,7 @@ def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_wi
             kind = "close" if now >= lease.deadline else "wait"
             actions.append(Action(kind, lease.id, max(now, lease.deadline), _late(lease.deadline, mining_at)))
             continue
-        start = max(now, mining_at - lease.window_s)
+        start = max(now, mining_at - lease.window_s - margin_s)
         deadline = start + lease.window_s
         if start > now:
             actions.append(Action("wait", lease.id, start, f"reclaim at {start:.0f}, {lease.window_s:.0f} s "

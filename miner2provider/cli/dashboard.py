@@ -11,7 +11,7 @@ import click
 
 from miner2provider.agent.kube import KubeClient
 from miner2provider.core import checks, private, textfiles
-from miner2provider.core.errors import ProviderFileError, UsageError
+from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard import kube_sweep
 from miner2provider.dashboard.actions import Actions, Fleet
@@ -27,6 +27,7 @@ from miner2provider.timeshare.model import duration_seconds
 from . import render
 from .app import cli
 from .options import inventory_option, limit_option, load_inventory, ssh_options, vault_option
+from .provider import ingress_of, read_provider
 
 MAX_TOKEN_FILE = 4 << 10
 
@@ -161,11 +162,6 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
 
 def _provider_status(path: str, url: str | None, hosts: list[Host]) -> Callable[[], ProviderState]:
     """Asks the marketplace's provider for its status (the ingress rig of the provider file, or ``url``)."""
-    market = marketplace()
-    provider = market.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError), path)
-    ingress = next((h for h in hosts if h.name == provider.ingress_rig), None)
-    if ingress is None and url is None:
-        raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
-                                "(or pass --provider-status-url)", where=provider.where("ingress_rig"))
-    address = ingress.address if ingress is not None else ""
+    market, provider = read_provider(path)
+    address = "" if url else ingress_of(provider, hosts).address
     return lambda: market.provider_status(provider, address, url)

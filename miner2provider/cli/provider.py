@@ -28,16 +28,16 @@ from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
 from miner2provider.fleet import provider as provider_run
-from miner2provider.fleet.pipeline import RigOutcome
+from miner2provider.fleet.pipeline import RigOutcome, drain_rigs
 from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
 from miner2provider.timeshare import economics
 
 from . import render
 from .app import Context, cli, pass_ctx
-from .fleet import _progress
+from .fleet import _progress, raise_failures
 from .options import inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
-from .rigs import gpus_of
+from .rigs import detect_said, gpus_of
 
 provider_option = click.option("-p", "--provider", "provider_path", default="provider.yml", show_default=True,
                                type=click.Path(dir_okay=False), envvar="M2P_PROVIDER",
@@ -88,10 +88,10 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address and
     ports, DNS, the RPC node, the wallet), each with what to do.  Reaches only the rigs, DNS and the RPC node;
     changes nothing.  Exit 8 when something must be fixed first."""
-    market, provider = _provider_file(provider_path)
+    market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
     provider_run.server_of(hosts)
-    ingress = _ingress_in(provider, hosts)
+    ingress = ingress_of(provider, hosts)
     reports = detect(hosts, ssh)
     facts = [r.facts for r in reports if r.facts]
     listening = ask(ingress, ListeningFact, ssh)
@@ -118,9 +118,9 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
                     as_json: bool, ssh: SshOptions) -> None:
     """The provider's own status (active leases, open bids, deployments) beside what m2p sees of each rig
     (converged, its agent's mode: mining, offered, leasing, cordoned).  Changes nothing."""
-    market, provider = _provider_file(provider_path)
+    market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
-    ingress = _ingress_in(provider, hosts)
+    ingress = ingress_of(provider, hosts)
     state = market.provider_status(provider, ingress.address, url)
     rows = [status_row(r) for r in detect(hosts, ssh)]
     render.provider_state(market.label, state, rows, as_json)
@@ -147,11 +147,11 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
                    as_json: bool, ssh: SshOptions) -> None:
     """Install the marketplace's provider on the farm's k3s server (through k3s's own Helm controller), priced
     at every model's lease floor.  Nothing is installed unless every rig answers and every value checks."""
-    market, provider = _provider_file(provider_path)
+    market, provider = read_provider(provider_path)
     econ = economics.load(economics_path)
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
-    _ingress_in(provider, hosts)
+    ingress_of(provider, hosts)
     reports = _every_rig(hosts, ssh)
     rigs = gpus_of(hosts, reports)
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
@@ -197,7 +197,10 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
     drained = [h for h, _ in leased]
     try:
         if drained and not check:
-            _drain(drained, ssh, timeout_s)
+            failed: dict[str, RigOutcome] = {}
+            drain_rigs(drained, ssh, timeout_s, failed, _progress(ctx))
+            if failed:
+                raise ProviderError("; ".join(o.message for o in failed.values()))
         outcome = provider_run.remove(server, hosts, market.provider_parts, ssh, check=check, on_event=_progress(ctx),
                                       keep_artifacts=_path(keep_artifacts))
     finally:
@@ -206,7 +209,8 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
     _finish([outcome], as_json, check, "m2p provider remove")
 
 
-def _provider_file(path: str) -> tuple[Marketplace, Any]:
+def read_provider(path: str) -> tuple[Marketplace, Any]:
+    """The marketplace and its provider file, checked (every mistake at its file:line)."""
     market = marketplace()
     return market, market.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError), path)
 
@@ -215,7 +219,8 @@ def _hosts(inventory_file: str, vault_password_file: str | None) -> list[Host]:
     return list(load_inventory(inventory_file, vault_password_file).hosts)
 
 
-def _ingress_in(provider: Any, hosts: list[Host]) -> Host:
+def ingress_of(provider: Any, hosts: list[Host]) -> Host:
+    """The provider file's ingress rig among the inventory's rigs; a name the inventory lacks is its line's error."""
     by_name = {h.name: h for h in hosts}
     if provider.ingress_rig not in by_name:
         names = sorted(by_name)
@@ -228,24 +233,11 @@ def _ingress_in(provider: Any, hosts: list[Host]) -> Host:
 def _every_rig(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:
     """Every rig's report; one that does not answer stops the command before anything changes (the provider's
     attributes, prices and lease guard need the whole farm)."""
-    reports = detect(hosts, ssh)
+    reports = detect_said(hosts, ssh)
     failed = [r for r in reports if not r.ok]
-    for r in failed:
-        render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
     if failed:
         raise RigFailures(len(failed), len(reports))
     return reports
-
-
-def _drain(hosts: list[Host], ssh: SshOptions, timeout_s: float) -> None:
-    errors = drain.request(hosts, ssh)
-    if errors:
-        raise ProviderError("; ".join(f"{name}: --drain: {error}" for name, error in errors.items()))
-    _, still = drain.wait(hosts, ssh, timeout_s)
-    if still:
-        now = datetime.now(UTC)
-        raise ProviderError("; ".join(guards.drain_timed_out(name, running, timeout_s, now)
-                                      for name, running in still.items()))
 
 
 def _path(text: str | None) -> Path | None:
@@ -254,7 +246,6 @@ def _path(text: str | None) -> Path | None:
 
 def _finish(outcomes: list[RigOutcome], as_json: bool, check: bool, command: str) -> None:
     render.outcomes(outcomes, as_json, show_tasks=check)
-    if any(o.failed for o in outcomes):
-        raise RigFailures(sum(o.failed for o in outcomes), len(outcomes))
+    raise_failures(outcomes)
     if check and any(o.result == "pending" for o in outcomes):
         raise ChangesPending(f"the provider has changes pending: run `{command}`")

@@ -157,11 +157,17 @@ def fleet_gpus(command: str, inventory_file: str | None, report: str | None, lim
         return load_report(report)
     assert inventory_file is not None
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+    reports = detect_said(hosts, ssh)
+    return gpus_of(hosts, reports), [r.name for r in reports if not r.ok]
+
+
+def detect_said(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:
+    """Every rig's report; each rig that did not answer said on stderr, one red line."""
     reports = detect(hosts, ssh)
     for r in reports:
         if not r.ok:
             render.echo(click.style(f"{r.name}: FAILED: {r.error}", fg="red"), err=True)
-    return gpus_of(hosts, reports), [r.name for r in reports if not r.ok]
+    return reports
 
 
 def gpus_of(hosts: list[Host], reports: list[RigReport]) -> list[RigGpus]:

@@ -138,7 +138,7 @@ def guard_leases(leased: list[tuple[Host, tuple[Lease, ...]]], opts: SshOptions,
         for host, running in leased:
             outcomes[host.name] = RigOutcome(host.name, "failed", message=guards.refusal(host.name, running, now))
         return []
-    return _drain([host for host, _ in leased], opts, how.drain_timeout_s, outcomes, how.on_event) if leased else []
+    return drain_rigs([host for host, _ in leased], opts, how.drain_timeout_s, outcomes, how.on_event) if leased else []
 
 
 def run_batches(playbook: str, to_run: list[Host], fleet: list[Host], derived: dict[str, dict[str, Any]],
@@ -176,7 +176,7 @@ def _with(message: str, note: str) -> str:
     return "; ".join(part for part in (message, note) if part)
 
 
-def _drain(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict[str, RigOutcome],
+def drain_rigs(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: dict[str, RigOutcome],
            on_event: Callable[[Event], None] | None) -> list[Host]:
     """Cordon, wait for the leases to end; returns the rigs that may go on (the others get an outcome)."""
     for name, error in drain.request(hosts, opts).items():

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import ssl
 import tempfile
 from http.server import BaseHTTPRequestHandler
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from m2p_sandbox import pki
-from m2p_sandbox.served import Served
+from m2p_sandbox.served import Served, reply_json
 
 
 def _handler(owner: Any) -> type[BaseHTTPRequestHandler]:
@@ -31,13 +30,7 @@ def _handler(owner: Any) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
-            code, body = owner.answer(self.path)
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, *owner.answer(self.path))
 
     return Handler
 

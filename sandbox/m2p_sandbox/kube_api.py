@@ -48,7 +48,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from m2p_sandbox import pki
-from m2p_sandbox.served import Served
+from m2p_sandbox.served import Served, reply_json
 
 GPU = "nvidia.com/gpu"
 
@@ -292,13 +292,7 @@ class KubeApiStandin(Served):
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         url = urllib.parse.urlsplit(handler.path)
         self.requests.append((method, url.path))
-        code, body = self._answer(handler, method, url)
-        data = json.dumps(body).encode()
-        handler.send_response(code)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        reply_json(handler, *self._answer(handler, method, url))
 
     def _answer(self, handler: BaseHTTPRequestHandler, method: str, url: urllib.parse.SplitResult) -> tuple[int, Any]:
         if self.down:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class Served:
@@ -22,3 +24,13 @@ class Served:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def reply_json(handler: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+    """Answer ``handler``'s request with ``body`` as JSON, its length said."""
+    data = json.dumps(body).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -150,3 +150,14 @@ def give_kubelet_credential(r: sandbox.Rig, api: KubeApiStandin, node: str,
             code, out = run(client, f"echo {shlex.quote(data.decode())} | sudo tee {agent}/{name} > /dev/null && "
                                     f"sudo chmod 600 {agent}/{name}")
             assert code == 0, out
+
+
+def point_k3s_kubectl_at(rig: sandbox.Rig, api: KubeApiStandin, admin: str) -> None:
+    """The server's STAND-IN `k3s kubectl` talks to ``api`` (TLS, its CA) as the admin ``admin``."""
+    assert api.authority is not None
+    with ssh(rig) as client:
+        ca = shlex.quote(api.authority.pem.decode())
+        config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
+        rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
+                              f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
+        assert rc == 0, out

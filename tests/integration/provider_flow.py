@@ -30,7 +30,7 @@ from miner2provider.cli import main
 from miner2provider.market.akash import outside
 from miner2provider.market.akash.address import encode
 
-from .conftest import m2p, outcomes, run, ssh
+from .conftest import m2p, outcomes, point_k3s_kubectl_at, run, ssh
 
 DATA_DIR = "/srv/k3s-data"
 MANIFESTS = f"{DATA_DIR}/server/manifests"
@@ -58,7 +58,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     assert api.authority is not None
     runs: dict[str, str] = {}
     try:
-        _point_k3s_kubectl_at(farm["hive"], api, admin)
+        point_k3s_kubectl_at(farm["hive"], api, admin)
         _check_reads_the_farm(farm, files, inv, ssh_args, passphrase, rpc)
         # Bad input first: nothing is installed half-way.
         refused = m2p(*apply, "-i", str(inv_all), "--yes", env=env)  # cv-locked does not answer
@@ -201,16 +201,6 @@ def _without_broken(inventory: Path, tmp: Path) -> Path:
     trimmed = tmp / "rigs-provider.yml"
     trimmed.write_text(yaml.safe_dump(doc))
     return trimmed
-
-
-def _point_k3s_kubectl_at(rig: Any, api: KubeApiStandin, admin: str) -> None:
-    assert api.authority is not None
-    with ssh(rig) as client:
-        ca = shlex.quote(api.authority.pem.decode())
-        config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
-        rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
-                              f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
-        assert rc == 0, out
 
 
 def _server_files(farm: dict[str, Any]) -> list[str]:

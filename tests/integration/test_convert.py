@@ -24,7 +24,7 @@ from miner2provider.core import collection, inventory
 from miner2provider.fleet import runner
 from miner2provider.fleet.bundle.manifest import load_bundle
 
-from .conftest import M2P, give_kubelet_credential, kubeconfig_text, m2p, outcomes, run, ssh
+from .conftest import M2P, give_kubelet_credential, kubeconfig_text, m2p, outcomes, point_k3s_kubectl_at, run, ssh
 from .provider_flow import provider_goes_on_and_off
 
 pytestmark = pytest.mark.integration
@@ -260,12 +260,7 @@ def revert_agent_leaves_nothing_on_its_server(farm):
     api.admin_tokens.add(admin)
     assert api.authority is not None
     try:
-        with ssh(farm["hive"]) as client:
-            ca = shlex.quote(api.authority.pem.decode())
-            config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
-            rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
-                                  f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
-            assert rc == 0, out
+        point_k3s_kubectl_at(farm["hive"], api, admin)
         # What the cluster holds for cv-plain: its Node and k3s's node password (its registration), and what
         # an earlier m2p made: the agent's ServiceAccount, token Secret and RBAC (and their manifest on the
         # server), and an old time-share's PriorityClass.

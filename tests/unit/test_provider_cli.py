@@ -13,6 +13,7 @@ from test_readiness import facts  # tests/unit is on sys.path (no package)
 from miner2provider.agent.status import AgentStatus, Lease
 from miner2provider.cli import main
 from miner2provider.cli import provider as provider_cli
+from miner2provider.cli import rigs as rigs_cli
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport
 from miner2provider.market.akash import outside
@@ -84,7 +85,7 @@ def leased_reports(hosts, opts):
 
 def test_remove_is_refused_while_a_lease_runs_and_nothing_is_run(tmp_path, capsys, monkeypatch):
     args = write(tmp_path, {"k3s_server": ["rig01"], "k3s_agent": ["rig02"]})
-    monkeypatch.setattr(provider_cli, "detect", leased_reports)
+    monkeypatch.setattr(rigs_cli, "detect", leased_reports)  # remove probes through cli/rigs.detect_said
     ran = []
     monkeypatch.setattr(provider_cli.provider_run, "remove", lambda *a, **k: ran.append(a))
     assert main(["provider", "remove", *args[:2], "--yes"]) == 8

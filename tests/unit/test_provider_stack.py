@@ -15,7 +15,7 @@ import yaml
 from m2p_sandbox import helm
 from miner2provider.core.errors import ProviderError
 from miner2provider.detect.facts.gpu import Gpu, Gpus
-from miner2provider.market.akash import AKASH, charts, stack
+from miner2provider.market.akash import AKASH, charts, stack, wallet
 from miner2provider.market.akash.address import encode
 from miner2provider.market.akash.provider_file import parse
 from miner2provider.market.base import ProviderFarm, ProviderStack, RigGpus
@@ -66,7 +66,7 @@ def chart_dir(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def built(chart_dir) -> ProviderStack:
     loaded = charts.load(chart_dir, PROVIDER.charts)
-    return stack.build(PROVIDER, farm(), loaded, stack.wallet_values(PROVIDER, KEY, PASSPHRASE))
+    return stack.build(PROVIDER, farm(), loaded, wallet.chart_values(PROVIDER, KEY, PASSPHRASE))
 
 
 def helmcharts(built: ProviderStack) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -156,12 +156,12 @@ def test_the_operators_and_gateway_render_for_the_farm(built):
 
 def test_no_window_unless_set_and_the_fingerprint_follows_every_input(chart_dir):
     loaded = charts.load(chart_dir, PROVIDER.charts)
-    wallet = stack.wallet_values(PROVIDER, KEY, PASSPHRASE)
-    base = stack.build(PROVIDER, farm(), loaded, wallet)
-    off = stack.build(replace(PROVIDER, reclamation_window=""), farm(), loaded, wallet)
+    values = wallet.chart_values(PROVIDER, KEY, PASSPHRASE)
+    base = stack.build(PROVIDER, farm(), loaded, values)
+    off = stack.build(replace(PROVIDER, reclamation_window=""), farm(), loaded, values)
     assert "reclamationWindow" not in off.values["provider"] and base.values["provider"]["reclamationWindow"] == "24h"
-    assert stack.build(PROVIDER, farm(), loaded, wallet).fingerprint == base.fingerprint
-    other_pass = stack.build(PROVIDER, farm(), loaded, stack.wallet_values(PROVIDER, KEY, PASSPHRASE + "!"))
+    assert stack.build(PROVIDER, farm(), loaded, values).fingerprint == base.fingerprint
+    other_pass = stack.build(PROVIDER, farm(), loaded, wallet.chart_values(PROVIDER, KEY, PASSPHRASE + "!"))
     assert len({base.fingerprint, off.fingerprint, other_pass.fingerprint}) == 3
     assert PASSPHRASE not in base.fingerprint
 
@@ -173,7 +173,7 @@ def test_no_window_unless_set_and_the_fingerprint_follows_every_input(chart_dir)
 ])
 def test_bad_wallet_material_is_refused_without_quoting_it(key, passphrase, said):
     with pytest.raises(ProviderError) as caught:
-        stack.wallet_values(PROVIDER, key, passphrase)
+        wallet.chart_values(PROVIDER, key, passphrase)
     assert said in str(caught.value) and "horse" not in str(caught.value)
 
 

@@ -71,7 +71,7 @@ class Akash:
 
     def provider_stack(self, provider: provider_file.ProviderFile, farm: ProviderFarm, charts_folder: Path,
                        environ: Mapping[str, str]) -> ProviderStack:
-        secret = stack.wallet_values(provider, wallet.key_text(provider), wallet.passphrase(provider, environ))
+        secret = wallet.values(provider, environ)
         return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
 
     def provider_status(self, provider: provider_file.ProviderFile, ingress_address: str,

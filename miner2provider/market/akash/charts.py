@@ -96,17 +96,18 @@ def load(folder: str | Path, versions: dict[str, str]) -> AkashCharts:
                             f"({', '.join(archive_name(c, v) for c, v in versions.items())}) and {CRDS_FILE}, "
                             "or pass --charts DIR")
     charts = {name: _archive(root / archive_name(name, version), name, version) for name, version in versions.items()}
-    crds = _crds(root / CRDS_FILE, "Akash's CRDs: akash-network/provider pkg/apis/akash.network/crd.yaml")
+    crds_text, crds = _crds(root / CRDS_FILE, "Akash's CRDs: akash-network/provider pkg/apis/akash.network/crd.yaml")
     if not [d for d in crds if str(d["spec"].get("group", "")).endswith("akash.network")]:
         raise ProviderError(f"{root / CRDS_FILE}: no CustomResourceDefinition of akash.network in it")
-    gateway = _crds(root / GATEWAY_CRDS_FILE, "the Gateway API's CRDs: kubernetes-sigs/gateway-api's release "
-                                              "experimental-install.yaml (TCPRoute is experimental only)")
+    gateway_text, gateway = _crds(root / GATEWAY_CRDS_FILE, "the Gateway API's CRDs: kubernetes-sigs/gateway-api's "
+                                                            "release experimental-install.yaml (TCPRoute is "
+                                                            "experimental only)")
     kinds = {d["spec"].get("names", {}).get("kind") for d in gateway if d["spec"].get("group") == GATEWAY_GROUP}
     lacking = [k for k in GATEWAY_KINDS if k not in kinds]
     if lacking:
         raise ProviderError(f"{root / GATEWAY_CRDS_FILE}: no CRD for {', '.join(lacking)} of {GATEWAY_GROUP} "
                             "(the experimental channel's install file has them all)")
-    return AkashCharts(charts, (root / CRDS_FILE).read_text(), (root / GATEWAY_CRDS_FILE).read_text())
+    return AkashCharts(charts, crds_text, gateway_text)
 
 
 def _archive(path: Path, name: str, version: str) -> ChartArchive:
@@ -131,8 +132,9 @@ def _archive(path: Path, name: str, version: str) -> ChartArchive:
     return ChartArchive(name, version, data)
 
 
-def _crds(path: Path, what: str) -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions in ``path`` (and nothing else: k3s applies the file as it is)."""
+def _crds(path: Path, what: str) -> tuple[str, list[dict[str, Any]]]:
+    """The text of ``path``, read once, and the CustomResourceDefinitions in it (nothing else: k3s applies the
+    file as it is)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -140,10 +142,14 @@ def _crds(path: Path, what: str) -> list[dict[str, Any]]:
     if len(data) > MAX_CRDS:
         raise ProviderError(f"{path}: {len(data)} bytes, more than CRDs are")
     try:
-        docs = [d for d in yaml.safe_load_all(data) if d]
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ProviderError(f"{path}: not UTF-8 text") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
         raise ProviderError(f"{path}: not YAML ({textfiles.shown(str(exc).splitlines()[0])})") from None
     if not all(isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
                and isinstance(d.get("spec"), dict) for d in docs):
         raise ProviderError(f"{path}: holds something other than CustomResourceDefinitions")
-    return docs
+    return text, docs

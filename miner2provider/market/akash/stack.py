@@ -43,7 +43,6 @@ from miner2provider.core.errors import ProviderError
 from miner2provider.market.akash import gpu_list
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
-from miner2provider.market.akash.wallet import ARMORED_KEY
 from miner2provider.market.base import ProviderFarm, ProviderParts, ProviderStack
 from miner2provider.market.pricing import Floor
 
@@ -98,18 +97,6 @@ def provider_values(provider: ProviderFile, farm: ProviderFarm, price_script: st
     if provider.reclamation_window:
         values["reclamationWindow"] = provider.reclamation_window  # checked as a Go duration, 1h-720h
     return values
-
-
-def wallet_values(provider: ProviderFile, key_text: str, passphrase: str) -> dict[str, str]:
-    """The chart's ``key`` and ``keysecret`` (base64 of the armored key and of its passphrase)."""
-    if not ARMORED_KEY.fullmatch(key_text.replace("\r\n", "\n")):
-        raise ProviderError(f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: "
-                            "an armored TENDERMINT PRIVATE KEY block)")
-    if not passphrase:
-        raise ProviderError(f"the environment variable {provider.wallet.passphrase_env} (wallet.passphrase_env) "
-                            "is empty or unset: it must hold the exported key's passphrase")
-    return {"key": base64.b64encode(key_text.encode()).decode(),
-            "keysecret": base64.b64encode(passphrase.encode()).decode()}
 
 
 def card_list_objects(card_list: dict[str, Any], image: str, server_node: str) -> list[dict[str, Any]]:

@@ -1,10 +1,11 @@
 """The provider's wallet, read when the provider is installed and never kept: the exported key's text
 from ``wallet.key_file`` (a file only its owner may read, as ssh insists for a private key) and its
 passphrase from the environment variable ``wallet.passphrase_env``.  Both go only into the wallet
-Secret (stack.wallet_values); no message here quotes either."""
+Secret (``values``, which stack.build puts there); no message here quotes either."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import stat
@@ -57,15 +58,26 @@ def passphrase(provider: ProviderFile, environ: Mapping[str, str]) -> str:
     return environ[name]
 
 
+def chart_values(provider: ProviderFile, key: str, secret: str) -> dict[str, str]:
+    """The chart's ``key`` and ``keysecret`` (base64 of the armored key and of its passphrase).  Pure."""
+    if not ARMORED_KEY.fullmatch(key.replace("\r\n", "\n")):
+        raise ProviderError(f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: "
+                            "an armored TENDERMINT PRIVATE KEY block)")
+    if not secret:
+        raise ProviderError(f"the environment variable {provider.wallet.passphrase_env} (wallet.passphrase_env) "
+                            "is empty or unset: it must hold the exported key's passphrase")
+    return {"key": base64.b64encode(key.encode()).decode(), "keysecret": base64.b64encode(secret.encode()).decode()}
+
+
+def values(provider: ProviderFile, environ: Mapping[str, str]) -> dict[str, str]:
+    """The chart's wallet values, from the key file and the passphrase variable ``provider`` names."""
+    return chart_values(provider, key_text(provider), passphrase(provider, environ))
+
+
 def problem(provider: ProviderFile, environ: Mapping[str, str]) -> str:
     """Why the wallet would not do, or "" (the key file private and armored, the passphrase variable set)."""
     try:
-        text = key_text(provider)
-        if not ARMORED_KEY.fullmatch(text.replace("\r\n", "\n")):
-            return (f"{provider.wallet.key_file}: not an exported key (provider-services keys export NAME: an "
-                    "armored TENDERMINT PRIVATE KEY block)")
-        if not passphrase(provider, environ):
-            return f"the environment variable {provider.wallet.passphrase_env} is empty: it must hold the passphrase"
+        values(provider, environ)
     except ProviderError as exc:
         return exc.message
     return ""

@@ -120,6 +120,9 @@ class Agent:
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
+    # When the rig must next mine unoffered (policy.mine_from): (recompute at, value); the reclaimer on the farm's
+    # server reads it from the status ("mine_at") and reclaims the node's leases in time.
+    _mine: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
@@ -193,6 +196,7 @@ class Agent:
         cards = profit.cards_from_labels(self.file_labels() or self.seen.node_labels)
         if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now)):
             self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
+            self._mine = self._next
             self._save()
         return self.profit.offer.offered
 
@@ -232,7 +236,9 @@ class Agent:
         waiting = bool(leases_waiting)
         if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
             self.sample_miner(now, running)
-        desired = policy.desired_at(self.schedule, datetime.fromtimestamp(now, timezone.utc), self.price_offer(now))
+        at = datetime.fromtimestamp(now, timezone.utc)
+        desired = policy.desired_at(self.schedule, at, self.price_offer(now))
+        desired = policy.with_lead(self.schedule, desired, at, self.mine_at(at, desired.offered))
         busy = self.gpus_busy(mono, running, waiting)
         if others:
             self.answer_others(others, running or busy)
@@ -459,11 +465,28 @@ class Agent:
             self._next = (value if value is not None else at + timedelta(hours=1), value)
         return value
 
+    def mine_at(self, at: datetime, offered: bool) -> datetime | None:
+        """When the rig must next mine unoffered: while it is not offered, since when (kept while it stays so);
+        while offered, the schedule's next such minute, recomputed only once it has passed (a scan like
+        next_change's)."""
+        due, value = self._mine
+        unoffered = due == _NEVER  # the record says since when the rig is not offered
+        if not offered:
+            if not unoffered:  # since the minute the schedule named, when it named one, else now
+                self._mine = (_NEVER, value if value is not None and value <= at else at)
+            return self._mine[1]
+        if unoffered or at >= due:
+            value = policy.mine_from(self.schedule, at, lease_pays=self.profit.offer.offered)
+            self._mine = (value if value is not None else at + timedelta(hours=1), value)
+        return self._mine[1]
+
     def status(self, now: float) -> dict[str, Any]:
         change = self.next_change(now)
+        mine_at = self._mine[1]
         quote, shown = self.profit.quote, self.stats.shown
         return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
+                "mine_at": mine_at.isoformat(timespec="seconds") if mine_at else None,
                 "schedule": self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
                 "agent_version": __version__,
                 # A lease stops the miner on every card (no adapter mines on a subset of cards yet).
@@ -506,6 +529,9 @@ class Agent:
             return
         if patched:
             self._save()
+
+
+_NEVER = datetime.max.replace(tzinfo=timezone.utc)
 
 
 def _iso(ts: float) -> str:

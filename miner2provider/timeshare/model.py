@@ -12,6 +12,9 @@ windows:
 lease_grace: forever           # a mining window waits this long for running leases (30m, 2h, forever)
 min_switch_interval: 10m       # the miner is never started sooner than this after a switch
 hysteresis: 0.05               # profit only: offer at floor x 1.05, stop offering below floor x 0.95
+reclamation_window: 24h        # the window the provider offers on its bids (provider.yml): the rig is
+                               # taken off the market this long (plus a lead) before mining, so the farm's
+                               # reclaimer can reclaim its leases the protocol's way (AEP-82) in time
 ```
 
 Policy ``profit`` offers the rig's GPUs while a lease pays more than mining by the economics file's
@@ -46,7 +49,8 @@ MODES = ("mine", "lease")
 WINDOW_MODES = {"fixed": MODES, "lease-first": ("mine",), "mine-first": ("lease",), "profit": ("mine",)}
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 DAY_SETS = {"daily": DAYS, "weekdays": DAYS[:5], "weekends": DAYS[5:]}
-KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_interval", "hysteresis"}
+KEYS = {"timezone", "policy", "default", "windows", "lease_grace", "min_switch_interval", "hysteresis",
+        "reclamation_window"}
 WINDOW_KEYS = {"days", "from", "to", "mode"}
 WEEK = 7 * 24 * 60
 _TIME = re.compile(r"^([01]?\d|2[0-4]):([0-5]\d)$")
@@ -55,6 +59,11 @@ _DURATION = re.compile(r"^([0-9]{1,9})\s*(s|m|h|d)$")
 # year is "forever", which the schedule can say.
 MAX_SWITCH_INTERVAL_S = 86400.0
 MAX_LEASE_GRACE_S = 365 * 86400.0
+MAX_RECLAMATION_WINDOW_S = 720 * 3600.0  # the chain's max_reclamation_window (AEP-82's default)
+# Before a mining window the rig leaves the market W plus this lead ahead: the reclaimer's margin for its
+# transaction to land (the marketplace's reclaim plan, MARGIN_S) and a minute for the marketplace's inventory
+# to see the cordon (its bid engine may hold an older view).
+CORDON_LEAD_S = 120.0
 MAX_HYSTERESIS = 0.5  # a band wider than +-50 % of the floor never switches on a real price move
 DEFAULT_HYSTERESIS = 0.05
 MAX_GAP_MIN = 120  # the longest clock jump forward any zone has made (Antarctica/Troll: 2 h)
@@ -94,6 +103,7 @@ class Schedule:
     lease_grace_s: float | None  # None: wait forever
     min_switch_interval_s: float
     hysteresis: float = DEFAULT_HYSTERESIS  # profit only
+    reclamation_window_s: float | None = None  # the provider's offered window (None: no reclamation)
 
     @property
     def name(self) -> str:
@@ -103,7 +113,7 @@ class Schedule:
     def warnings(self) -> tuple[str, ...]:
         """"file:line: ..." that do not stop the schedule (a window DST skips).  Derived when asked (the
         CLI's check and show), so the agent on the rig does not compute them at start-up."""
-        return _skipped_windows(self.path, self.timezone, self.windows)
+        return _skipped_windows(self.path, self.timezone, self.windows) + _reclamation_warnings(self)
 
     @cached_property
     def by_minute(self) -> tuple[int, ...]:
@@ -158,7 +168,9 @@ def parse(text: str, path: str = "<schedule>") -> Schedule:
     interval = _duration(path, fields.get("min_switch_interval"), default=600.0, forever_ok=False,
                          most=MAX_SWITCH_INTERVAL_S)
     assert interval is not None
-    return Schedule(path, tz, policy, default, windows, grace, interval, _hysteresis(path, fields, policy))
+    window = _duration(path, fields.get("reclamation_window"), default=None, forever_ok=False,
+                       most=MAX_RECLAMATION_WINDOW_S)
+    return Schedule(path, tz, policy, default, windows, grace, interval, _hysteresis(path, fields, policy), window)
 
 
 def _hysteresis(path: str, fields: dict[str, tuple[yaml.Node, Any]], policy: str) -> float:
@@ -356,3 +368,56 @@ def _skipped_windows(path: str, tz: str, windows: tuple[Window, ...]) -> tuple[s
                                 f"forward: on that day it does not happen")
                 break
     return tuple(warnings)
+
+
+def offered_minutes(schedule: Schedule) -> list[bool]:
+    """For each minute of the week, whether the schedule may offer the rig then (profit: while a lease pays)."""
+    inside = [index >= 0 for index in schedule.by_minute]
+    if schedule.policy == "fixed":
+        modes = [schedule.windows[i].mode if i >= 0 else schedule.default for i in schedule.by_minute]
+        return [mode == "lease" for mode in modes]
+    if schedule.policy == "mine-first":
+        return inside
+    return [not x for x in inside]  # lease-first, profit
+
+
+def _reclamation_warnings(schedule: Schedule) -> tuple[str, ...]:
+    """With a reclamation window W the rig leaves the market W plus CORDON_LEAD_S before each mining span:
+    an offered span shorter than that is never offered, and a lease_grace shorter than W gives a mining
+    window up (and offers the rig again) before the reclaimed leases may be closed."""
+    if schedule.reclamation_window_s is None:
+        return ()
+    lead_min = (schedule.reclamation_window_s + CORDON_LEAD_S) / 60
+    said = f"reclamation_window {_shown_s(schedule.reclamation_window_s)}"
+    warnings = []
+    if schedule.lease_grace_s is not None and schedule.lease_grace_s < schedule.reclamation_window_s + CORDON_LEAD_S:
+        warnings.append(f"{schedule.path}: lease_grace {_shown_s(schedule.lease_grace_s)} is shorter than the "
+                        f"{said} plus {CORDON_LEAD_S:.0f} s: a mining window is given up before its reclaimed leases "
+                        "may be closed; make lease_grace longer or forever")
+    offered = offered_minutes(schedule)
+    if all(offered) or not any(offered):
+        return tuple(warnings)
+    start = offered.index(False)  # walk the week from a minute that is not offered: every span is whole
+    short: dict[tuple[int, int], list[str]] = {}  # (minutes offered, minute of the day it begins) -> days
+    run = 0
+    for step in range(1, WEEK + 1):
+        minute = (start + step) % WEEK
+        if offered[minute]:
+            run += 1
+            continue
+        if 0 < run <= lead_min:
+            day, at = divmod((minute - run) % WEEK, 1440)
+            short.setdefault((run, at), []).append(DAYS[day])
+        run = 0
+    for (length, at), days in sorted(short.items()):
+        warnings.append(f"{schedule.path}: the rig is offered for only {length} min from {at // 60:02d}:{at % 60:02d} "
+                        f"({','.join(days)}), not more than the {said} plus {CORDON_LEAD_S:.0f} s: it is never "
+                        "offered then (it leaves the market that long before mining)")
+    return tuple(dict.fromkeys(warnings))
+
+
+def _shown_s(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:.0f}s"

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from miner2provider.timeshare.model import Schedule, Window
+from miner2provider.timeshare.model import CORDON_LEAD_S, Schedule, Window
 
 MINUTE = timedelta(minutes=1)
 
@@ -90,6 +90,32 @@ def desired_at(schedule: Schedule, at: datetime, lease_pays: bool = False) -> De
     if schedule.policy == "profit":
         return Desired(window is None and lease_pays, True, window)
     return Desired(window is not None, True, window)  # mine-first
+
+
+def mine_from(schedule: Schedule, at: datetime, lease_pays: bool = False,
+              horizon: timedelta = timedelta(days=8)) -> datetime | None:
+    """When the rig must next mine unoffered (the marketplace's leases gone): ``at`` itself when it is not
+    offered now, else the first minute the schedule stops offering it; None within ``horizon``."""
+    at = _utc(at)
+    if not desired_at(schedule, at, lease_pays).offered:
+        return at
+    t = at.replace(second=0, microsecond=0) + MINUTE
+    while t <= at + horizon:
+        if not desired_at(schedule, t, lease_pays).offered:
+            return t
+        t += MINUTE
+    return None
+
+
+def with_lead(schedule: Schedule, desired: Desired, at: datetime, mining_at: datetime | None) -> Desired:
+    """With a reclamation window W, the rig leaves the market W plus CORDON_LEAD_S before mining: a lease won
+    later could not be reclaimed in time.  Then it mines while no lease runs (the GPUs would idle)."""
+    window = schedule.reclamation_window_s
+    if window is None or not desired.offered or mining_at is None:
+        return desired
+    if (_utc(mining_at) - _utc(at)).total_seconds() > window + CORDON_LEAD_S:
+        return desired
+    return Desired(False, True, desired.window)
 
 
 def next_change(schedule: Schedule, at: datetime, horizon: timedelta = timedelta(days=8),

@@ -661,3 +661,30 @@ def test_a_container_through_the_gate_is_a_lease_in_the_status_before_the_api_li
     agent.tick()  # the container ended; the pod still listed: the API's word alone
     (listed,) = json.loads((tmp_path / "state/status.json").read_text())["leases"]
     assert listed["pod"] == "lease/job" and listed["since"] == api.pods[("lease", "job")]["metadata"]["creationTimestamp"]
+
+
+def test_with_a_reclamation_window_the_agent_says_when_it_must_mine_and_leaves_the_market_in_time(api, tmp_path):
+    """Issue 36: the status names the minute mining must start ("mine_at", read by the farm's reclaimer), and
+    the node is cordoned W plus the lead before it, while a lease still runs on it (it is reclaimed, not cut)."""
+    from datetime import datetime
+
+    now = [datetime(2026, 11, 23, 16, 50, tzinfo=UTC).timestamp()]  # 18:00 - 1 h - 10 min
+    schedule = ("timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\nreclamation_window: 1h\n"
+                "windows:\n  - {days: daily, from: '18:00', to: '20:00', mode: mine}\n")
+    agent = make_agent(api, tmp_path, schedule, clock=lambda: now[0])
+    api.add_pod("job", NODE, 2)
+    agent.tick()
+    agent.tick()
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["mine_at"] == "2026-11-23T18:00:00+00:00" and status["mode"] == "leasing" and not cordoned(api)
+    now[0] += 9 * 60  # 16:59: within W + 120 s of mining
+    agent.tick()
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["mode"] == "draining" and cordoned(api) and status["mine_at"] == "2026-11-23T18:00:00+00:00"
+    now[0] += 3600 + 120  # 18:01, in the mining window: mining is due since 18:00, the lease still drains
+    agent.tick()
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["mine_at"] == "2026-11-23T18:00:00+00:00" and status["mode"] == "draining"
+    api.delete_pod("job")
+    agent.tick()
+    assert json.loads((tmp_path / "state" / "status.json").read_text())["mode"] == "mining"

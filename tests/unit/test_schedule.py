@@ -161,3 +161,54 @@ def test_cli_check_and_show(tmp_path, capsys):
     assert main(["schedule", "check", str(bad)]) == ScheduleError.exit_code
     assert f"{bad}:4: time '9'" in capsys.readouterr().err
     assert load(good).name == "farm"
+
+
+# AEP-82 reclamation (issue 36): a schedule that knows the provider's reclamation window W.
+RECLAIMING = """\
+timezone: UTC
+policy: fixed
+default: lease
+windows:
+  - days: daily
+    from: "18:00"
+    to: "20:00"
+    mode: mine
+reclamation_window: 1h
+lease_grace: forever
+"""
+
+
+def utc(text):
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def test_a_reclamation_window_takes_the_rig_off_the_market_w_plus_the_lead_before_mining():
+    from miner2provider.timeshare.model import CORDON_LEAD_S
+    from miner2provider.timeshare.policy import mine_from, with_lead
+
+    s = parse(RECLAIMING, "farm.yml")
+    assert s.reclamation_window_s == 3600.0 and s.warnings == ()
+    lead = timedelta(seconds=3600 + CORDON_LEAD_S)
+    mining = utc("2026-11-23T18:00")
+    for now, offered in ((mining - lead - timedelta(minutes=1), True), (mining - lead, False),
+                         (mining - timedelta(minutes=5), False)):
+        raw = desired_at(s, now)
+        assert raw.offered and mine_from(s, now) == mining
+        assert with_lead(s, raw, now, mine_from(s, now)).offered is offered, now
+    inside = utc("2026-11-23T19:00")
+    assert mine_from(s, inside) == inside and not with_lead(s, desired_at(s, inside), inside, inside).offered
+    no_window = parse(RECLAIMING.replace("reclamation_window: 1h\n", ""), "farm.yml")
+    now = mining - timedelta(minutes=5)  # without a window nothing changes: offered until the window
+    assert with_lead(no_window, desired_at(no_window, now), now, mine_from(no_window, now)).offered
+
+
+def test_schedule_check_warns_when_the_window_outlasts_an_offered_span_or_the_grace():
+    s = parse(RECLAIMING.replace("1h", "23h").replace("forever", "2h"), "farm.yml")
+    assert s.warnings == (
+        "farm.yml: lease_grace 2h is shorter than the reclamation_window 23h plus 120 s: a mining window is given "
+        "up before its reclaimed leases may be closed; make lease_grace longer or forever",
+        "farm.yml: the rig is offered for only 1320 min from 20:00 (mon,tue,wed,thu,fri,sat,sun), not more than "
+        "the reclamation_window 23h plus 120 s: it is never offered then (it leaves the market that long before "
+        "mining)")
+    with pytest.raises(ScheduleError, match=r"farm.yml:9: duration '721h' is longer than 30d"):
+        parse(RECLAIMING.replace("1h", "721h"), "farm.yml")

@@ -108,6 +108,16 @@ class KubeClient:
         query = urllib.parse.urlencode({"labelSelector": label_selector})
         return list(self._request("GET", f"/api/v1/nodes?{query}").get("items", []))
 
+    def namespaces(self, label_selector: str) -> list[dict[str, Any]]:
+        """Namespaces with the label (the farm's reclaimer: the marketplace's lease namespaces)."""
+        query = urllib.parse.urlencode({"labelSelector": label_selector})
+        return list(self._request("GET", f"/api/v1/namespaces?{query}").get("items", []))
+
+    def pods(self, label_selector: str) -> list[dict[str, Any]]:
+        """Pods with the label in every namespace (the farm's reclaimer: where each lease runs)."""
+        query = urllib.parse.urlencode({"labelSelector": label_selector})
+        return list(self._request("GET", f"/api/v1/pods?{query}").get("items", []))
+
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return dict(self._request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", patch,
                                   "application/merge-patch+json"))

@@ -15,6 +15,13 @@ them (v1 Pod, PodList, Node, Status):
   Deployment patch (env entries merged by name); ``GET`` of a Deployment.
   ``apply`` puts a manifest's objects in, standing for k3s's deploy controller; nothing happens
   when a manifest file goes (k3s does not delete what a removed manifest made), since nothing here watches the files.
+- for the farm's reclaimer (``add_reclaimer``: a ServiceAccount token bound to m2p's reclaimer roles, as
+  roles/market_provider grants them): ``GET`` lists of nodes, namespaces and pods by ``labelSelector=<key>``
+  and ``POST .../pods/<pod>/exec`` on the one pod its Role names; anything else 403.  The exec runs what the
+  test registered for that pod (``exec_in``: the STAND-IN provider pod, akash_chain.ProviderPod).  The real
+  API upgrades exec to a streaming protocol (SPDY / websocket, which kubectl speaks); the stand-in answers
+  the same URL (``command``, ``container`` query parameters) with one JSON reply
+  ``{"exitCode", "stdout", "stderr"}``, which the stand-in kubectl prints as kubectl would.
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
 ``delete_pod`` (a pod is bound where the test says: no scheduler runs here, so the tests
 bind only to nodes that are offered, as the scheduler would).
@@ -129,6 +136,8 @@ class KubeApiStandin(Served):
         self.token_secrets: dict[str, tuple[str, str]] = {}  # token -> (namespace, Secret) it lives by
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> object
         self.requests: list[tuple[str, str]] = []  # (method, path) served, for tests
+        self.reclaimers: dict[str, tuple[str, str]] = {}  # token -> the (namespace, pod) it may exec into
+        self.exec_in: dict[tuple[str, str, str], Any] = {}  # (namespace, pod, container) -> argv -> (rc, out, err)
         self.down = False  # answer nothing useful (503), as an unreachable API would fail
         standin = self
 
@@ -147,6 +156,9 @@ class KubeApiStandin(Served):
 
             def do_PUT(self) -> None:
                 standin._serve(self, "PUT")
+
+            def do_POST(self) -> None:
+                standin._serve(self, "POST")
 
         self._serve_on(host, port, Handler)
         self.authority: pki.Authority | None = None
@@ -228,6 +240,11 @@ class KubeApiStandin(Served):
             self.tokens[token] = node
             self.token_secrets[token] = (namespace, secret)
 
+    def add_reclaimer(self, token: str, pod: tuple[str, str] = ("akash-services", "akash-provider-0")) -> None:
+        """The reclaimer's ServiceAccount token: list nodes, namespaces and pods; exec into ``pod`` only."""
+        with self.lock:
+            self.reclaimers[token] = pod
+
     def has(self, kind: str, name: str, namespace: str = "") -> bool:
         with self.lock:
             if kind == "Node":
@@ -303,6 +320,8 @@ class KubeApiStandin(Served):
         if kubelet is not None:
             with self.lock:
                 return self._as_node(kubelet, handler, method, url)
+        if token in self.reclaimers:
+            return self._as_reclaimer(self.reclaimers[token], handler, method, url)
         with self.lock:
             if token in self.admin_tokens:
                 admin = self._admin(method, url.path, handler)
@@ -350,6 +369,37 @@ class KubeApiStandin(Served):
                                         "changes to the latest version and try again")
                 return self._patched(name, merge_patch(node, patch))
         return 404, _status(404, "NotFound", "the stand-in serves only pods on a node and nodes")
+
+    def _as_reclaimer(self, pod: tuple[str, str], handler: BaseHTTPRequestHandler, method: str,
+                      url: urllib.parse.SplitResult) -> tuple[int, Any]:
+        """The reclaimer's RBAC (roles/market_provider): a ClusterRole to get and list nodes, namespaces and pods,
+        and a Role in the provider's namespace to create ``pods/exec`` on its one pod (resourceNames)."""
+        user = 'User "system:serviceaccount:m2p-system:m2p-reclaimer"'
+        query = urllib.parse.parse_qs(url.query)
+        lists = {"/api/v1/nodes": "nodes", "/api/v1/namespaces": "namespaces", "/api/v1/pods": "pods"}
+        if method == "GET" and url.path in lists:
+            selector = query.get("labelSelector", [""])[0]
+            if not selector or any(ch in selector for ch in "=!,() "):
+                return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=<label key>")
+            with self.lock:
+                pool = {"nodes": list(self.nodes.values()), "pods": list(self.pods.values()),
+                        "namespaces": [o for k, o in self.objects.items() if k[0] == "Namespace"]}[lists[url.path]]
+                items = [copy.deepcopy(o) for o in pool if selector in (o["metadata"].get("labels") or {})]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
+                             "items": items}
+        parts = url.path.strip("/").split("/")
+        if method == "POST" and len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] \
+                and parts[4] == "pods" and parts[6] == "exec":
+            namespace, name = parts[3], parts[5]
+            if (namespace, name) != pod:
+                return 403, _status(403, "Forbidden", f'pods "{name}" is forbidden: {user} cannot create resource '
+                                    f'"pods/exec" in API group "" in the namespace "{namespace}"')
+            run = self.exec_in.get((namespace, name, query.get("container", [""])[0]))
+            if run is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found (or no such container)')
+            code, out, err = run(query.get("command", []))
+            return 200, {"exitCode": code, "stdout": out, "stderr": err}
+        return 403, _status(403, "Forbidden", f"{user} cannot {method.lower()} {url.path}")
 
     def _as_node(self, node: str, handler: BaseHTTPRequestHandler, method: str,
                  url: urllib.parse.SplitResult) -> tuple[int, Any]:

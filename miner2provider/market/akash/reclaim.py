@@ -1,5 +1,6 @@
-"""AEP-82 reclamation, planned (issue 36's first brick).  Pure: the reclaimer on the farm's server (to
-come) reads the leases and the chain, asks ``plan`` what to send, and sends it.
+"""AEP-82 reclamation, planned.  Pure: the reclaimer on the farm's server (reclaimer.py) reads the leases and
+the chain, asks ``plan`` what to send, and sends it with the commands ``query_argv``, ``start_argv`` and
+``close_argv`` build.
 
 What the protocol allows (AEP-82, Final 2026-06-11; ../shared/reference/akash-provider.md section 3):
 - a provider that offers a reclamation window W (1 h to 720 h) on its bids may start reclaiming a lease
@@ -22,6 +23,7 @@ said (mining waits for it).  Akash's provider labels each lease's namespace with
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -108,3 +110,86 @@ def _late(deadline: float, mining_at: float) -> str:
     if deadline <= mining_at:
         return "its deadline comes before mining starts"
     return f"its deadline is {deadline - mining_at:.0f} s after mining should start: mining waits for it"
+
+
+# Lease.State (AEP-82 "Lease State Machine"): the JSON prints the proto name or, per AEP-82's "Query Support",
+# possibly the number.
+STATES = {0: "invalid", 1: "active", 2: "insufficient_funds", 3: "closed", 4: "reclaiming"}
+LIVE_STATES = {"active", "reclaiming"}
+
+
+class ChainReplyError(ValueError):
+    """The chain's answer about a lease is not the shape AEP-82's lease has."""
+
+
+def lease_from_chain(doc: object, lease: LeaseId) -> Lease | None:
+    """The lease as ``provider-services query market lease get -o json`` prints it (the query's
+    ``QueryLeaseResponse``: ``lease.state``; ``lease.reclamation`` is null for a lease won without a window,
+    else ``window`` as a protobuf JSON Duration ("3600s") and ``deadline`` in unix seconds, 0 until a reclaim
+    starts).  None: the lease is over (closed, insufficient funds).  Raises ChainReplyError on any other
+    shape, so a reply m2p does not understand never becomes a close."""
+    try:
+        body = doc["lease"]  # type: ignore[index]
+        raw = body["state"]
+        reclamation = body.get("reclamation")
+    except (KeyError, TypeError, AttributeError):
+        raise ChainReplyError(f"lease {lease}: the chain's reply has no lease with a state") from None
+    state = STATES.get(int(raw), "") if str(raw).isdigit() else str(raw)
+    if state not in STATES.values() or state == "invalid":
+        raise ChainReplyError(f"lease {lease}: the chain says state {str(raw)[:30]!r}, which AEP-82 does not name")
+    if state not in LIVE_STATES:
+        return None
+    if reclamation is None:
+        if state == "reclaiming":
+            raise ChainReplyError(f"lease {lease}: reclaiming without a reclamation record")
+        return Lease(lease, None)
+    try:
+        window = _seconds(str(reclamation["window"]))
+        deadline = int(str(reclamation.get("deadline") or 0))
+    except (KeyError, TypeError, AttributeError, ValueError):
+        raise ChainReplyError(f"lease {lease}: its reclamation record is not AEP-82's (window, deadline)") from None
+    if state == "reclaiming" and deadline <= 0:
+        raise ChainReplyError(f"lease {lease}: reclaiming without a deadline")
+    return Lease(lease, window, float(deadline) if state == "reclaiming" else None)
+
+
+def _seconds(duration: str) -> float:
+    """A protobuf JSON Duration ("3600s", "1.5s")."""
+    if not duration.endswith("s"):
+        raise ValueError(duration)
+    value = float(duration[:-1])
+    if not 0 < value < 10 ** 9:
+        raise ValueError(duration)
+    return value
+
+
+def _lease_flags(lease: LeaseId) -> list[str]:
+    return ["--owner", lease.owner, "--dseq", str(lease.dseq), "--gseq", str(lease.gseq), "--oseq", str(lease.oseq)]
+
+
+# Run inside the provider pod, whose environment (the chart's AKASH_FROM, AKASH_NODE, AKASH_CHAIN_ID,
+# AKASH_KEYRING_BACKEND ...) names the key, the node and the chain: the commands carry only the lease.
+def query_argv(lease: LeaseId) -> list[str]:
+    return ["provider-services", "query", "market", "lease", "get", *_lease_flags(lease), "--provider",
+            lease.provider, "--output", "json"]
+
+
+def start_argv(lease: LeaseId, reason: int = REASON_UNSPECIFIED) -> list[str]:
+    if reason not in REASONS:
+        raise ValueError(f"reason {reason} is not a provider's (10000-19999)")
+    return ["provider-services", "tx", "market", "bid", "start-reclaim", *_lease_flags(lease), "--reason",
+            str(reason), "--yes", "--output", "json"]
+
+
+def close_argv(lease: LeaseId) -> list[str]:
+    return ["provider-services", "tx", "market", "bid", "close", *_lease_flags(lease), "--yes", "--output", "json"]
+
+
+def tx_error(stdout: str) -> str:
+    """'' when the transaction's reply says it was accepted (code 0), else why not (its raw_log, cut)."""
+    try:
+        reply = json.loads(stdout)
+        code = int(reply.get("code", 0))
+    except (ValueError, TypeError, AttributeError):
+        return "the transaction's reply is not JSON"
+    return "" if code == 0 else f"code {code}: {str(reply.get('raw_log', ''))[:200]}"

@@ -1,0 +1,277 @@
+"""The farm's reclaimer: AEP-82 reclamation from the k3s server (``m2p-reclaimer.service``, installed by
+``m2p provider apply`` when provider.yml offers a reclamation window).
+
+It runs on the server only, never on a worker rig, and holds no wallet material: every chain command runs
+inside Akash's provider pod (``pods/exec`` into ``akash-provider-0``, the only pod its Role may exec into),
+whose environment names the key, the RPC node and the chain.  Each sweep (every ``interval_s``):
+
+1. the nodes with m2p's agents, and when each must mine (the agent's status annotation, ``mine_at``);
+2. the leases on each node: Akash's lease namespaces (``akash.network/lease.id.*`` labels, reclaim.lease_id)
+   and the nodes their pods run on;
+3. each lease's window and state from the chain (``provider-services query market lease get``), once per
+   lease and again when an action is due;
+4. what reclaim.plan says: ``start-reclaim`` W plus a margin before mining, ``close`` at the deadline (never
+   before: the chain would refuse it, and a refused transaction still costs a fee), ``leave`` for a lease
+   won without a window (or ``close`` with the owner's opt-in).
+
+A lease whose pods run on several rigs is reclaimed only when all of them must mine, or with the owner's
+consent (``reclaim_spanning``); otherwise it is reported.  What it saw and did goes to ``status.json``
+(``m2p provider status`` reads it) and, one line per transaction, to ``ledger.jsonl``.
+
+Python 3.8+ and the standard library only (a zipapp, like the agent's: fleet/agent_zipapp.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Protocol  # noqa: UP035 (Callable: as the agent's, for 3.8)
+
+from miner2provider.agent import kube
+from miner2provider.market.akash import reclaim
+from miner2provider.market.akash.reclaim import Lease, LeaseId
+
+PENDING_S = 60.0  # a sent transaction is not sent again for this long: a few blocks for it to land
+STATUS_ANNOTATION = "m2p.io/status"
+FINISHED = {"Succeeded", "Failed"}
+
+class RunInPod(Protocol):
+    """Runs a command in the provider pod: (exit, stdout, stderr)."""
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]: ...
+
+
+@dataclass(frozen=True)
+class Config:
+    kubeconfig: str  # the reclaimer's own ServiceAccount (its token file, the cluster's CA)
+    kubectl: tuple[str, ...] = ("k3s", "kubectl")
+    pod_namespace: str = "akash-services"
+    pod: str = "akash-provider-0"
+    container: str = "provider"
+    close_without_window: bool = False  # the owner's opt-in: close leases won without a window at once
+    reclaim_spanning: bool = False  # the owner's consent: reclaim a lease whose pods run on several rigs
+    margin_s: float = reclaim.MARGIN_S
+    interval_s: float = 30.0
+    exec_timeout_s: float = 120.0
+    state_dir: str = "/var/lib/m2p/reclaimer"
+    node_label: str = "m2p.io/mode"  # every node an m2p agent runs on
+    lease_label: str = "akash.network/manifest-service"  # Akash's lease pods
+
+    @classmethod
+    def load(cls, path: str) -> Config:
+        raw = json.loads(Path(path).read_text())
+        raw["kubectl"] = tuple(str(word) for word in raw.get("kubectl", cls.kubectl))
+        return cls(**raw)
+
+
+@dataclass
+class KubectlExec:
+    """``kubectl exec`` into the provider pod as the reclaimer's ServiceAccount (k3s's own kubectl)."""
+
+    config: Config
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        c = self.config
+        command = [*c.kubectl, "--kubeconfig", c.kubeconfig, "exec", "--namespace", c.pod_namespace, c.pod,
+                   "--container", c.container, "--", *argv]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=c.exec_timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 1, "", f"{type(exc).__name__}: {exc}"
+        return done.returncode, done.stdout, done.stderr
+
+
+@dataclass
+class LeaseView:
+    """One lease the sweep found on m2p's nodes, and what became of it."""
+
+    id: LeaseId
+    nodes: list[str]
+    mine_at: float | None = None
+    lease: Lease | None = None
+    action: str = ""  # start-reclaim | close | wait | leave | hold (spanning, no consent) | "" (no mining due)
+    why: str = ""
+    error: str = ""
+
+    def as_status(self) -> dict[str, Any]:
+        lease = self.lease
+        return {"lease": str(self.id), "nodes": self.nodes, "mine_at": _iso(self.mine_at),
+                "window_s": lease.window_s if lease else None,
+                "state": "" if lease is None else ("reclaiming" if lease.deadline is not None else "active"),
+                "deadline": _iso(lease.deadline if lease else None), "action": self.action, "why": self.why,
+                "error": self.error}
+
+
+@dataclass
+class Reclaimer:
+    config: Config
+    client: kube.KubeClient
+    run_in_pod: RunInPod
+    clock: Callable[[], float] = time.time
+    known: dict[LeaseId, Lease] = field(default_factory=dict)  # the chain's answer, kept while nothing is due
+    pending: dict[tuple[str, LeaseId], float] = field(default_factory=dict)  # (kind, lease) -> sent at
+
+    @property
+    def lead_s(self) -> float:
+        """How long before ``mining - W`` a reclaim is sent: the margin for its block, plus one sweep (the next
+        sweep may come that much later)."""
+        return self.config.margin_s + self.config.interval_s
+
+    def sweep(self) -> dict[str, Any]:
+        """One look and the transactions due; returns the status it wrote."""
+        now = self.clock()
+        try:
+            views = self.leases_on_nodes()
+        except kube.ApiError as exc:
+            return self._write_status(now, [], f"API: {exc}")
+        for view in views:
+            self._handle(view, now)
+        live = {view.id for view in views}
+        self.known = {k: v for k, v in self.known.items() if k in live}
+        self.pending = {k: v for k, v in self.pending.items() if now - v < PENDING_S}
+        return self._write_status(now, views, "")
+
+    def leases_on_nodes(self) -> list[LeaseView]:
+        mine_at = {}
+        for node in self.client.nodes(self.config.node_label):
+            meta = node.get("metadata", {})
+            mine_at[str(meta.get("name", ""))] = _mine_at(meta.get("annotations") or {})
+        leases = {}
+        for namespace in self.client.namespaces(reclaim.LABEL + "dseq"):
+            meta = namespace.get("metadata", {})
+            found = reclaim.lease_id(meta.get("labels") or {})
+            if found is not None:
+                leases[str(meta.get("name", ""))] = found
+        nodes: dict[LeaseId, set[str]] = {}
+        for pod in self.client.pods(self.config.lease_label):
+            meta, spec = pod.get("metadata", {}), pod.get("spec", {})
+            lease = leases.get(str(meta.get("namespace", "")))
+            where = spec.get("nodeName")
+            if lease is None or not where or pod.get("status", {}).get("phase") in FINISHED:
+                continue
+            nodes.setdefault(lease, set()).add(str(where))
+        views = []
+        for lease, on in sorted(nodes.items()):
+            due = [mine_at[n] for n in on if mine_at.get(n) is not None]
+            views.append(LeaseView(lease, sorted(on), min(due) if due else None))  # type: ignore[type-var]
+            view = views[-1]
+            if due and len(due) < len(on) and not self.config.reclaim_spanning:
+                others = ", ".join(n for n in sorted(on) if mine_at.get(n) is None)
+                view.action, view.why = "hold", (f"its pods also run on {others}, which need not mine: reclaiming "
+                                                 "it takes all of them (reclaim_spanning: true consents)")
+        return views
+
+    def _handle(self, view: LeaseView, now: float) -> None:
+        if view.mine_at is None or view.action == "hold":
+            view.lease = self.known.get(view.id)
+            return
+        lease = self.known.get(view.id)
+        if lease is None or self._due(lease, now, view.mine_at):
+            lease = self._ask_chain(view)
+            if lease is None:
+                return
+        view.lease = lease
+        action = reclaim.plan([lease], now, view.mine_at, self.config.close_without_window, self.lead_s)[0]
+        view.action, view.why = action.kind, action.why
+        if action.kind in ("start-reclaim", "close"):
+            self._send(view, action.kind, now)
+
+    def _due(self, lease: Lease, now: float, mine_at: float) -> bool:
+        planned = reclaim.plan([lease], now, mine_at, self.config.close_without_window, self.lead_s)[0]
+        return planned.kind in ("start-reclaim", "close")
+
+    def _ask_chain(self, view: LeaseView) -> Lease | None:
+        code, out, err = self.run_in_pod(reclaim.query_argv(view.id))
+        if code != 0:
+            view.error = f"query: exit {code}: {_cut(err or out)}"
+            return None
+        try:
+            lease = reclaim.lease_from_chain(json.loads(out), view.id)
+        except (ValueError, reclaim.ChainReplyError) as exc:
+            view.error = f"query: {exc}"[:300]
+            return None
+        if lease is None:
+            view.action, view.why = "", "closed on the chain: the provider tears it down"
+            self.known.pop(view.id, None)
+            return None
+        self.known[view.id] = lease
+        return lease
+
+    def _send(self, view: LeaseView, kind: str, now: float) -> None:
+        if (kind, view.id) in self.pending:
+            view.why = f"sent at {_iso(self.pending[(kind, view.id)])}, waiting for a block"
+            return
+        argv = reclaim.start_argv(view.id) if kind == "start-reclaim" else reclaim.close_argv(view.id)
+        code, out, err = self.run_in_pod(argv)
+        failed = f"exit {code}: {_cut(err or out)}" if code != 0 else reclaim.tx_error(out)
+        if not failed:
+            self.pending[(kind, view.id)] = now
+            self.known.pop(view.id, None)  # its state changes: asked again next sweep
+        view.error = f"{kind}: {failed}" if failed else ""
+        self._ledger({"at": _iso(now), "lease": str(view.id), "nodes": view.nodes, "sent": kind,
+                      "mine_at": _iso(view.mine_at), "deadline": _iso(view.lease.deadline if view.lease else None),
+                      "result": failed or "accepted"})
+
+    def _ledger(self, entry: dict[str, Any]) -> None:
+        try:
+            with open(Path(self.config.state_dir) / "ledger.jsonl", "a") as f:
+                f.write(json.dumps(entry, sort_keys=True) + "\n")
+        except OSError:
+            pass  # a full disk loses a ledger line, never a reclaim; the status says the error
+
+    def _write_status(self, now: float, views: list[LeaseView], error: str) -> dict[str, Any]:
+        status = {"at": _iso(now), "leases": [v.as_status() for v in views], "last_error": error}
+        path = Path(self.config.state_dir) / "status.json"
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(status, sort_keys=True, indent=1) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            status["last_error"] = f"status: {exc}"
+        return status
+
+
+def _mine_at(annotations: dict[str, Any]) -> float | None:
+    """When the node's agent says it must mine (its status's ``mine_at``); None when it says nothing."""
+    try:
+        text = json.loads(str(annotations.get(STATUS_ANNOTATION) or "{}")).get("mine_at")
+        return datetime.fromisoformat(text).timestamp() if isinstance(text, str) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _cut(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="m2p-reclaimer", description=__doc__.splitlines()[0])
+    parser.add_argument("config")
+    parser.add_argument("--once", action="store_true", help="one sweep, then exit")
+    args = parser.parse_args(argv)
+    config = Config.load(args.config)
+    Path(config.state_dir).mkdir(parents=True, exist_ok=True)
+    reclaimer = Reclaimer(config, kube.KubeClient("", None, kubeconfig=config.kubeconfig), KubectlExec(config))
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    while True:
+        status = reclaimer.sweep()
+        if status["last_error"]:
+            print(status["last_error"], file=sys.stderr, flush=True)
+        if args.once or stopping:
+            return 0
+        deadline = time.monotonic() + config.interval_s
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(0.5)

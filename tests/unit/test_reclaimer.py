@@ -1,0 +1,209 @@
+"""The farm's reclaimer (market/akash/reclaimer.py) against the STAND-IN chain and provider pod
+(sandbox/m2p_sandbox/akash_chain.py), reached as on a farm: the stand-in k3s's ``kubectl exec`` with the
+reclaimer's own kubeconfig, through the STAND-IN API's RBAC (sandbox/m2p_sandbox/kube_api.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
+from m2p_sandbox.kube_api import KubeApiStandin
+from miner2provider.agent.kube import KubeClient
+from miner2provider.market.akash import reclaim
+from miner2provider.market.akash.reclaimer import Config, KubectlExec, Reclaimer, main
+
+K3S = Path(__file__).resolve().parents[2] / "sandbox/m2p_sandbox/bundle_files/k3s"
+PROVIDER = "akash1" + "q" * 38
+TENANT = "akash1" + "p" * 38
+KEY = "-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\n\nSECRETSECRETSECRET\n-----END TENDERMINT PRIVATE KEY-----\n"
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def farm(tmp_path):
+    """The API with two agents' nodes, the chain, the provider pod and the reclaimer's identity."""
+    api = KubeApiStandin()
+    clock = Clock()
+    chain = ChainStandin(min_window_s=60.0, clock=clock)  # a test chain's governance bound (a devnet's)
+    pod = ProviderPod(chain, PROVIDER, KEY)
+    api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
+    for node in ("rig01", "rig02"):
+        api.add_node(node, f"agent-{node}", {"m2p.io/mode": "leasing"}, gpus=2)
+    (tmp_path / "token").write_text("reclaimer-token\n")
+    api.add_reclaimer("reclaimer-token")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "m2p-reclaimer",
+        "clusters": [{"name": "k3s", "cluster": {"server": api.url}}],
+        "users": [{"name": "m2p-reclaimer", "user": {"tokenFile": str(tmp_path / "token")}}],
+        "contexts": [{"name": "m2p-reclaimer", "context": {"cluster": "k3s", "user": "m2p-reclaimer"}}]}))
+    (tmp_path / "state").mkdir()
+    config = Config(kubeconfig=str(kubeconfig), kubectl=(sys.executable, str(K3S), "kubectl"),
+                    state_dir=str(tmp_path / "state"), margin_s=10.0)
+    try:
+        yield api, chain, pod, clock, config
+    finally:
+        api.close()
+
+
+def reclaimer(config, clock, **changes) -> Reclaimer:
+    from dataclasses import replace
+
+    config = replace(config, **changes)
+    return Reclaimer(config, KubeClient("", None, kubeconfig=config.kubeconfig), KubectlExec(config), clock=clock)
+
+
+def must_mine(api, node: str, at: float | None) -> None:
+    """The node's agent says when it must mine (its status annotation, as agent/service.py writes it)."""
+    from datetime import UTC, datetime
+
+    text = None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+    api.nodes[node]["metadata"]["annotations"]["m2p.io/status"] = json.dumps({"mode": "leasing", "mine_at": text})
+
+
+def lease_on(api, chain, dseq: int, nodes: tuple[str, ...], window_s: float | None):
+    """A lease as Akash's provider deploys it: its namespace labelled with the lease id, a pod per node."""
+    namespace = f"lease-{dseq}"
+    api.apply([{"kind": "Namespace", "metadata": {"name": namespace, "labels": {
+        "akash.network": "true", f"{reclaim.LABEL}owner": TENANT, f"{reclaim.LABEL}dseq": str(dseq),
+        f"{reclaim.LABEL}gseq": "1", f"{reclaim.LABEL}oseq": "1", f"{reclaim.LABEL}provider": PROVIDER}}}])
+    for n, node in enumerate(nodes):
+        api.add_pod(f"web-{n}", node, 1, namespace=namespace)
+    return chain.create_lease(TENANT, dseq, PROVIDER, window_s)
+
+
+def test_a_lease_with_a_window_is_reclaimed_w_before_mining_and_closed_at_its_deadline_never_before(farm):
+    api, chain, pod, clock, config = farm
+    lease = lease_on(api, chain, 7, ("rig01",), window_s=600.0)
+    mining = T0 + 3600
+    must_mine(api, "rig01", mining)
+    r = reclaimer(config, clock)
+    status = r.sweep()
+    assert [(s["action"], s["window_s"], s["state"]) for s in status["leases"]] == [("wait", 600.0, "active")]
+    assert chain.txs == [] and len(pod.ran) == 1  # asked once; nothing due
+    r.sweep()
+    assert len(pod.ran) == 1  # the window is known: the chain is not asked again until something is due
+
+    clock.now = mining - 600 - 10 - 30  # W, the margin and one sweep before mining
+    status = r.sweep()
+    assert status["leases"][0]["action"] == "start-reclaim" and status["leases"][0]["error"] == ""
+    assert lease.state == "reclaiming" and lease.deadline == int(clock.now + 6 + 600)  # dated from its block
+    r.sweep()
+    assert [tx["kind"] for tx in chain.txs] == ["start-reclaim"]  # sent once
+    clock.now = lease.deadline - 1
+    status = r.sweep()
+    assert status["leases"][0]["action"] == "wait" and status["leases"][0]["deadline"] is not None
+    assert [tx["kind"] for tx in chain.txs] == ["start-reclaim"]
+    clock.now = lease.deadline - 6  # sent now, it lands at the deadline: the reclaimer still waits
+    r.sweep()
+    assert len(chain.txs) == 1
+    clock.now = lease.deadline
+    r.sweep()
+    assert lease.state == "closed" and [tx["kind"] for tx in chain.txs] == ["start-reclaim", "close"]
+    assert chain.refused() == [] and lease.deadline <= mining
+    ledger = [json.loads(line) for line in (Path(config.state_dir) / "ledger.jsonl").read_text().splitlines()]
+    assert [(e["sent"], e["result"]) for e in ledger] == [("start-reclaim", "accepted"), ("close", "accepted")]
+
+
+def test_a_lease_without_a_window_is_left_unless_the_owner_opted_to_close_it(farm):
+    api, chain, pod, clock, config = farm
+    lease = lease_on(api, chain, 8, ("rig01",), window_s=None)
+    must_mine(api, "rig01", T0)
+    status = reclaimer(config, clock).sweep()
+    assert status["leases"][0]["action"] == "leave" and "cannot be reclaimed" in status["leases"][0]["why"]
+    assert chain.txs == [] and lease.state == "active"
+    reclaimer(config, clock, close_without_window=True).sweep()
+    assert lease.state == "closed" and chain.refused() == []
+
+
+def test_nothing_is_sent_for_a_node_that_need_not_mine_or_a_lease_spanning_a_rig_that_need_not(farm):
+    api, chain, pod, clock, config = farm
+    alone = lease_on(api, chain, 9, ("rig02",), window_s=60.0)
+    spanning = lease_on(api, chain, 10, ("rig01", "rig02"), window_s=60.0)
+    must_mine(api, "rig01", T0)
+    must_mine(api, "rig02", None)
+    status = reclaimer(config, clock).sweep()
+    by_dseq = {s["lease"].split("/")[1]: s for s in status["leases"]}
+    assert by_dseq["9"]["action"] == "" and by_dseq["10"]["action"] == "hold"
+    assert "also run on rig02" in by_dseq["10"]["why"] and chain.txs == []
+    reclaimer(config, clock, reclaim_spanning=True).sweep()  # the owner's consent
+    assert spanning.state == "reclaiming" and alone.state == "active"
+
+
+def test_the_key_stays_in_the_provider_pod_and_the_reclaimer_may_exec_nowhere_else(farm, tmp_path):
+    api, chain, pod, clock, config = farm
+    lease_on(api, chain, 11, ("rig01",), window_s=60.0)
+    must_mine(api, "rig01", T0)
+    reclaimer(config, clock).sweep()
+    clock.now += 120
+    reclaimer(config, clock).sweep()
+    assert [tx["kind"] for tx in chain.txs] == ["start-reclaim", "close"] and chain.refused() == []
+    seen = "".join(p.read_text() for p in Path(config.state_dir).iterdir()) + json.dumps(api.requests)
+    assert "SECRETSECRET" not in seen and "PRIVATE KEY" not in seen
+    other = subprocess.run([*config.kubectl, "--kubeconfig", config.kubeconfig, "exec", "-n", "kube-system",
+                            "coredns-0", "--", "cat", "/etc/passwd"], capture_output=True, text=True)
+    assert other.returncode == 1 and "Forbidden" in other.stderr and "pods/exec" in other.stderr
+    client = KubeClient("", None, kubeconfig=config.kubeconfig)
+    with pytest.raises(Exception, match="HTTP 403"):
+        client.patch_node("rig01", {"spec": {"unschedulable": False}})  # it cannot uncordon a rig
+
+
+def test_an_answer_m2p_does_not_understand_is_an_error_never_a_close(farm):
+    api, chain, pod, clock, config = farm
+    lease_on(api, chain, 12, ("rig01",), window_s=60.0)
+    must_mine(api, "rig01", T0)
+    api.exec_in[("akash-services", "akash-provider-0", "provider")] = lambda argv: (0, '{"lease": {"state": 4}}', "")
+    status = reclaimer(config, clock).sweep()
+    assert status["leases"][0]["error"].startswith("query: lease ") and chain.txs == []
+    api.exec_in[("akash-services", "akash-provider-0", "provider")] = lambda argv: (1, "", "Error: rpc error: timeout")
+    status = reclaimer(config, clock).sweep()
+    assert "exit 1" in status["leases"][0]["error"] and chain.txs == []
+
+
+def test_an_unreachable_api_is_said_and_the_service_runs_once_from_its_config(farm, tmp_path):
+    api, chain, pod, clock, config = farm
+    api.down = True
+    status = reclaimer(config, clock).sweep()
+    assert status["last_error"].startswith("API: GET /api/v1/nodes") and status["leases"] == []
+    api.down = False
+    path = tmp_path / "reclaimer.json"
+    path.write_text(json.dumps({"kubeconfig": config.kubeconfig, "kubectl": list(config.kubectl),
+                                "state_dir": config.state_dir}))
+    assert main([str(path), "--once"]) == 0
+    assert json.loads((Path(config.state_dir) / "status.json").read_text())["last_error"] == ""
+
+
+def test_random_farms_every_close_lands_after_its_deadline_and_mining_starts_on_time(farm):
+    """Random windows, mining times and sweep intervals against the stand-in chain's rules: no transaction is
+    ever refused, and a node whose leases all have windows that fit the lead is free by its mining time."""
+    api, chain, pod, clock, config = farm
+    rng = random.Random(36)
+    mining = T0 + 4000
+    must_mine(api, "rig01", mining)
+    leases = [lease_on(api, chain, 100 + n, ("rig01",), window_s=rng.choice([60.0, 600.0, 1800.0, 3600.0]))
+              for n in range(4)]
+    r = Reclaimer(config, KubeClient("", None, kubeconfig=config.kubeconfig), pod.run, clock=clock)
+    while clock.now < mining + 120:
+        r.sweep()
+        for lease in leases:  # the provider tears a closed lease down
+            if lease.state == "closed":
+                api.delete_pod("web-0", namespace=f"lease-{lease.dseq}")
+        clock.now += rng.uniform(1, 30)
+    assert chain.refused() == []
+    assert all((lease.window_s or 0) + config.margin_s + config.interval_s <= 4000 for lease in leases)  # all fit
+    assert len({lease.window_s for lease in leases}) > 1
+    assert all(lease.state == "closed" and lease.deadline <= mining for lease in leases)

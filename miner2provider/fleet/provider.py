@@ -19,6 +19,7 @@ from miner2provider.core import collection
 from miner2provider.core.errors import ProviderError
 from miner2provider.core.inventory import Host
 from miner2provider.detect.ssh import SshOptions, run_one
+from miner2provider.fleet import agent_zipapp
 from miner2provider.fleet.pipeline import RigOutcome, outcome_of
 from miner2provider.fleet.role_vars import Rig, data_dir
 from miner2provider.fleet.runner import Event, run_playbook
@@ -62,7 +63,7 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
     variables = {**server_vars(server, parts), "market_provider_state": "present",
                  "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
-                 "market_provider_patches": list(stack.patches)}
+                 "market_provider_patches": list(stack.patches), **reclaimer_vars(stack, parts)}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}},
@@ -82,6 +83,18 @@ def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptio
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name])
     return outcome_of(server.name, run, check=check, why="provider taken off", note="no provider was installed")
+
+
+def reclaimer_vars(stack: ProviderStack, parts: ProviderParts) -> dict[str, Any]:
+    """The farm's reclaimer, when the stack offers a reclamation window: its settings and its zipapp (built here,
+    in m2p's private cache, as the agent's is)."""
+    if not stack.reclaimer:
+        return {"market_provider_reclaimer": ""}
+    namespace, secret = parts.reclaimer_token
+    return {"market_provider_reclaimer": stack.reclaimer,
+            "market_provider_reclaimer_pyz": str(agent_zipapp.write(entry=parts.reclaimer_entry, name="m2p-reclaimer")),
+            "market_provider_reclaimer_token_namespace": namespace,
+            "market_provider_reclaimer_token_secret": secret}
 
 
 def server_vars(server: Host, parts: ProviderParts) -> dict[str, Any]:

@@ -75,6 +75,9 @@ class ProviderStack:
     # Server-side apply patches to objects the charts make, sent once those exist (a field m2p owns survives
     # the charts' upgrades): {"namespace", "kind", "name", "body" (JSON)}
     patches: tuple[dict[str, str], ...] = ()
+    # The farm's reclaimer (protocol-level reclamation, when the provider offers a window): its settings as JSON
+    # for the server ("" : none), the module its zipapp runs, and the Secret its ServiceAccount's token is in.
+    reclaimer: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class ProviderParts:
     file_prefix: str  # manifest files <prefix>*.yaml
     releases: tuple[str, ...]  # HelmChart objects in kube-system
     secret_name: str  # the wallet Secret in kube-system
+    reclaimer_entry: str = ""  # the module the reclaimer's zipapp runs ("" : the marketplace has none)
+    reclaimer_token: tuple[str, str] = ("", "")  # (namespace, Secret) holding its ServiceAccount's token
 
 
 @dataclass(frozen=True)

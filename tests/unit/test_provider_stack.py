@@ -164,6 +164,31 @@ def test_no_window_unless_set_and_the_fingerprint_follows_every_input(chart_dir)
     other_pass = stack.build(PROVIDER, farm(), loaded, wallet.chart_values(PROVIDER, KEY, PASSPHRASE + "!"))
     assert len({base.fingerprint, off.fingerprint, other_pass.fingerprint}) == 3
     assert PASSPHRASE not in base.fingerprint
+    # The window comes with the reclaimer that honours it, and only then.
+    assert off.reclaimer == "" and "m2p-akash-30-reclaimer.yaml" not in off.files
+    assert json.loads(base.reclaimer) == {"pod_namespace": "akash-services", "pod": "akash-provider-0",
+                                          "container": "provider", "close_without_window": False,
+                                          "reclaim_spanning": False}
+    opted = stack.build(replace(PROVIDER, close_leases_without_window=True), farm(), loaded, values)
+    assert json.loads(opted.reclaimer)["close_without_window"] is True and opted.fingerprint != base.fingerprint
+
+
+def test_the_reclaimer_may_read_and_exec_into_the_provider_pod_only():
+    """Least privilege (roles/market_provider installs these): no write verb anywhere, exec on one pod by name."""
+    import kubernetes_validate
+
+    docs = stack.reclaimer_objects()
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.32", strict=True)
+    rules = [(d["kind"], rule) for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
+    verbs = {verb for _, rule in rules for verb in rule["verbs"]}
+    assert verbs == {"get", "list", "create"}
+    assert [rule for _, rule in rules if "create" in rule["verbs"]] == [
+        {"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": ["akash-provider-0"], "verbs": ["create", "get"]}]
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "akash-services"
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
 
 
 @pytest.mark.parametrize("key, passphrase, said", [

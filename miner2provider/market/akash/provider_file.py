@@ -12,7 +12,9 @@ here (every mistake a ProviderFileError at its file:line); read by `m2p provider
     region: eu-central
     ingress_rig: rig01                # an inventory rig with a public address (hostPorts 80/443/8443/8444)
     rpc_node: https://rpc.example.com:443
-    reclamation_window: 24h           # AEP-82; off unless set; 1h to 720h
+    reclamation_window: 24h           # AEP-82; off unless set; 1h to 720h (installs the farm's reclaimer)
+    close_leases_without_window: false  # reclaimer: close leases won without a window when a rig must mine
+    reclaim_leases_across_rigs: false   # reclaimer: reclaim a lease on several rigs when only some must mine
     charts: {provider: 19.0.2}        # Akash's chart versions (defaults: the ones m2p was tested with)
 
 The wallet's key never goes in this file (a key or mnemonic found in it is refused): m2p reads the key
@@ -42,7 +44,8 @@ STARTER = Path(__file__).with_name("provider.yml")  # what `m2p provider init` w
 CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inventory-operator": "19.0.2",
           "akash-gateway": "1.2.1"}
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
-        "reclamation_window", "charts"}
+        "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs"}
+RECLAIMER_FLAGS = ("close_leases_without_window", "reclaim_leases_across_rigs")
 REQUIRED = ("domain", "wallet", "email", "ingress_rig", "rpc_node")
 WALLET_KEYS = {"address", "key_file", "passphrase_env"}
 WINDOW_MIN_S, WINDOW_MAX_S = 3600, 720 * 3600  # AEP-82: the chain accepts 1 h to 720 h
@@ -76,6 +79,8 @@ class ProviderFile:
     region: str = ""
     reclamation_window: str = ""  # a Go duration, or "" (off)
     charts: dict[str, str] = field(default_factory=lambda: dict(CHARTS))
+    close_leases_without_window: bool = False
+    reclaim_leases_across_rigs: bool = False
     lines: dict[str, int] = field(default_factory=dict)  # key -> its line, for messages about its value
 
     def where(self, key: str) -> str:
@@ -103,15 +108,23 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
                                 where=f"{path}:1")
     values: dict[str, Any] = {}
     for key, (node, value) in found.items():
-        if key not in ("wallet", "charts"):
+        if key in RECLAIMER_FLAGS:
+            if not isinstance(value, bool):
+                raise ProviderFileError(f"{key} is true or false, found {textfiles.shown(value)}",
+                                        where=textfiles.at(path, node))
+            if "reclamation_window" not in found:
+                raise ProviderFileError(f"{key} tells the reclaimer, which runs only with a reclamation_window",
+                                        where=textfiles.at(path, node))
+        elif key not in ("wallet", "charts"):
             values[key] = _scalar(path, key, node, value)
     _check(path, found, values)
+    flags = {key: bool(found[key][1]) for key in RECLAIMER_FLAGS if key in found}
     return ProviderFile(path, values["domain"].rstrip(".").lower(), _wallet(path, found["wallet"][0]),
                         values["email"], values["ingress_rig"], values["rpc_node"], values.get("website", ""),
                         values.get("organization", ""), values.get("region", ""),
                         values.get("reclamation_window", ""),
                         {**CHARTS, **_charts(path, found["charts"][0])} if "charts" in found else dict(CHARTS),
-                        {key: node.start_mark.line + 1 for key, (node, _) in found.items()})
+                        lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, **flags)
 
 
 def go_duration_s(text: str) -> float | None:

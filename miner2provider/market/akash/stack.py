@@ -59,7 +59,14 @@ RELEASES = {"akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
 NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPACE},
               "lease": {"akash.network": "true"}, "akash-gateway": {"akash.network": "true"}}
 FILE_PREFIX = "m2p-akash-"
-PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET)
+# The farm's reclaimer (reclaimer.py): a ServiceAccount that may list nodes, namespaces and pods and exec into
+# the provider's pod only (the chart's StatefulSet: release akash-provider, container named after the chart).
+RECLAIMER = "m2p-reclaimer"
+RECLAIMER_NAMESPACE = "m2p-system"
+RECLAIMER_TOKEN = "m2p-reclaimer-token"
+PROVIDER_POD, PROVIDER_CONTAINER = "akash-provider-0", "provider"
+PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET,
+                      "miner2provider.market.akash.reclaimer", (RECLAIMER_NAMESPACE, RECLAIMER_TOKEN))
 
 
 def price_mappings(floors: Sequence[Floor]) -> str:
@@ -126,8 +133,40 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
     secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                          "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
                          "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
+    reclaimer = ""
+    if provider.reclamation_window:  # a window is offered only with the reclaimer that honours it
+        files[f"{FILE_PREFIX}30-reclaimer.yaml"] = _documents(reclaimer_objects())
+        reclaimer = json.dumps({"pod_namespace": NAMESPACE, "pod": PROVIDER_POD, "container": PROVIDER_CONTAINER,
+                                "close_without_window": provider.close_leases_without_window,
+                                "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
+        files[f"{FILE_PREFIX}30-reclaimer.yaml"] += f"# m2p reclaimer settings: {reclaimer}\n"  # in the fingerprint
     return ProviderStack(files, secret, fingerprint(files, secret), values, (provider.wallet.passphrase_env,),
-                         (gpu_list.operator_patch(NAMESPACE),))
+                         (gpu_list.operator_patch(NAMESPACE),), reclaimer)
+
+
+def reclaimer_objects() -> list[dict[str, Any]]:
+    """The reclaimer's identity and rights: read nodes, namespaces and pods; exec into the provider's pod only
+    (``resourceNames``); nothing written.  Its token lives in a ServiceAccount token Secret the API fills."""
+    meta = {"name": RECLAIMER, "labels": dict(MANAGED)}
+    subject = [{"kind": "ServiceAccount", "name": RECLAIMER, "namespace": RECLAIMER_NAMESPACE}]
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        _namespace(RECLAIMER_NAMESPACE, {}),
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": RECLAIMER_NAMESPACE},
+         "automountServiceAccountToken": False},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+         "metadata": {"name": RECLAIMER_TOKEN, "namespace": RECLAIMER_NAMESPACE, "labels": dict(MANAGED),
+                      "annotations": {"kubernetes.io/service-account.name": RECLAIMER}}},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["nodes", "namespaces", "pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": meta, "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RECLAIMER}},
+        {"apiVersion": rbac, "kind": "Role", "metadata": {**meta, "namespace": NAMESPACE},
+         "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": [PROVIDER_POD],
+                    "verbs": ["create", "get"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {**meta, "namespace": NAMESPACE}, "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RECLAIMER}},
+    ]
 
 
 def fingerprint(files: dict[str, str], secret: str) -> str:

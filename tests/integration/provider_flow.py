@@ -6,6 +6,13 @@ helm (4.1.4) over Akash's real charts (../shared/akash) with the wallet Secret r
 the way k3s's Helm job renders it.  STAND-INS: the Kubernetes API (kube_api.py: it keeps the Secret
 ``kubectl apply --server-side`` sends, folding stringData into data as the API does) and the stand-in k3s's
 kubectl; k3s's deploy controller is played by the test (``api.apply`` of the files m2p wrote).
+
+Issue 36: provider.yml offers a reclamation window, so apply installs the farm's reclaimer on cv-hive (a
+systemd unit running m2p's zipapp with the server's python3).  It talks to the stand-in API as its own
+ServiceAccount and reaches the STAND-IN chain (akash_chain.py: AEP-82's rules, a test chain whose
+governance bound lets a 60 s window) only through ``kubectl exec`` into the STAND-IN provider pod.  A
+worker that must mine now (its agent's status, standing in: the agent's side is tests/unit) has a lease with
+a window: the reclaimer reclaims it and closes it at its deadline, and the chain refuses nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from unittest import mock
 import yaml
 
 from m2p_sandbox import helm, network
+from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
 from m2p_sandbox.akash_node import ProviderStatusStandin, RpcStandin
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.cli import main
@@ -56,6 +64,11 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     admin = secrets.token_urlsafe(16)
     api.admin_tokens.add(admin)
     assert api.authority is not None
+    inv = _reclaimer_reaches(inv, api)
+    chain = ChainStandin(min_window_s=60.0)
+    pod = ProviderPod(chain, PROVIDER, KEY)
+    api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
+    reclaimer_token = secrets.token_urlsafe(24)
     runs: dict[str, str] = {}
     try:
         point_k3s_kubectl_at(farm["hive"], api, admin)
@@ -87,8 +100,10 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml", "m2p-akash-02-gateway-api-crds.yaml",
                            "m2p-akash-10-akash-gateway.yaml", "m2p-akash-10-akash-hostname-operator.yaml",
                            "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml",
-                           "m2p-akash-20-gpu-list.yaml"], written
+                           "m2p-akash-20-gpu-list.yaml", "m2p-akash-30-reclaimer.yaml"], written
+        assert _reclaimer_unit(farm) == "inactive"  # its token is not there yet: not started
         _renders_from_what_the_server_holds(farm, api, passphrase)
+        _token_controller(farm, api, reclaimer_token)
 
         _status_shows_provider_and_rigs(inv, files, ssh_args, env)
 
@@ -99,16 +114,19 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
                   for e in c.get("env", [])}
         assert env_of["AP_PROVIDER_CONFIGS_URL"] == "http://m2p-gpu-list.akash-services.svc.cluster.local"
         assert "AP_CONFIG" in env_of  # the chart's own entries stay
+        assert _reclaimer_unit(farm) == "active"
+        lease = _a_lease_on_a_rig_that_must_mine(api, chain)
         again = m2p(*apply, "-i", str(inv), "--yes", "--json", env=env)
         assert outcomes(again)["cv-hive"] == {**outcomes(again)["cv-hive"], "result": "converged",
                                               "message": "provider up to date (fingerprint matches)"}
         runs.update(check=check.stdout + check.stderr, first=first.stdout + first.stderr,
                     finish=finish.stdout + finish.stderr, again=again.stdout + again.stderr)
+        runs.update(reclaimer=_reclaimed_and_closed(farm, chain, lease))
 
         remove = ["provider", "remove", "-i", str(inv), *ssh_args]
         off = m2p(*remove, "--yes", "--json", env=env)
         assert off.returncode == 0 and outcomes(off)["cv-hive"]["result"] == "changed", off.stderr[-2000:]
-        assert _server_files(farm) == []
+        assert _server_files(farm) == [] and _reclaimer_unit(farm) == "absent"
         left = [name for name in ("akash-provider", "akash-gateway", "akash-inventory-operator",
                                   "akash-hostname-operator") if api.has("HelmChart", name, "kube-system")]
         assert left == [] and not api.has("Secret", "m2p-akash-provider-wallet", "kube-system"), left
@@ -120,13 +138,15 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         artifacts = {str(p): p.read_text(errors="replace") for p in (tmp / "provider-art").rglob("*") if p.is_file()}
         assert len(artifacts) > 5
         key_b64 = base64.b64encode(KEY.encode()).decode()
-        for secret in (passphrase, base64.b64encode(passphrase.encode()).decode(), key_b64, "c2FuZGJveCBrZXkg"):
+        for secret in (passphrase, base64.b64encode(passphrase.encode()).decode(), key_b64, "c2FuZGJveCBrZXkg",
+                       reclaimer_token):
             leaks = [where for where, text in {**runs, **artifacts}.items() if secret in text]
             assert not leaks, f"wallet material in {leaks}"
         with ssh(farm["hive"]) as client:
             rc, found = run(client, f"sudo grep -rlF -e {shlex.quote(passphrase)} -e {shlex.quote(key_b64[:40])} "
                                     f"/etc /var/lib/m2p {DATA_DIR}/server /root /home /tmp 2>/dev/null; true")
         assert found.strip() == "", found
+        assert pod.ran and all("PRIVATE KEY" not in " ".join(argv) for argv in pod.ran)  # the key stayed in the pod
     finally:
         api.close()
         rpc.close()
@@ -240,3 +260,79 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     assert env["AKASH_RECLAMATION_WINDOW"] == "36h"
     host = by[("ConfigMap", "akash-provider-main")]["data"]["AKASH_CLUSTER_PUBLIC_HOSTNAME"]
     assert host == "provider.farm.m2p-test.example"
+
+
+PROVIDER = "akash1" + "q" * 38  # the stand-in chain's provider (the pod signs as it)
+TENANT = "akash1" + "p" * 38
+
+
+def _reclaimer_reaches(inventory: Path, api: KubeApiStandin) -> Path:
+    """The reclaimer's API address and CA on cv-hive: the stand-in's, not k3s's 127.0.0.1:6443 (role variables
+    market_provider_api_server / _api_ca, as an owner whose API listens elsewhere sets them)."""
+    doc = yaml.safe_load(inventory.read_text())
+    for group in doc["all"]["children"].values():
+        if "cv-hive" in (group.get("hosts") or {}):
+            group["hosts"]["cv-hive"].update(market_provider_api_server=api.url,
+                                             market_provider_api_ca="/etc/m2p-standin/kube-api-ca.crt")
+    inventory.write_text(yaml.safe_dump(doc))
+    return inventory
+
+
+def _token_controller(farm: dict[str, Any], api: KubeApiStandin, token: str) -> None:
+    """k3s's deploy controller makes the reclaimer's objects, and the API's token controller fills its Secret."""
+    with ssh(farm["hive"]) as client:
+        rc, text = run(client, f"sudo cat {MANIFESTS}/m2p-akash-30-reclaimer.yaml")
+    assert rc == 0, text
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "Secret", "ClusterRole", "ClusterRoleBinding",
+                                         "Role", "RoleBinding"}
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    api.apply([d for d in docs if d is not secret])
+    api.apply([{**secret, "data": {"token": base64.b64encode(token.encode()).decode()}}])
+    api.add_reclaimer(token)  # the RBAC those objects grant, as the stand-in enforces it
+
+
+def _reclaimer_unit(farm: dict[str, Any]) -> str:
+    """active (its credential root-only), inactive (installed, waiting for its token) or absent (no unit)."""
+    with ssh(farm["hive"]) as client:
+        rc, out = run(client, "systemctl is-active m2p-reclaimer.service; test -e "
+                              "/etc/systemd/system/m2p-reclaimer.service && echo unit; sudo stat -c '%a %U' "
+                              "/etc/m2p/reclaimer /etc/m2p/reclaimer/token 2>/dev/null")
+    lines = out.split()
+    if lines[0] == "active":
+        assert lines[1:] == ["unit", "700", "root", "600", "root"], out
+        return "active"
+    return "inactive" if "unit" in lines else "absent"
+
+
+def _a_lease_on_a_rig_that_must_mine(api: KubeApiStandin, chain: ChainStandin) -> Any:
+    """cv-plain's agent says it must mine now; a lease with a 60 s window runs on it (Akash's labels)."""
+    import time
+    from datetime import UTC, datetime
+
+    api.add_node("cv-plain", secrets.token_urlsafe(8), {"m2p.io/mode": "draining"}, gpus=1)
+    now = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="seconds")
+    api.nodes["cv-plain"]["metadata"]["annotations"]["m2p.io/status"] = json.dumps({"mode": "draining", "mine_at": now})
+    label = "akash.network/lease.id."
+    api.apply([{"kind": "Namespace", "metadata": {"name": "lease-ns-1", "labels": {
+        f"{label}owner": TENANT, f"{label}dseq": "4242", f"{label}gseq": "1", f"{label}oseq": "1",
+        f"{label}provider": PROVIDER}}}])
+    api.add_pod("web", "cv-plain", 1, namespace="lease-ns-1")
+    return chain.create_lease(TENANT, 4242, PROVIDER, 60.0)
+
+
+def _reclaimed_and_closed(farm: dict[str, Any], chain: ChainStandin, lease: Any) -> str:
+    """The reclaimer on cv-hive reclaims the lease at once (mining is due) and closes it at its deadline."""
+    import time
+
+    deadline = time.monotonic() + 150
+    while lease.state != "closed" and time.monotonic() < deadline:
+        time.sleep(2)
+    with ssh(farm["hive"]) as client:
+        rc, out = run(client, "sudo cat /var/lib/m2p/reclaimer/status.json /var/lib/m2p/reclaimer/ledger.jsonl; "
+                              "sudo journalctl -u m2p-reclaimer --no-pager -n 20")
+    assert lease.state == "closed", f"{chain.txs}\n{out}"
+    assert [tx["kind"] for tx in chain.txs] == ["start-reclaim", "close"] and chain.refused() == [], chain.txs
+    assert chain.txs[1]["block_time"] >= lease.deadline
+    assert '"sent": "close"' in out and '"result": "accepted"' in out, out
+    return out

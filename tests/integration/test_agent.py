@@ -10,6 +10,7 @@ import io
 import json
 import secrets
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -565,4 +566,95 @@ def test_policy_profit_follows_the_economics_file_as_it_changes_and_never_cuts_a
     except AssertionError as exc:
         raise with_the_agents_account(exc, r, api) from None
     finally:
+        api.close()
+
+
+def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_mining_window_starts(
+        boot_rigs, tmp_path, monkeypatch):
+    """Issue 36 end to end, on a HiveOS rig with a fixed schedule: a mining window a few minutes ahead, a
+    reclamation window W of 60 s (the STAND-IN chain's governance bound, as a devnet may set it).  The agent
+    leaves the market W plus its lead before the window; the farm's reclaimer (market/akash/reclaimer.py, the
+    code the server's unit runs, here beside the test: provider_flow tests the installed unit) reads the
+    agent's ``mine_at`` from the node, reclaims the lease through the stand-in provider pod, and closes it at
+    its deadline; the lease's pod goes (the provider's teardown, standing in) and the miner runs by the
+    window's start.  (A lease won without a window is left to finish: tests/unit/test_reclaimer.py.)"""
+    from datetime import UTC, datetime, timedelta
+
+    from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
+    from miner2provider.agent.kube import KubeClient
+    from miner2provider.market.akash.reclaimer import Config as ReclaimerConfig
+    from miner2provider.market.akash.reclaimer import KubectlExec, Reclaimer
+
+    (r,) = boot_rigs(sandbox.RigSpec("ag-reclaim", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
+    api = KubeApiStandin(host=str(network.gateway()))
+    token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", token)
+    api.add_node(r.name, token, {"m2p.io/gpu.model.rtx3090": "2"}, gpus=2)
+    provider, tenant_address = "akash1" + "q" * 38, "akash1" + "p" * 38
+    chain = ChainStandin(min_window_s=60.0)
+    pod = ProviderPod(chain, provider, "-----BEGIN TENDERMINT PRIVATE KEY-----\nSANDBOXKEY\n-----END")
+    api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
+    (tmp_path / "reclaimer-token").write_text(secrets.token_urlsafe(24))
+    api.add_reclaimer((tmp_path / "reclaimer-token").read_text())
+    (tmp_path / "kubeconfig").write_text(json.dumps({
+        "clusters": [{"name": "k", "cluster": {"server": api.url}}], "current-context": "r",
+        "users": [{"name": "r", "user": {"tokenFile": str(tmp_path / "reclaimer-token")}}],
+        "contexts": [{"name": "r", "context": {"cluster": "k", "user": "r"}}]}))
+    (tmp_path / "reclaimer").mkdir()
+    k3s = Path(__file__).parents[2] / "sandbox/m2p_sandbox/bundle_files/k3s"  # its stand-in kubectl exec
+    config = ReclaimerConfig(kubeconfig=str(tmp_path / "kubeconfig"), kubectl=(sys.executable, str(k3s), "kubectl"),
+                             state_dir=str(tmp_path / "reclaimer"), interval_s=5.0, margin_s=20.0)
+    reclaimer = Reclaimer(config, KubeClient("", None, kubeconfig=config.kubeconfig), KubectlExec(config))
+    stop = threading.Event()
+
+    def sweeping() -> None:
+        while not stop.wait(config.interval_s):
+            reclaimer.sweep()
+
+    # The mining window: a whole minute at least W (60 s) + the agent's lead (120 s) + two minutes for the
+    # schedule and the lease to land ahead.
+    start = (datetime.now(UTC) + timedelta(minutes=5)).replace(second=0, microsecond=0)
+    schedule = ("timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\nlease_grace: forever\n"
+                f"reclamation_window: 1m\nwindows:\n  - {{days: daily, from: '{start:%H:%M}', "
+                f"to: '{start + timedelta(hours=1):%H:%M}', mode: mine}}\n")
+    label = "akash.network/lease.id."
+
+    def lease_namespace(name: str, dseq: int) -> None:
+        api.apply([{"kind": "Namespace", "metadata": {"name": name, "labels": {
+            f"{label}owner": tenant_address, f"{label}dseq": str(dseq), f"{label}gseq": "1", f"{label}oseq": "1",
+            f"{label}provider": provider}}}])
+
+    thread = threading.Thread(target=sweeping, daemon=True)
+    try:
+        assert wait_for("hive.service to start the miner", lambda: miner_running(r))
+        code, outcomes = apply(r, tmp_path, api, schedule)
+        assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        wait_for("the rig offered for leases", lambda: not api.nodes[r.name]["spec"].get("unschedulable")
+                 and not miner_running(r), timeout=60)
+        status = json.loads(api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])
+        assert status["mine_at"] == start.isoformat(timespec="seconds"), status
+        lease_namespace("lease-w", 77)
+        code, out, pid = through_the_gate(r, "lease-w/web")
+        assert code == 0, out
+        api.add_pod("web", r.name, 2, namespace="lease-w")
+        lease = chain.create_lease(tenant_address, 77, provider, 60.0)
+        thread.start()
+
+        wait_for("the reclaim", lambda: lease.state == "reclaiming", timeout=(start - datetime.now(UTC)).total_seconds())
+        reclaimed_at = time.time()
+        assert api.nodes[r.name]["spec"].get("unschedulable") is True  # off the market before the reclaim
+        assert reclaimed_at <= start.timestamp() - 60, "reclaimed later than W before the mining window"
+        wait_for("the close at the deadline", lambda: lease.state == "closed", timeout=120)
+        api.delete_pod("web", namespace="lease-w")  # Akash's provider tears the closed lease down
+        tenant.container_ends(r, pid)
+        wait_for("the miner", lambda: miner_running(r), timeout=max(5.0, start.timestamp() - time.time() + 5))
+        assert time.time() <= start.timestamp() + 5, "the miner started after the mining window began"
+        assert chain.refused() == [] and [tx["kind"] for tx in chain.txs] == ["start-reclaim", "close"]
+        assert chain.txs[1]["block_time"] >= lease.deadline
+        ledger = (tmp_path / "reclaimer" / "ledger.jsonl").read_text()
+        assert ledger.count('"result": "accepted"') == 2 and "SANDBOXKEY" not in ledger
+    except AssertionError as exc:
+        raise with_the_agents_account(exc, r, api) from None
+    finally:
+        stop.set()
         api.close()

@@ -113,3 +113,19 @@ def test_check_says_a_rig_that_does_not_answer_and_goes_on(tmp_path, capsys, mon
     found = {(v["topic"], v["level"]): v["text"] for v in json.loads(capsys.readouterr().out)}
     assert found[("rigs", "fail")].startswith("rig02 did not answer (connection refused (is sshd running?))")
     assert "1 rigs:" in found[("audit floor", "warn")] and ("wallet", "ok") in found, found
+
+
+def test_provider_status_shows_the_reclaimers_leases_escaped(capsys):
+    """Lease ids and node names come from the cluster (a tenant names its deployment's namespace labels'
+    values only within Akash's rules, but a rig's root can write anything): printed, never interpreted."""
+    from miner2provider.cli import render
+
+    render.reclaimer_lines({"at": "2026-11-26T01:00:00+00:00", "last_error": "", "leases": [
+        {"lease": "akash1x/7/1/1/akash1y", "nodes": ["rig01"], "state": "reclaiming",
+         "deadline": "2026-11-26T02:00:00+00:00", "action": "wait", "why": "its deadline comes before mining starts",
+         "error": ""},
+        {"lease": "evil\x1b[2J", "nodes": ["rig\x0702"], "state": "", "action": "", "why": "", "error": "query: x"}]})
+    out = capsys.readouterr().out
+    assert "reclaimer (last sweep 2026-11-26T01:00:00+00:00): 2 leases on rigs that must mine" in out
+    assert "akash1x/7/1/1/akash1y on rig01: reclaiming, deadline 2026-11-26T02:00:00+00:00; next wait" in out
+    assert "\x1b" not in out and "\x07" not in out and "query: x" in out

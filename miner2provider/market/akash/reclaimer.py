@@ -59,7 +59,7 @@ class Config:
     close_without_window: bool = False  # the owner's opt-in: close leases won without a window at once
     reclaim_spanning: bool = False  # the owner's consent: reclaim a lease whose pods run on several rigs
     margin_s: float = reclaim.MARGIN_S
-    interval_s: float = 30.0
+    interval_s: float = 15.0
     exec_timeout_s: float = 120.0
     state_dir: str = "/var/lib/m2p/reclaimer"
     node_label: str = "m2p.io/mode"  # every node an m2p agent runs on

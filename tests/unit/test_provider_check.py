@@ -51,7 +51,17 @@ def by_topic(found):
 def test_a_ready_farm_gets_only_oks(tmp_path):
     found = checkup.verdicts(provider(tmp_path), seen())
     assert {v.level for v in found} == {"ok"}, found
-    assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "rpc", "wallet"]
+    assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "rpc", "wallet", "reclamation"]
+
+
+def test_check_states_the_trade_of_the_reclamation_window(tmp_path):
+    from dataclasses import replace
+
+    offered = checkup.verdicts(replace(provider(tmp_path), reclamation_window="36h"), seen())[-1]
+    assert offered.topic == "reclamation" and "reclaims a rig's leases 36h before it must mine" in offered.text
+    assert "reclamation_window: 36h too" in offered.text
+    off = checkup.verdicts(replace(provider(tmp_path), reclamation_window=""), seen())[-1]
+    assert "no reclamation window offered" in off.text and "lease_grace" in off.text
 
 
 @pytest.mark.parametrize("changes, topic, level, said", [

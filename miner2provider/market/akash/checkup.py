@@ -56,7 +56,22 @@ def names(provider: ProviderFile) -> tuple[str, str]:
 
 def verdicts(provider: ProviderFile, seen: Seen) -> list[Verdict]:
     return [_audit(seen), *_ingress(provider, seen), *_dns(provider, seen), _ports(provider, seen),
-            _rpc(provider, seen), _wallet(seen)]
+            _rpc(provider, seen), _wallet(seen), _reclamation(provider)]
+
+
+def _reclamation(provider: ProviderFile) -> Verdict:
+    """The trade a reclamation window makes (AEP-82; docs/reclamation.md)."""
+    window = provider.reclamation_window
+    if not window:
+        return Verdict("ok", "reclamation", "no reclamation window offered: a lease cannot be reclaimed, so a mining "
+                                            "window waits for it to end (lease_grace); tenants who require a window "
+                                            "will not pick this provider")
+    return Verdict("ok", "reclamation", f"offers {window} ({provider.where('reclamation_window')}): m2p's reclaimer "
+                                        f"on the k3s server reclaims a rig's leases {window} before it must mine and "
+                                        "closes them at their deadlines; tenants who require up to "
+                                        f"{window} may pick this provider; a lease that lands late, or a profit "
+                                        f"switch, makes mining wait up to {window}; give your schedule "
+                                        f"reclamation_window: {window} too")
 
 
 def kind_of(address: str) -> str:

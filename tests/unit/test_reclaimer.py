@@ -98,7 +98,7 @@ def test_a_lease_with_a_window_is_reclaimed_w_before_mining_and_closed_at_its_de
     r.sweep()
     assert len(pod.ran) == 1  # the window is known: the chain is not asked again until something is due
 
-    clock.now = mining - 600 - 10 - 30  # W, the margin and one sweep before mining
+    clock.now = mining - 600 - config.margin_s - config.interval_s  # W, the margin and one sweep before mining
     status = r.sweep()
     assert status["leases"][0]["action"] == "start-reclaim" and status["leases"][0]["error"] == ""
     assert lease.state == "reclaiming" and lease.deadline == int(clock.now + 6 + 600)  # dated from its block
@@ -202,7 +202,7 @@ def test_random_farms_every_close_lands_after_its_deadline_and_mining_starts_on_
         for lease in leases:  # the provider tears a closed lease down
             if lease.state == "closed":
                 api.delete_pod("web-0", namespace=f"lease-{lease.dseq}")
-        clock.now += rng.uniform(1, 30)
+        clock.now += rng.uniform(1, config.interval_s)  # sweeps come at most interval_s apart
     assert chain.refused() == []
     assert all((lease.window_s or 0) + config.margin_s + config.interval_s <= 4000 for lease in leases)  # all fit
     assert len({lease.window_s for lease in leases}) > 1

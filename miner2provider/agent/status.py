@@ -48,6 +48,7 @@ class AgentStatus:
     lease_pays: bool | None = None  # policy profit: the agent's offer (None: another policy)
     floor_per_hour: float | None = None  # policy profit: the rig's lease floor, all its GPUs
     quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
+    mine_at: str = ""  # ISO 8601: when the rig must next mine unoffered (the farm's reclaimer reads it)
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -70,7 +71,7 @@ def agent_status_from(raw: object) -> AgentStatus:
                        _field(raw, "next_change"), _field(raw, "schedule"),
                        _field(raw, "last_error", 300), leases, raw.get("drain") is True,
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
-                       _number(profit.get("floor_per_hour")), _field(profit, "source"))
+                       _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"))
 
 
 def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:

@@ -184,6 +184,8 @@ def agent_line(agent: dict[str, Any]) -> str:
     line = f"{agent['mode']} since {agent['since'][:16]}"
     line += f", next change {agent['next_change']}" if agent["next_change"] else ", no change ahead"
     line += f" (schedule {agent['schedule']})"
+    if agent.get("mine_at") and agent["mode"] != "mining":  # the minute its leases must be gone by
+        line += f"; mines from {agent['mine_at']}"
     if agent["service"] != "active":
         line += f"; service {agent['service']}"
     if agent.get("lease_pays") is not None:

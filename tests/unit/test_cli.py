@@ -93,6 +93,12 @@ def test_status_line_of_the_agent():
     assert click.unstyle(_agent_line(blind)) == ("leasing since 2026-11-22T21:14, no change ahead (schedule night-lease)"
                                                  "; service failed; last error: API: refused")
     assert _agent_line({**agent, "mode": ""}) == "service active, no status yet"
+    draining = {**agent, "mode": "draining", "mine_at": "2026-11-23T06:00:00+00:00"}
+    assert _agent_line(draining).endswith("(schedule night-lease); mines from 2026-11-23T06:00:00+00:00")
+    from miner2provider.agent.status import agent_status_from
+
+    assert agent_status_from({"schema": 1, "mode": "draining", "mine_at": "2026-11-23T06:00:00+00:00"}).mine_at \
+        == "2026-11-23T06:00:00+00:00"
     profit = {**agent, "mode": "idle-mining", "lease_pays": True, "floor_per_hour": 0.187,
               "quote_source": "measured kawpow hashrate of 2 GPUs",
               "measured": {"algo": "kawpow", "mhs": [58.0, 56.5], "watts": [240.0, 240.0]}}

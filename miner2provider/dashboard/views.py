@@ -193,7 +193,7 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "readiness": snap.get("status", "unknown"),
         "state": status.get("state", "unknown"), "drift": status.get("detail", ""),
         "mode": mode, "mode_from": source, "since": agent.since or (_iso(last.at) if last else ""),
-        "next_change": agent.next_change,
+        "next_change": agent.next_change, "mine_at": agent.mine_at,
         "leases": [lease.pod for lease in agent.leases],
         "agent_error": agent.last_error,
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},

@@ -135,7 +135,8 @@ INVENTORY = """all:
 def report(name, leases=()):
     f = facts()
     status = AgentStatus(True, "leasing" if leases else "idle-mining", "2026-11-24T05:00:00+00:00", "", "schedule",
-                         "", tuple(Lease(p, "2026-11-24T05:00:00+00:00") for p in leases))
+                         "", tuple(Lease(p, "2026-11-24T05:00:00+00:00") for p in leases),
+                         mine_at="<b>x</b>2026-11-24T18:00" if leases else "")
     f = dataclasses.replace(f, agent_status=status)
     return RigReport(name, "10.0.0.1", f, assess(f))
 
@@ -337,6 +338,8 @@ def test_pages_escape_and_forbid_what_a_rig_sends_and_bad_parameters_are_400s(wo
         assert page.headers["x-content-type-options"] == "nosniff"
         assert page.text.count(f'nonce="{nonce}"') == page.text.count("<script") + page.text.count("<style")
         assert "csrf" not in page.text.lower()  # no token a page script could read
+        leased = client.get("/rigs/rig02").text + client.get("/rigs/rig01").text
+        assert "mines from &lt;b&gt;x&lt;/b&gt;2026-" in leased and "<b>x" not in leased  # the agent's mine_at
         for path in ("/api/rigs?days=\u00b2", "/api/rigs/rig01/timeline?days=0", "/?days=99999999999",
                      "/rigs/rig01?days=-1"):
             bad = client.get(path)

@@ -54,6 +54,7 @@ def test_no_close_before_a_deadline_and_no_reclaim_without_a_window(start, lead,
     for t, kind, lease in sent:
         if lease.window_s is None:
             assert kind == "close" and opt_in, (kind, lease)  # never reclaimed; closed only on opt-in
+            assert t >= now + lead - MARGIN_S, (t, lease)  # and only when mining is due, never days ahead
         elif kind == "close":
             assert lease.deadline is not None and t >= lease.deadline, (t, lease)
 

@@ -85,9 +85,11 @@ def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_wi
     actions = []
     for lease in sorted(leases, key=lambda item: item.id):
         if lease.window_s is None:
-            if close_without_window:
-                actions.append(Action("close", lease.id, now, "won without a reclamation window; the owner "
-                                                              "opted to close such leases"))
+            if close_without_window:  # cut when mining is due (less the margin for the close to land), not sooner
+                at = mining_at - margin_s
+                kind = "close" if now >= at else "wait"
+                actions.append(Action(kind, lease.id, max(now, at), "won without a reclamation window; the owner "
+                                                                    "opted to close such leases when mining is due"))
             else:
                 actions.append(Action("leave", lease.id, now, "won without a reclamation window: it cannot be "
                                                               "reclaimed; mining waits until it ends"))

@@ -577,7 +577,9 @@ def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_
     code the server's unit runs, here beside the test: provider_flow tests the installed unit) reads the
     agent's ``mine_at`` from the node, reclaims the lease through the stand-in provider pod, and closes it at
     its deadline; the lease's pod goes (the provider's teardown, standing in) and the miner runs by the
-    window's start.  (A lease won without a window is left to finish: tests/unit/test_reclaimer.py.)"""
+    window's start.  A second lease, won without a window, cannot be reclaimed: with the owner's opt-in
+    (close_leases_without_window) it is closed when mining is due, not before.  (Without the opt-in it is left
+    to finish: tests/unit/test_reclaimer.py.)"""
     from datetime import UTC, datetime, timedelta
 
     from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
@@ -603,7 +605,8 @@ def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_
     (tmp_path / "reclaimer").mkdir()
     k3s = Path(__file__).parents[2] / "sandbox/m2p_sandbox/bundle_files/k3s"  # its stand-in kubectl exec
     config = ReclaimerConfig(kubeconfig=str(tmp_path / "kubeconfig"), kubectl=(sys.executable, str(k3s), "kubectl"),
-                             state_dir=str(tmp_path / "reclaimer"), interval_s=5.0, margin_s=20.0)
+                             state_dir=str(tmp_path / "reclaimer"), interval_s=5.0, margin_s=20.0,
+                             close_without_window=True)
     reclaimer = Reclaimer(config, KubeClient("", None, kubeconfig=config.kubeconfig), KubectlExec(config))
     stop = threading.Event()
 
@@ -633,26 +636,37 @@ def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_
         status = wait_for("the agent's status", lambda: json.loads(
             api.nodes[r.name]["metadata"]["annotations"].get("m2p.io/status", "{}")), timeout=60)
         assert status["mine_at"] == start.isoformat(timespec="seconds"), status
-        lease_namespace("lease-w", 77)
-        code, out, pid = through_the_gate(r, "lease-w/web")
-        assert code == 0, out
-        api.add_pod("web", r.name, 2, namespace="lease-w")
+        pids = {}
+        for namespace, dseq in (("lease-w", 77), ("lease-nw", 78)):
+            lease_namespace(namespace, dseq)
+            code, out, pids[namespace] = through_the_gate(r, f"{namespace}/web")
+            assert code == 0, out
+            api.add_pod("web", r.name, 1, namespace=namespace)
         lease = chain.create_lease(tenant_address, 77, provider, 60.0)
+        windowless = chain.create_lease(tenant_address, 78, provider, None)
         thread.start()
 
         wait_for("the reclaim", lambda: lease.state == "reclaiming", timeout=(start - datetime.now(UTC)).total_seconds())
         reclaimed_at = time.time()
         assert api.nodes[r.name]["spec"].get("unschedulable") is True  # off the market before the reclaim
         assert reclaimed_at <= start.timestamp() - 60, "reclaimed later than W before the mining window"
+        assert windowless.state == "active"  # mining is not due yet: the opted-in close waits for it
         wait_for("the close at the deadline", lambda: lease.state == "closed", timeout=120)
-        api.delete_pod("web", namespace="lease-w")  # Akash's provider tears the closed lease down
-        tenant.container_ends(r, pid)
+        wait_for("the windowless lease closed when mining is due", lambda: windowless.state == "closed", timeout=120)
+        sent = next(tx for tx in chain.txs if "/78/" in tx["lease"])["block_time"] - 6  # a block after it was sent
+        assert sent >= start.timestamp() - config.margin_s - config.interval_s - 1, "closed before mining was due"
+        for namespace in pids:  # Akash's provider tears the closed leases down
+            api.delete_pod("web", namespace=namespace)
+            tenant.container_ends(r, pids[namespace])
         wait_for("the miner", lambda: miner_running(r), timeout=max(5.0, start.timestamp() - time.time() + 5))
         assert time.time() <= start.timestamp() + 5, "the miner started after the mining window began"
-        assert chain.refused() == [] and [tx["kind"] for tx in chain.txs] == ["start-reclaim", "close"]
-        assert chain.txs[1]["block_time"] >= lease.deadline
+        assert chain.refused() == [], chain.txs
+        assert sorted((tx["lease"].split("/")[1], tx["kind"]) for tx in chain.txs) == [
+            ("77", "close"), ("77", "start-reclaim"), ("78", "close")]
+        assert next(tx for tx in chain.txs if tx["kind"] == "close" and "/77/" in tx["lease"])["block_time"] \
+            >= lease.deadline
         ledger = (tmp_path / "reclaimer" / "ledger.jsonl").read_text()
-        assert ledger.count('"result": "accepted"') == 2 and "SANDBOXKEY" not in ledger
+        assert ledger.count('"result": "accepted"') == 3 and "SANDBOXKEY" not in ledger
     except AssertionError as exc:
         raise with_the_agents_account(exc, r, api) from None
     finally:

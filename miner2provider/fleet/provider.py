@@ -77,19 +77,24 @@ def reclaimer_status(server: Host, opts: SshOptions) -> dict[str, Any] | None:
 def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: ProviderParts, opts: SshOptions, *,
           check: bool = False, on_event: Callable[[Event], None] | None = None,
           keep_artifacts: Path | None = None) -> RigOutcome:
-    if recorded_fingerprint(server, opts) == stack.fingerprint:
+    reclaimer = reclaimer_vars(stack, parts)
+    # The reclaimer's program is m2p's, not the stack's: an m2p upgrade that changes it must reach the server.
+    fingerprint = stack.fingerprint + (f"-{Path(reclaimer['market_provider_reclaimer_pyz']).stem[-16:]}"
+                                       if stack.reclaimer else "")
+    if recorded_fingerprint(server, opts) == fingerprint:
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
     variables = {**server_vars(server, parts), "market_provider_state": "present",
-                 "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
-                 "market_provider_patches": list(stack.patches), **reclaimer_vars(stack, parts)}
+                 "market_provider_manifests": stack.files, "market_provider_fingerprint": fingerprint,
+                 "market_provider_patches": list(stack.patches), **reclaimer}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}},
                        secret_env=stack.secret_env)
     outcome = outcome_of(server.name, run, check=check,
                          why="the provider would be installed or updated" if check else "provider installed or updated")
-    if not check and not outcome.failed and recorded_fingerprint(server, opts) != stack.fingerprint:
-        # The role writes its record only once every patch found its object (made by k3s's Helm jobs).
+    if not check and not outcome.failed and recorded_fingerprint(server, opts) != fingerprint:
+        # The role writes its record only once every patch found its object (made by k3s's Helm jobs) and the
+        # reclaimer its token.
         return replace(outcome, message=WAITING)
     return outcome
 

@@ -160,9 +160,9 @@ class Reclaimer:
             nodes.setdefault(lease, set()).add(str(where))
         views = []
         for lease, on in sorted(nodes.items()):
-            due = [mine_at[n] for n in on if mine_at.get(n) is not None]
-            views.append(LeaseView(lease, sorted(on), min(due) if due else None))  # type: ignore[type-var]
-            view = views[-1]
+            due = [at for at in (mine_at.get(n) for n in on) if at is not None]
+            view = LeaseView(lease, sorted(on), min(due) if due else None)
+            views.append(view)
             if due and len(due) < len(on) and not self.config.reclaim_spanning:
                 others = ", ".join(n for n in sorted(on) if mine_at.get(n) is None)
                 view.action, view.why = "hold", (f"its pods also run on {others}, which need not mine: reclaiming "

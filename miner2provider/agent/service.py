@@ -120,9 +120,9 @@ class Agent:
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
-    # When the rig must next mine unoffered (policy.mine_from): (recompute at, value); the reclaimer on the farm's
-    # server reads it from the status ("mine_at") and reclaims the node's leases in time.
-    _mine: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)
+    # When the rig must next mine unoffered (mine_at): the reclaimer on the farm's server reads it from the status
+    # and reclaims the node's leases in time.
+    _mine_at: datetime | None = None
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
@@ -196,7 +196,6 @@ class Agent:
         cards = profit.cards_from_labels(self.file_labels() or self.seen.node_labels)
         if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now)):
             self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
-            self._mine = self._next
             self._save()
         return self.profit.offer.offered
 
@@ -466,23 +465,20 @@ class Agent:
         return value
 
     def mine_at(self, at: datetime, offered: bool) -> datetime | None:
-        """When the rig must next mine unoffered: while it is not offered, since when (kept while it stays so);
-        while offered, the schedule's next such minute, recomputed only once it has passed (a scan like
-        next_change's)."""
-        due, value = self._mine
-        unoffered = due == _NEVER  # the record says since when the rig is not offered
-        if not offered:
-            if not unoffered:  # since the minute the schedule named, when it named one, else now
-                self._mine = (_NEVER, value if value is not None and value <= at else at)
-            return self._mine[1]
-        if unoffered or at >= due:
-            value = policy.mine_from(self.schedule, at, lease_pays=self.profit.offer.offered)
-            self._mine = (value if value is not None else at + timedelta(hours=1), value)
-        return self._mine[1]
+        """When the rig must next mine unoffered.  While offered: the schedule's next change (next_change's
+        cached scan), which stops offering it.  While not: since when, kept while it stays so (the minute the
+        schedule named, when that has come, else the moment it stopped being offered)."""
+        if offered:
+            change = self.next_change(at.timestamp())
+            lease_pays = self.profit.offer.offered
+            self._mine_at = None if change is None else policy.mine_from(self.schedule, change, lease_pays)
+        elif self._mine_at is None or self._mine_at > at:
+            self._mine_at = at
+        return self._mine_at
 
     def status(self, now: float) -> dict[str, Any]:
         change = self.next_change(now)
-        mine_at = self._mine[1]
+        mine_at = self._mine_at
         quote, shown = self.profit.quote, self.stats.shown
         return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
@@ -529,9 +525,6 @@ class Agent:
             return
         if patched:
             self._save()
-
-
-_NEVER = datetime.max.replace(tzinfo=timezone.utc)
 
 
 def _iso(ts: float) -> str:

@@ -95,16 +95,13 @@ def desired_at(schedule: Schedule, at: datetime, lease_pays: bool = False) -> De
 def mine_from(schedule: Schedule, at: datetime, lease_pays: bool = False,
               horizon: timedelta = timedelta(days=8)) -> datetime | None:
     """When the rig must next mine unoffered (the marketplace's leases gone): ``at`` itself when it is not
-    offered now, else the first minute the schedule stops offering it; None within ``horizon``."""
-    at = _utc(at)
-    if not desired_at(schedule, at, lease_pays).offered:
-        return at
-    t = at.replace(second=0, microsecond=0) + MINUTE
-    while t <= at + horizon:
-        if not desired_at(schedule, t, lease_pays).offered:
-            return t
-        t += MINUTE
-    return None
+    offered now, else the first change that stops offering it; None within ``horizon``.  (Every change of
+    ``Desired`` the policies make flips ``offered``, so this is ``next_change`` checked once.)"""
+    t: datetime | None = _utc(at)
+    end = _utc(at) + horizon
+    while t is not None and desired_at(schedule, t, lease_pays).offered:
+        t = next_change(schedule, t, horizon=end - t, lease_pays=lease_pays)
+    return t
 
 
 def with_lead(schedule: Schedule, desired: Desired, at: datetime, mining_at: datetime | None) -> Desired:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider.agent import kube
+from miner2provider.agent.status import STATUS_ANNOTATION
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Publisher:
         labels were patched (the caller saves them).  Two patches, the status first: a label the API
         refuses (a 422 for a key it finds illegal) then fails alone and the status still says why."""
         if text != self._pushed:
-            client.patch_node(node, {"metadata": {"annotations": {"m2p.io/status": text}}})
+            client.patch_node(node, {"metadata": {"annotations": {STATUS_ANNOTATION: text}}})
             self._pushed = text
         stale = {k: None for k in self.applied_labels if k not in labels}
         stale.update({k: None for k in stale_extra})

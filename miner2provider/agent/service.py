@@ -31,7 +31,7 @@ from typing import Any
 from miner2provider import __version__
 from miner2provider.agent import decide, economy, gate, kube, ledger, measure, publish, rig
 from miner2provider.agent.decide import Observation, State
-from miner2provider.agent.status import STATUS_SCHEMA
+from miner2provider.agent.status import MODE_LABEL, STATUS_SCHEMA
 from miner2provider.timeshare import model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
@@ -516,7 +516,7 @@ class Agent:
             text = json.dumps(status, sort_keys=True)
         if not api_ok:
             return
-        labels = {**self.file_labels(), "m2p.io/mode": self.state.mode, "m2p.io/agent-version": __version__}
+        labels = {**self.file_labels(), MODE_LABEL: self.state.mode, "m2p.io/agent-version": __version__}
         old = (OLD_PLACEHOLDER_LABEL,) if OLD_PLACEHOLDER_LABEL in self.seen.node_labels else ()
         try:
             patched = self.publisher.push(self.client, self.config.node, text, labels, old)

@@ -8,6 +8,7 @@ meets a newer schema as an unreadable status, said so, never as a wrong one.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ from miner2provider.agent.ledger import MAX_GPUS
 from miner2provider.agent.measure import ALGO_CHARS
 
 STATUS_SCHEMA = 1
+# Where the agent publishes on its node (publish.py): its mode label and its status annotation.
+MODE_LABEL, STATUS_ANNOTATION = "m2p.io/mode", "m2p.io/status"
 STATUS_FILE = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
 
 
@@ -97,3 +100,21 @@ def measured_from(raw: object) -> Measured | None:
         return None
     return Measured(_field(raw, "algo", ALGO_CHARS) or "unknown", tuple(v for v in mhs if v is not None),
                     tuple(v for v in watts if v is not None))
+
+
+def node_states(items: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """node name -> (mode, the agent's status) of every node an agent labels (a NodeList's items); an unreadable
+    annotation is an empty status.  Read by the dashboard's API sweep and the farm's reclaimer."""
+    out = {}
+    for node in items:
+        meta = node.get("metadata") or {}
+        mode = (meta.get("labels") or {}).get(MODE_LABEL)
+        if not isinstance(mode, str) or not meta.get("name"):
+            continue
+        try:
+            status = json.loads((meta.get("annotations") or {}).get(STATUS_ANNOTATION) or "{}")
+        except ValueError:
+            status = {}
+        # A label value is at most 63 characters in Kubernetes; whoever can label the node may still try more.
+        out[str(meta["name"])[:253]] = (mode[:63], status if isinstance(status, dict) else {})
+    return out

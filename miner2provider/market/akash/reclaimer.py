@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -36,12 +35,13 @@ from pathlib import Path
 from typing import Any, Callable, Protocol  # noqa: UP035 (Callable: as the agent's, for 3.8)
 
 from miner2provider.agent import kube
+from miner2provider.agent.publish import write_json
+from miner2provider.agent.status import MODE_LABEL, agent_status_from, node_states
 from miner2provider.market.akash import reclaim
 from miner2provider.market.akash.reclaim import Lease, LeaseId
 
 PENDING_S = 60.0  # a sent transaction is not sent again for this long: a few blocks for it to land
-STATUS_ANNOTATION = "m2p.io/status"
-FINISHED = {"Succeeded", "Failed"}
+DUE = ("start-reclaim", "close")  # the plan's actions that are transactions
 
 class RunInPod(Protocol):
     """Runs a command in the provider pod: (exit, stdout, stderr)."""
@@ -56,13 +56,12 @@ class Config:
     pod_namespace: str = "akash-services"
     pod: str = "akash-provider-0"
     container: str = "provider"
-    close_without_window: bool = False  # the owner's opt-in: close leases won without a window at once
+    close_without_window: bool = False  # the owner's opt-in: close leases won without a window when mining is due
     reclaim_spanning: bool = False  # the owner's consent: reclaim a lease whose pods run on several rigs
     margin_s: float = reclaim.MARGIN_S
     interval_s: float = 15.0
     exec_timeout_s: float = 120.0
     state_dir: str = "/var/lib/m2p/reclaimer"
-    node_label: str = "m2p.io/mode"  # every node an m2p agent runs on
     lease_label: str = "akash.network/manifest-service"  # Akash's lease pods
 
     @classmethod
@@ -140,10 +139,8 @@ class Reclaimer:
         return self._write_status(now, views, "")
 
     def leases_on_nodes(self) -> list[LeaseView]:
-        mine_at = {}
-        for node in self.client.nodes(self.config.node_label):
-            meta = node.get("metadata", {})
-            mine_at[str(meta.get("name", ""))] = _mine_at(meta.get("annotations") or {})
+        mine_at = {name: _when(agent_status_from(status).mine_at)
+                   for name, (_, status) in node_states(self.client.nodes(MODE_LABEL)).items()}
         leases = {}
         for namespace in self.client.namespaces(reclaim.LABEL + "dseq"):
             meta = namespace.get("metadata", {})
@@ -155,7 +152,7 @@ class Reclaimer:
             meta, spec = pod.get("metadata", {}), pod.get("spec", {})
             lease = leases.get(str(meta.get("namespace", "")))
             where = spec.get("nodeName")
-            if lease is None or not where or pod.get("status", {}).get("phase") in FINISHED:
+            if lease is None or not where or pod.get("status", {}).get("phase") in kube.FINISHED:
                 continue
             nodes.setdefault(lease, set()).add(str(where))
         views = []
@@ -170,23 +167,23 @@ class Reclaimer:
         return views
 
     def _handle(self, view: LeaseView, now: float) -> None:
-        if view.mine_at is None or view.action == "hold":
-            view.lease = self.known.get(view.id)
-            return
         lease = self.known.get(view.id)
-        if lease is None or self._due(lease, now, view.mine_at):
+        if view.mine_at is None or view.action == "hold":
+            view.lease = lease
+            return
+        action = None if lease is None else self._plan(lease, now, view.mine_at)
+        if action is None or action.kind in DUE:  # asked again before anything is sent: its state may have moved
             lease = self._ask_chain(view)
             if lease is None:
                 return
+            action = self._plan(lease, now, view.mine_at)
         view.lease = lease
-        action = reclaim.plan([lease], now, view.mine_at, self.config.close_without_window, self.lead_s)[0]
         view.action, view.why = action.kind, action.why
-        if action.kind in ("start-reclaim", "close"):
+        if action.kind in DUE:
             self._send(view, action.kind, now)
 
-    def _due(self, lease: Lease, now: float, mine_at: float) -> bool:
-        planned = reclaim.plan([lease], now, mine_at, self.config.close_without_window, self.lead_s)[0]
-        return planned.kind in ("start-reclaim", "close")
+    def _plan(self, lease: Lease, now: float, mine_at: float) -> reclaim.Action:
+        return reclaim.plan([lease], now, mine_at, self.config.close_without_window, self.lead_s)[0]
 
     def _ask_chain(self, view: LeaseView) -> Lease | None:
         code, out, err = self.run_in_pod(reclaim.query_argv(view.id))
@@ -229,22 +226,18 @@ class Reclaimer:
 
     def _write_status(self, now: float, views: list[LeaseView], error: str) -> dict[str, Any]:
         status = {"at": _iso(now), "leases": [v.as_status() for v in views], "last_error": error}
-        path = Path(self.config.state_dir) / "status.json"
         try:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(status, sort_keys=True, indent=1) + "\n")
-            os.replace(tmp, path)
+            write_json(Path(self.config.state_dir) / "status.json", status)
         except OSError as exc:
             status["last_error"] = f"status: {exc}"
         return status
 
 
-def _mine_at(annotations: dict[str, Any]) -> float | None:
-    """When the node's agent says it must mine (its status's ``mine_at``); None when it says nothing."""
+def _when(text: str) -> float | None:
+    """An agent's ``mine_at`` as seconds since the epoch; None when it says none (or nothing readable)."""
     try:
-        text = json.loads(str(annotations.get(STATUS_ANNOTATION) or "{}")).get("mine_at")
-        return datetime.fromisoformat(text).timestamp() if isinstance(text, str) else None
-    except (ValueError, AttributeError):
+        return datetime.fromisoformat(text).timestamp() if text else None
+    except ValueError:
         return None
 
 

@@ -76,7 +76,7 @@ class ProviderStack:
     # the charts' upgrades): {"namespace", "kind", "name", "body" (JSON)}
     patches: tuple[dict[str, str], ...] = ()
     # The farm's reclaimer (protocol-level reclamation, when the provider offers a window): its settings as JSON
-    # for the server ("" : none), the module its zipapp runs, and the Secret its ServiceAccount's token is in.
+    # for the server ("" : none).
     reclaimer: str = ""
 
 

@@ -139,9 +139,8 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
         reclaimer = json.dumps({"pod_namespace": NAMESPACE, "pod": PROVIDER_POD, "container": PROVIDER_CONTAINER,
                                 "close_without_window": provider.close_leases_without_window,
                                 "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
-        files[f"{FILE_PREFIX}30-reclaimer.yaml"] += f"# m2p reclaimer settings: {reclaimer}\n"  # in the fingerprint
-    return ProviderStack(files, secret, fingerprint(files, secret), values, (provider.wallet.passphrase_env,),
-                         (gpu_list.operator_patch(NAMESPACE),), reclaimer)
+    return ProviderStack(files, secret, fingerprint(files, secret, reclaimer), values,
+                         (provider.wallet.passphrase_env,), (gpu_list.operator_patch(NAMESPACE),), reclaimer)
 
 
 def reclaimer_objects() -> list[dict[str, Any]]:
@@ -169,12 +168,14 @@ def reclaimer_objects() -> list[dict[str, Any]]:
     ]
 
 
-def fingerprint(files: dict[str, str], secret: str) -> str:
-    """Changes with any manifest or the wallet.  The wallet part goes through scrypt, salted with the
-    manifests' digest: the fingerprint file on the server must not be a fast way to try passphrases."""
+def fingerprint(files: dict[str, str], secret: str, reclaimer: str) -> str:
+    """Changes with any manifest, the reclaimer's settings or the wallet.  The wallet part goes through scrypt,
+    salted with the manifests' digest: the fingerprint file on the server must not be a fast way to try
+    passphrases."""
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    digest.update(reclaimer.encode())
     salt = digest.digest()
     return digest.hexdigest()[:32] + hashlib.scrypt(secret.encode(), salt=salt, n=1 << 14, r=8, p=1, dklen=16).hex()
 

@@ -123,8 +123,10 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
     ingress = ingress_of(provider, hosts)
     state = market.provider_status(provider, ingress.address, url)
     rows = [status_row(r) for r in detect(hosts, ssh)]
-    servers = [h for h in hosts if "k3s_server" in h.groups]
-    reclaimer = provider_run.reclaimer_status(servers[0], ssh) if len(servers) == 1 else None
+    try:
+        reclaimer = provider_run.reclaimer_status(provider_run.server_of(hosts), ssh)
+    except ProviderError:  # no one k3s server: no provider m2p installed, so no reclaimer either
+        reclaimer = None
     render.provider_state(market.label, state, rows, as_json, reclaimer)
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:

@@ -240,6 +240,14 @@ class KubeApiStandin(Served):
             self.tokens[token] = node
             self.token_secrets[token] = (namespace, secret)
 
+    def token_kubeconfig(self, token_file: str) -> str:
+        """A kubeconfig (JSON) for a bearer token in ``token_file`` at this API, as m2p writes the reclaimer's
+        (roles/market_provider) and the stand-in kubectl and the agent's client read it."""
+        return json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "m2p",
+                           "clusters": [{"name": "k3s", "cluster": {"server": self.url}}],
+                           "users": [{"name": "m2p", "user": {"tokenFile": token_file}}],
+                           "contexts": [{"name": "m2p", "context": {"cluster": "k3s", "user": "m2p"}}]})
+
     def add_reclaimer(self, token: str, pod: tuple[str, str] = ("akash-services", "akash-provider-0")) -> None:
         """The reclaimer's ServiceAccount token: list nodes, namespaces and pods; exec into ``pod`` only."""
         with self.lock:
@@ -343,12 +351,7 @@ class KubeApiStandin(Served):
                                         "the stand-in serves only fieldSelector=spec.nodeName=<node>")
                 return 200, self._pod_list(value)
             if method == "GET" and url.path == "/api/v1/nodes":
-                selector = urllib.parse.parse_qs(url.query).get("labelSelector", [""])[0]
-                if not selector or any(ch in selector for ch in "=!,() "):
-                    return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=<label key>")
-                items = [n for n in self.nodes.values() if selector in n["metadata"].get("labels", {})]
-                return 200, {"kind": "NodeList", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": str(self.version)}, "items": copy.deepcopy(items)}
+                return self._labelled(list(self.nodes.values()), url, "NodeList")
             prefix = "/api/v1/nodes/"
             if url.path.startswith(prefix):
                 name = urllib.parse.unquote(url.path[len(prefix):])
@@ -378,15 +381,10 @@ class KubeApiStandin(Served):
         query = urllib.parse.parse_qs(url.query)
         lists = {"/api/v1/nodes": "nodes", "/api/v1/namespaces": "namespaces", "/api/v1/pods": "pods"}
         if method == "GET" and url.path in lists:
-            selector = query.get("labelSelector", [""])[0]
-            if not selector or any(ch in selector for ch in "=!,() "):
-                return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=<label key>")
             with self.lock:
                 pool = {"nodes": list(self.nodes.values()), "pods": list(self.pods.values()),
                         "namespaces": [o for k, o in self.objects.items() if k[0] == "Namespace"]}[lists[url.path]]
-                items = [copy.deepcopy(o) for o in pool if selector in (o["metadata"].get("labels") or {})]
-                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
-                             "items": items}
+                return self._labelled(pool, url, "List")
         parts = url.path.strip("/").split("/")
         if method == "POST" and len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] \
                 and parts[4] == "pods" and parts[6] == "exec":
@@ -400,6 +398,16 @@ class KubeApiStandin(Served):
             code, out, err = run(query.get("command", []))
             return 200, {"exitCode": code, "stdout": out, "stderr": err}
         return 403, _status(403, "Forbidden", f"{user} cannot {method.lower()} {url.path}")
+
+    def _labelled(self, pool: list[dict[str, Any]], url: urllib.parse.SplitResult, kind: str) -> tuple[int, Any]:
+        """The objects of ``pool`` that carry the label ``labelSelector`` names (a key only: the stand-in's one
+        selector form)."""
+        selector = urllib.parse.parse_qs(url.query).get("labelSelector", [""])[0]
+        if not selector or any(ch in selector for ch in "=!,() "):
+            return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=<label key>")
+        items = [copy.deepcopy(o) for o in pool if selector in (o["metadata"].get("labels") or {})]
+        return 200, {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
+                     "items": items}
 
     def _as_node(self, node: str, handler: BaseHTTPRequestHandler, method: str,
                  url: urllib.parse.SplitResult) -> tuple[int, Any]:

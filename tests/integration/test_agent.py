@@ -598,10 +598,7 @@ def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_
     api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
     (tmp_path / "reclaimer-token").write_text(secrets.token_urlsafe(24))
     api.add_reclaimer((tmp_path / "reclaimer-token").read_text())
-    (tmp_path / "kubeconfig").write_text(json.dumps({
-        "clusters": [{"name": "k", "cluster": {"server": api.url}}], "current-context": "r",
-        "users": [{"name": "r", "user": {"tokenFile": str(tmp_path / "reclaimer-token")}}],
-        "contexts": [{"name": "r", "context": {"cluster": "k", "user": "r"}}]}))
+    (tmp_path / "kubeconfig").write_text(api.token_kubeconfig(str(tmp_path / "reclaimer-token")))
     (tmp_path / "reclaimer").mkdir()
     k3s = Path(__file__).parents[2] / "sandbox/m2p_sandbox/bundle_files/k3s"  # its stand-in kubectl exec
     config = ReclaimerConfig(kubeconfig=str(tmp_path / "kubeconfig"), kubectl=(sys.executable, str(k3s), "kubectl"),

@@ -46,11 +46,7 @@ def farm(tmp_path):
     (tmp_path / "token").write_text("reclaimer-token\n")
     api.add_reclaimer("reclaimer-token")
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "m2p-reclaimer",
-        "clusters": [{"name": "k3s", "cluster": {"server": api.url}}],
-        "users": [{"name": "m2p-reclaimer", "user": {"tokenFile": str(tmp_path / "token")}}],
-        "contexts": [{"name": "m2p-reclaimer", "context": {"cluster": "k3s", "user": "m2p-reclaimer"}}]}))
+    kubeconfig.write_text(api.token_kubeconfig(str(tmp_path / "token")))
     (tmp_path / "state").mkdir()
     config = Config(kubeconfig=str(kubeconfig), kubectl=(sys.executable, str(K3S), "kubectl"),
                     state_dir=str(tmp_path / "state"), margin_s=10.0)

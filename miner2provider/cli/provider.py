@@ -23,7 +23,7 @@ from miner2provider.core.errors import (
 )
 from miner2provider.core.inventory import Host
 from miner2provider.detect.facts.listening import ListeningFact
-from miner2provider.detect.report import RigReport, status_row
+from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
@@ -122,12 +122,8 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
     hosts = _hosts(inventory_file, vault_password_file)
     ingress = ingress_of(provider, hosts)
     state = market.provider_status(provider, ingress.address, url)
-    rows = [status_row(r) for r in detect(hosts, ssh)]
-    try:
-        reclaimer = provider_run.reclaimer_status(provider_run.server_of(hosts), ssh)
-    except ProviderError:  # no one k3s server: no provider m2p installed, so no reclaimer either
-        reclaimer = None
-    render.provider_state(market.label, state, rows, as_json, reclaimer)
+    rows = status_rows(detect(hosts, ssh), {h.name: h.node_name for h in hosts})
+    render.provider_state(market.label, state, rows, as_json)
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:
         raise RigFailures(failed, len(rows))
@@ -159,7 +155,7 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     reports = _every_rig(hosts, ssh)
     rigs = gpus_of(hosts, reports)
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
-                        tuple(pricing.fleet_floors(rigs, econ)), provider_run.node_name(server),
+                        tuple(pricing.fleet_floors(rigs, econ)), server.node_name,
                         market.card_list(rigs)[0])
     stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")

@@ -175,6 +175,13 @@ def status_table(rows: list[dict[str, Any]]) -> None:
             echo(f"{'':<{width}}    {r['detail']}")
         if r["agent"]:
             echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
+        for lease in r.get("reclaims") or ():
+            echo(f"{'':<{width}}    {reclaim_line(lease)}")
+        if r.get("reclaimer"):
+            said = r["reclaimer"]
+            line = (f"{'':<{width}}    reclaimer: last sweep {said['at'] or 'never'}, {said['leases']} leases on rigs "
+                    "that must mine")
+            echo(line + (click.style(f"; {said['last_error']}", fg="red") if said["last_error"] else ""))
 
 
 def agent_line(agent: dict[str, Any]) -> str:
@@ -240,11 +247,9 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
     echo(f"price_target_gpu_mappings: {marketplace().price_mappings(floors) or '(no model has a mining figure)'}")
 
 
-def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]], as_json: bool,
-                   reclaimer: dict[str, Any] | None = None) -> None:
+def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
-        echo_json({"provider": {"url": state.url, "error": state.error, **state.fields}, "rigs": rows,
-                   "reclaimer": reclaimer})
+        echo_json({"provider": {"url": state.url, "error": state.error, **state.fields}, "rigs": rows})
         return
     if state.error:
         echo(click.style(f"{label} provider ({state.url}): {printable_lines(state.error)}", fg="red"))
@@ -253,26 +258,18 @@ def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]],
         echo(f"{label} provider {printable_lines(f['hostname'] or state.url)} ({printable_lines(f['address'])}): "
              f"{f['active_leases']} active leases, {f['open_orders']} open orders, {f['deployments']} deployments")
     status_table(rows)
-    if reclaimer is not None:
-        reclaimer_lines(reclaimer)
 
 
-def reclaimer_lines(reclaimer: dict[str, Any]) -> None:
-    """The farm's reclaimer's last sweep: each lease on a rig that must mine, its state and what comes next."""
-    said = printable_lines(str(reclaimer.get("at") or "never"))
-    echo(f"reclaimer (last sweep {said}): {len(reclaimer.get('leases') or [])} leases on rigs that must mine")
-    if reclaimer.get("last_error"):
-        echo(click.style(f"  {printable_lines(str(reclaimer['last_error']))}", fg="red"))
-    for lease in reclaimer.get("leases") or []:
-        if not isinstance(lease, dict):
-            continue
-        deadline = f", deadline {lease['deadline']}" if lease.get("deadline") else ""
-        line = (f"  {lease.get('lease')} on {', '.join(map(str, lease.get('nodes') or []))}: "
-                f"{lease.get('state') or 'unknown'}{deadline}; next {lease.get('action') or 'nothing'}"
-                f"{' (' + str(lease['why']) + ')' if lease.get('why') else ''}")
-        echo(printable_lines(line))
-        if lease.get("error"):
-            echo(click.style(f"    {printable_lines(str(lease['error']))}", fg="red"))
+def reclaim_line(lease: dict[str, Any]) -> str:
+    """One lease the farm's reclaimer handles on a rig: ``lease X: reclaiming until <deadline>; next close (why)``.
+    Its words come from the cluster and the chain: ``echo`` escapes them."""
+    state = lease.get("state") or "chain not asked"
+    until = f" until {lease['deadline']}" if lease.get("deadline") else ""
+    window = (f", window {lease['window_s'] / 3600:g} h" if isinstance(lease.get("window_s"), (int, float))
+              else ", no reclamation window" if state != "chain not asked" else "")
+    why = f" ({lease['why']})" if lease.get("why") else ""
+    line = f"lease {lease.get('lease')}: {state}{until}{window}; next {lease.get('action') or 'nothing'}{why}"
+    return line + (f"; error: {lease['error']}" if lease.get("error") else "")
 
 
 def verdicts(found: list[Verdict], as_json: bool) -> None:

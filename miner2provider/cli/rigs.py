@@ -14,7 +14,7 @@ from miner2provider.core.errors import RigFailures, UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
-from miner2provider.detect.report import RigReport, report_json, status_row
+from miner2provider.detect.report import RigReport, report_json, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet.pipeline import fleet_role_vars
@@ -217,7 +217,7 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
     """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
     time-share agent's mode, since when, next change and last error.  Changes nothing."""
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
-    rows = [status_row(r) for r in detect(hosts, ssh)]
+    rows = status_rows(detect(hosts, ssh), {h.name: h.node_name for h in hosts})
     if as_json:
         render.echo_json(rows)
     else:

@@ -106,6 +106,12 @@ class Host:
     def var(self, name: str, default: Any = None) -> Any:
         return self.vars.get(name, default)
 
+    @property
+    def node_name(self) -> str:
+        """The rig's Kubernetes node: the k3s role's node-name (``k3s_node_name``, by default the inventory name,
+        not the rig's hostname: HiveOS names every rig by its worker id)."""
+        return str(self.var("k3s_node_name") or self.name)
+
     def secrets(self) -> dict[str, Secret]:
         """The Ansible variable each secret goes to (vault-encrypted by the runner) -> the secret."""
         held = {var: getattr(self, attr) for attr, var in SECRET_VARIABLES.items()}

@@ -10,17 +10,18 @@ from typing import Any
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
 from miner2provider.detect.facts.node import LEDGER_TAIL
-from miner2provider.detect.report import RigReport, report_json, status_row
+from miner2provider.detect.report import RigReport, report_json, status_row, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect
 
 
-def snapshot(report: RigReport) -> dict[str, Any]:
-    """What the history keeps of one report: ``m2p detect --json``'s row and ``m2p status --json``'s.  The
-    ledger's lines go to their own table (add_ledger): a snapshot keeps the last few, as status shows them."""
+def snapshot(report: RigReport, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the history keeps of one report: ``m2p detect --json``'s row and ``m2p status --json``'s (``row``; by
+    default the report's alone, without the farm's reclaimer).  The ledger's lines go to their own table
+    (add_ledger): a snapshot keeps the last few, as status shows them."""
     if report.facts is not None:
         report = replace(report, facts=replace(report.facts, agent_ledger=report.facts.agent_ledger[-LEDGER_TAIL:]))
-    return {**report_json(report), "status_row": status_row(report)}
+    return {**report_json(report), "status_row": status_row(report) if row is None else row}
 
 
 def sweep(history: History, hosts: list[Host], ssh: SshOptions, now: float | None = None) -> list[RigReport]:
@@ -28,9 +29,10 @@ def sweep(history: History, hosts: list[Host], ssh: SshOptions, now: float | Non
     (``read_at``: when it last answered, up to which its ledger counts)."""
     now = time.time() if now is None else now
     reports = detect(hosts, ssh)
-    for report in reports:
+    rows = status_rows(reports, {h.name: h.node_name for h in hosts})
+    for report, row in zip(reports, rows, strict=True):
         if report.ok and report.facts:
-            history.add_snapshot(report.name, now, {**snapshot(report), "read_at": now})
+            history.add_snapshot(report.name, now, {**snapshot(report, row), "read_at": now})
             history.add_ledger(report.name, report.facts.agent_ledger, seen_at=now)
         else:
             old = history.latest_snapshot(report.name) or {}

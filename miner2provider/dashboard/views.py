@@ -195,11 +195,23 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "mode": mode, "mode_from": source, "since": agent.since or (_iso(last.at) if last else ""),
         "next_change": agent.next_change, "mine_at": agent.mine_at,
         "leases": [lease.pod for lease in agent.leases],
+        "reclaims": reclaims(status),
         "agent_error": agent.last_error,
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
         "earnings": earnings(totals, [m for m, _ in models], economics, valued["measured_per_gpu_day"]),
         "economy": valued,
     }
+
+
+RECLAIM_FIELDS = ("lease", "state", "deadline", "action", "why", "error")
+
+
+def reclaims(status_row: dict[str, Any]) -> list[dict[str, str]]:
+    """The leases the farm's reclaimer handles on the rig, as the last sweep's status row lists them (from the
+    server's file, so text only: the page escapes it)."""
+    found = status_row.get("reclaims")
+    return [{key: str(lease.get(key) or "") for key in RECLAIM_FIELDS}
+            for lease in (found if isinstance(found, list) else []) if isinstance(lease, dict)]
 
 
 def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7) -> dict[str, Any]:
@@ -211,6 +223,8 @@ def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7)
                     "unreachable": sum(not r["reachable"] for r in rows),
                     "modes": dict(sorted(Counter(r["mode"] for r in rows).items())),
                     "leases": sum(len(r["leases"]) for r in rows),
+                    "reclaiming": len({lease["lease"] for r in rows for lease in r["reclaims"]
+                                       if lease["state"] == "reclaiming"}),
                     "earnings": None if any(t is None for t in totals) else round(sum(totals), 2)},
         "groups": sorted({g for r in rows for g in r["groups"]}),
         "rigs": rows,

@@ -15,6 +15,7 @@ from typing import Any
 from miner2provider.detect.drift import reasons_to_run
 from miner2provider.detect.facts.node import LEDGER_TAIL
 from miner2provider.detect.facts.probe import RigFacts
+from miner2provider.detect.facts.reclaimer import ReclaimerStatus
 from miner2provider.detect.readiness import Verdict
 
 
@@ -51,11 +52,24 @@ def report_json(report: RigReport) -> dict[str, Any]:
     return data
 
 
-def status_row(report: RigReport) -> dict[str, Any]:
-    """converged: the fingerprint convert left is there and nothing drifted since."""
+def farm_reclaimer(reports: list[RigReport]) -> ReclaimerStatus:
+    """The farm's reclaimer as its k3s server's report says it (absent when no rig runs one)."""
+    return next((r.facts.reclaimer for r in reports if r.facts is not None and r.facts.reclaimer.present),
+                ReclaimerStatus(False))
+
+
+def status_rows(reports: list[RigReport], nodes: dict[str, str]) -> list[dict[str, Any]]:
+    """``status_row`` of every report; ``nodes``: rig name -> its Kubernetes node (Host.node_name)."""
+    reclaimer = farm_reclaimer(reports)
+    return [status_row(r, nodes.get(r.name, r.name), reclaimer) for r in reports]
+
+
+def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | None = None) -> dict[str, Any]:
+    """converged: the fingerprint convert left is there and nothing drifted since.  ``node``: the rig's Kubernetes
+    node (default its name); ``reclaimer``: the farm's (farm_reclaimer), whose leases on that node the row lists."""
     if not report.ok or report.facts is None:
         return {"schema": REPORT_SCHEMA, "rig": report.name, "state": "failed", "k3s": "-", "node": "-",
-                "gpus": report.error or "", "detail": "", "agent": None}
+                "gpus": report.error or "", "detail": "", "agent": None, "reclaims": [], "reclaimer": None}
     f = report.facts
     inst = f.installed
     drift = reasons_to_run(f.fingerprint, f.gpus, None)
@@ -70,9 +84,15 @@ def status_row(report: RigReport) -> dict[str, Any]:
         agent = {"service": inst.agent or "not installed", **asdict(f.agent_status),
                  "ledger": [asdict(entry) for entry in f.agent_ledger[-LEDGER_TAIL:]]}
         del agent["present"]
-    return {"schema": REPORT_SCHEMA, "rig": report.name, "state": state, "k3s": k3s,
-            "node": f.hostname if inst.k3s_service else "-", "gpus": gpus,
-            "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent}
+    node = (node or report.name) if inst.k3s_service else "-"
+    own = f.reclaimer
+    return {"schema": REPORT_SCHEMA, "rig": report.name, "state": state, "k3s": k3s, "node": node, "gpus": gpus,
+            "detail": "; ".join(drift) if f.fingerprint.present else "", "agent": agent,
+            # The farm's leases on this rig that its reclaimer handles (their deadlines), and on the server the
+            # reclaimer's own last sweep.
+            "reclaims": [asdict(lease) for lease in (reclaimer or own).on_node(node)] if node != "-" else [],
+            "reclaimer": {"at": own.at, "last_error": own.last_error, "leases": len(own.leases)} if own.present
+            else None}
 
 
 def report_from_json(data: Any) -> RigReport:

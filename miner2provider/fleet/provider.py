@@ -26,7 +26,6 @@ from miner2provider.fleet.runner import Event, run_playbook
 from miner2provider.market.base import ProviderParts, ProviderStack
 
 RECORD = "/var/lib/m2p/provider.json"  # one provider per farm; 0644, {"fingerprint": ...}
-RECLAIMER_STATUS = "/var/lib/m2p/reclaimer/status.json"  # the reclaimer's last sweep (role market_provider)
 WAITING = ("installed; k3s's Helm jobs have not made every object m2p patches yet (they pull images first): run "
            "`m2p provider apply` again in a few minutes to finish")
 
@@ -41,10 +40,6 @@ def server_of(fleet: list[Host]) -> Host:
     return servers[0]
 
 
-def node_name(host: Host) -> str:
-    return str(host.var("k3s_node_name") or host.name)  # the k3s role's node-name
-
-
 def recorded_fingerprint(server: Host, opts: SshOptions) -> str:
     """What the server's record says was applied last ("" when none or unreadable)."""
     result = run_one(server, f"cat {RECORD} 2>/dev/null || true\n", opts, file_notes=False)
@@ -55,23 +50,6 @@ def recorded_fingerprint(server: Host, opts: SshOptions) -> str:
     except ValueError:
         return ""
     return str(found.get("fingerprint", "")) if isinstance(found, dict) else ""
-
-
-def reclaimer_status(server: Host, opts: SshOptions) -> dict[str, Any] | None:
-    """The farm's reclaimer's last sweep on the server (None: no reclaimer has run there).  What it says comes
-    from the cluster (lease ids, node names): the renderer escapes it."""
-    result = run_one(server, f"cat {RECLAIMER_STATUS} 2>/dev/null || true\n", opts, file_notes=False)
-    if not result.ok:
-        return {"last_error": f"{server.name}: {result.error}", "leases": []}
-    try:
-        found = json.loads(result.stdout or "null")
-    except ValueError:
-        return {"last_error": f"{server.name}:{RECLAIMER_STATUS}: not JSON", "leases": []}
-    if found is None:
-        return None
-    if not isinstance(found, dict) or not isinstance(found.get("leases"), list):
-        return {"last_error": f"{server.name}:{RECLAIMER_STATUS}: not the reclaimer's status", "leases": []}
-    return found
 
 
 def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: ProviderParts, opts: SshOptions, *,

@@ -121,7 +121,8 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
                                               "message": "provider up to date (fingerprint matches)"}
         runs.update(check=check.stdout + check.stderr, first=first.stdout + first.stderr,
                     finish=finish.stdout + finish.stderr, again=again.stdout + again.stderr)
-        runs.update(reclaimer=_reclaimed_and_closed(farm, chain, lease))
+        runs.update(status=_status_shows_the_deadline(inv, ssh_args, env, lease),
+                    reclaimer=_reclaimed_and_closed(farm, chain, lease))
 
         remove = ["provider", "remove", "-i", str(inv), *ssh_args]
         off = m2p(*remove, "--yes", "--json", env=env)
@@ -319,6 +320,32 @@ def _a_lease_on_a_rig_that_must_mine(api: KubeApiStandin, chain: ChainStandin) -
         f"{label}provider": PROVIDER}}}])
     api.add_pod("web", "cv-plain", 1, namespace="lease-ns-1")
     return chain.create_lease(TENANT, 4242, PROVIDER, 60.0)
+
+
+def _status_shows_the_deadline(inv: Path, ssh_args: list[str], env: dict[str, str], lease: Any) -> str:
+    """`m2p status` shows the lease on cv-plain, the rig it runs on, as reclaiming until the chain's deadline (read
+    from the reclaimer's status file on cv-hive, the server), and the reclaimer's last sweep on cv-hive's row."""
+    import time
+
+    from miner2provider.market.akash.reclaim import utc
+
+    until = time.monotonic() + 60
+    while lease.state != "reclaiming" and time.monotonic() < until:
+        time.sleep(1)
+    assert lease.state == "reclaiming" and lease.deadline is not None, lease.state
+    rows: dict[str, Any] = {}
+    while time.monotonic() < until + 40:  # the reclaimer's next sweep (15 s) asks the chain again, then writes it
+        shown = m2p("status", "-i", str(inv), *ssh_args, "--json", env=env)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        rows = {r["rig"]: r for r in json.loads(shown.stdout)}
+        found = [(r["state"], r["deadline"]) for r in rows["cv-plain"]["reclaims"] if "/4242/" in r["lease"]]
+        if found == [("reclaiming", utc(lease.deadline))]:
+            assert rows["cv-hive"]["reclaimer"]["last_error"] == "" and rows["cv-hive"]["reclaims"] == []
+            text = m2p("status", "-i", str(inv), *ssh_args, env=env).stdout
+            assert f"reclaiming until {utc(lease.deadline)}" in text, text
+            return text
+        time.sleep(2)
+    raise AssertionError(f"m2p status never showed the reclaiming lease: {json.dumps(rows)[-2000:]}")
 
 
 def _reclaimed_and_closed(farm: dict[str, Any], chain: ChainStandin, lease: Any) -> str:

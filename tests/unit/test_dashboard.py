@@ -24,8 +24,9 @@ from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.app import DashboardConfig, create_app
 from miner2provider.dashboard.collect import snapshot
 from miner2provider.dashboard.history import History
+from miner2provider.detect.facts.reclaimer import ReclaimedLease, ReclaimerStatus
 from miner2provider.detect.readiness import assess
-from miner2provider.detect.report import RigReport
+from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market.base import ProviderState
 from miner2provider.timeshare import economics
@@ -132,12 +133,19 @@ INVENTORY = """all:
 """
 
 
-def report(name, leases=()):
+# The farm's reclaimer on rig01 (the server) reclaims a lease on rig02; its words come from the cluster.
+RECLAIMING = ReclaimerStatus(True, "2026-11-24T06:00:00+00:00", "", (ReclaimedLease(
+    "akash1t/77/1/1/akash1p", ("rig02",), "reclaiming", "2026-11-24T07:00:00+00:00", "2026-11-24T07:00:00+00:00",
+    3600.0, "wait", "<b>y</b>its deadline comes before mining starts", ""),))
+
+
+def report(name, leases=(), reclaiming=None):
     f = facts()
     status = AgentStatus(True, "leasing" if leases else "idle-mining", "2026-11-24T05:00:00+00:00", "", "schedule",
                          "", tuple(Lease(p, "2026-11-24T05:00:00+00:00") for p in leases),
                          mine_at="<b>x</b>2026-11-24T18:00" if leases else "")
-    f = dataclasses.replace(f, agent_status=status)
+    f = dataclasses.replace(f, agent_status=status, reclaimer=reclaiming or ReclaimerStatus(False),
+                            installed=dataclasses.replace(f.installed, k3s="v1.31.4+k3s1", k3s_service="k3s"))
     return RigReport(name, "10.0.0.1", f, assess(f))
 
 
@@ -148,9 +156,11 @@ def world(tmp_path):
     hosts = inventory.load(inv_file).hosts
     db = tmp_path / "h.sqlite3"
     now = time.time()
+    reports = [report("rig01", (), reclaiming=RECLAIMING), report("rig02", ("lease/job",))]
+    rows = status_rows(reports, {"rig01": "rig01", "rig02": "rig02"})
     with History(db) as h:
-        for r, leases in (("rig01", ()), ("rig02", ("lease/job",))):
-            h.add_snapshot(r, now, {**snapshot(report(r, leases)), "read_at": now})
+        for r, leases, row in (("rig01", (), rows[0]), ("rig02", ("lease/job",), rows[1])):
+            h.add_snapshot(r, now, {**snapshot(reports[int(r[-1]) - 1], row), "read_at": now})
             h.add_ledger(r, [Entry(now - 5 * HOUR, "idle-mining", gpus=1),
                              Entry(now - HOUR, "leasing", gpus=1, leases=leases)], seen_at=now)
     redetected = []
@@ -205,13 +215,20 @@ def test_the_api_shows_the_fleet_and_the_page_the_same(world):
         assert [(r["rig"], r["mode"], r["leases"]) for r in fleet["rigs"]] == [
             ("rig01", "idle-mining", []), ("rig02", "leasing", ["lease/job"])]
         assert fleet["summary"]["modes"] == {"idle-mining": 1, "leasing": 1} and fleet["groups"] == ["farm_a"]
+        # The server's reclaimer's lease shows on the rig it runs on, with its deadline.
+        assert [r["reclaims"] for r in fleet["rigs"]][0] == [] and fleet["summary"]["reclaiming"] == 1
+        assert {k: fleet["rigs"][1]["reclaims"][0][k] for k in ("lease", "state", "deadline")} == {
+            "lease": "akash1t/77/1/1/akash1p", "state": "reclaiming", "deadline": "2026-11-24T07:00:00+00:00"}
         assert client.get("/api/rigs?mode=leasing").json()["rigs"][0]["rig"] == "rig02"
         page = client.get("/").text
         assert 'data-rig="rig01" data-mode="idle-mining"' in page and "lease/job" in page
         line = client.get("/api/rigs/rig02/timeline?days=7").json()
         assert [s["mode"] for s in line["spans"]] == ["idle-mining", "leasing"]
         assert client.get("/api/rigs/nobody").status_code == 404
-        assert "<svg" in client.get("/rigs/rig02?days=30").text
+        rig02 = client.get("/rigs/rig02?days=30").text
+        assert "<svg" in rig02 and "akash1t/77/1/1/akash1p: reclaiming, ends 2026-11-24T07:00:00+00:00" in rig02
+        assert 'id="rig-reclaims"' not in client.get("/rigs/rig01").text
+        assert "being reclaimed for mining" in page
 
 
 def test_actions_plan_first_refuse_a_leased_rig_and_come_only_from_the_page(world):
@@ -340,6 +357,7 @@ def test_pages_escape_and_forbid_what_a_rig_sends_and_bad_parameters_are_400s(wo
         assert "csrf" not in page.text.lower()  # no token a page script could read
         leased = client.get("/rigs/rig02").text + client.get("/rigs/rig01").text
         assert "mines from &lt;b&gt;x&lt;/b&gt;2026-" in leased and "<b>x" not in leased  # the agent's mine_at
+        assert "(&lt;b&gt;y&lt;/b&gt;its deadline" in leased and "<b>y" not in leased  # the reclaimer's words
         for path in ("/api/rigs?days=\u00b2", "/api/rigs/rig01/timeline?days=0", "/?days=99999999999",
                      "/rigs/rig01?days=-1"):
             bad = client.get(path)

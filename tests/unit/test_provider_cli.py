@@ -115,17 +115,37 @@ def test_check_says_a_rig_that_does_not_answer_and_goes_on(tmp_path, capsys, mon
     assert "1 rigs:" in found[("audit floor", "warn")] and ("wallet", "ok") in found, found
 
 
-def test_provider_status_shows_the_reclaimers_leases_escaped(capsys):
-    """Lease ids and node names come from the cluster (a tenant names its deployment's namespace labels'
-    values only within Akash's rules, but a rig's root can write anything): printed, never interpreted."""
-    from miner2provider.cli import render
+def test_status_shows_each_rigs_reclaimed_leases_and_the_servers_reclaimer_escaped(capsys):
+    """The server's reclaimer fact lists leases by node; each rig's row shows its own, the server's row the
+    reclaimer's last sweep.  Lease ids and node names come from the cluster (a rig's root can write anything):
+    printed, never interpreted, and never a line of their own."""
+    import dataclasses
 
-    render.reclaimer_lines({"at": "2026-11-26T01:00:00+00:00", "last_error": "", "leases": [
-        {"lease": "akash1x/7/1/1/akash1y", "nodes": ["rig01"], "state": "reclaiming",
+    from test_readiness import facts
+
+    from miner2provider.cli import render
+    from miner2provider.detect.facts.base import Output
+    from miner2provider.detect.facts.reclaimer import ReclaimerFact
+    from miner2provider.detect.readiness import assess
+    from miner2provider.detect.report import RigReport, status_rows
+
+    said = ReclaimerFact.parse(Output(json.dumps({"at": "2026-11-26T01:00:00+00:00", "last_error": "", "leases": [
+        {"lease": "akash1x/7/1/1/akash1y", "nodes": ["node-b"], "state": "reclaiming", "window_s": 3600,
          "deadline": "2026-11-26T02:00:00+00:00", "action": "wait", "why": "its deadline comes before mining starts",
          "error": ""},
-        {"lease": "evil\x1b[2J", "nodes": ["rig\x0702"], "state": "", "action": "", "why": "", "error": "query: x"}]})
+        {"lease": "evil\x1b[2J\nrig01 converged", "nodes": ["node-b"], "state": "", "action": "", "why": "",
+         "error": "query: x"}]}), 0))
+    base = facts()
+    running = dataclasses.replace(base.installed, k3s="v1.31.4+k3s1", k3s_service="k3s")
+    server = dataclasses.replace(base, reclaimer=said, installed=running)
+    rig = dataclasses.replace(base, installed=running)
+    reports = [RigReport("server", "10.0.0.1", server, assess(server)), RigReport("rig-b", "10.0.0.2", rig, assess(rig))]
+    rows = status_rows(reports, {"server": "server", "rig-b": "node-b"})  # rig-b runs as node-b (k3s_node_name)
+    assert [r["node"] for r in rows] == ["server", "node-b"] and rows[0]["reclaims"] == []
+    assert rows[0]["reclaimer"] == {"at": "2026-11-26T01:00:00+00:00", "last_error": "", "leases": 2}
+    render.status_table(rows)
     out = capsys.readouterr().out
-    assert "reclaimer (last sweep 2026-11-26T01:00:00+00:00): 2 leases on rigs that must mine" in out
-    assert "akash1x/7/1/1/akash1y on rig01: reclaiming, deadline 2026-11-26T02:00:00+00:00; next wait" in out
-    assert "\x1b" not in out and "\x07" not in out and "query: x" in out
+    assert "reclaimer: last sweep 2026-11-26T01:00:00+00:00, 2 leases on rigs that must mine" in out
+    assert ("lease akash1x/7/1/1/akash1y: reclaiming until 2026-11-26T02:00:00+00:00, window 1 h; next wait (its "
+            "deadline comes before mining starts)") in out
+    assert "\x1b[2J" not in out and "\nrig01 converged" not in out and "error: query: x" in out

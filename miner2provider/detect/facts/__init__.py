@@ -7,6 +7,7 @@ from miner2provider.detect.facts.health import DefaultRouteFact, HostnameFact, X
 from miner2provider.detect.facts.listening import ListeningFact
 from miner2provider.detect.facts.mining_os import MinerFact, MiningOsFact
 from miner2provider.detect.facts.node import AgentLedgerFact, AgentStatusFact, InstalledFact
+from miner2provider.detect.facts.reclaimer import ReclaimerFact
 from miner2provider.detect.facts.system import (
     CgroupFact,
     CpuFact,
@@ -22,7 +23,7 @@ from miner2provider.detect.facts.system import (
 ALL_FACTS = (
     OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
     MiningOsFact, MinerFact, GpusFact, CudaFact, AmdGpusFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
-    FingerprintFact, AgentStatusFact, AgentLedgerFact,
+    FingerprintFact, AgentStatusFact, AgentLedgerFact, ReclaimerFact,
 )
 # Facts asked of one rig when a command needs them, never by the probe.
 ON_DEMAND_FACTS = (ListeningFact,)

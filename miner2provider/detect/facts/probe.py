@@ -27,6 +27,7 @@ from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.facts.health import DefaultRoute, XidErrors
 from miner2provider.detect.facts.mining_os import MinerState, MiningOs
 from miner2provider.detect.facts.node import Installed
+from miner2provider.detect.facts.reclaimer import ReclaimerStatus
 from miner2provider.detect.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
 
 FACT_MARK = "@@m2p-fact "
@@ -93,6 +94,8 @@ class RigFacts:
     fingerprint: Fingerprint
     agent_status: AgentStatus
     agent_ledger: tuple[Entry, ...]
+    # The farm's reclaimer (the k3s server only); absent from reports stored before it was probed.
+    reclaimer: ReclaimerStatus = ReclaimerStatus(False)
 
 
 class ProbeIncomplete(ValueError):

@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 REASON_UNSPECIFIED = 10002
 MARGIN_S = 60.0
@@ -101,11 +102,16 @@ def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_wi
         start = max(now, mining_at - lease.window_s - margin_s)
         deadline = start + lease.window_s
         if start > now:
-            actions.append(Action("wait", lease.id, start, f"reclaim at {start:.0f}, {lease.window_s:.0f} s "
+            actions.append(Action("wait", lease.id, start, f"reclaim at {utc(start)}, {lease.window_s:.0f} s "
                                                            "before mining"))
         else:
             actions.append(Action("start-reclaim", lease.id, now, _late(deadline, mining_at)))
     return actions
+
+
+def utc(ts: float) -> str:
+    """A moment as the status and the ledger say it (ISO 8601, UTC, whole seconds)."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
 def _late(deadline: float, mining_at: float) -> str:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol  # noqa: UP035 (Callable: as the agent's, for 3.8)
 
@@ -242,7 +242,7 @@ def _when(text: str) -> float | None:
 
 
 def _iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+    return None if ts is None else reclaim.utc(ts)
 
 
 def _cut(text: str) -> str:

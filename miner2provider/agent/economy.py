@@ -105,7 +105,8 @@ class ProfitQuote:
         if figures is None:
             self.quote = profit.Quote(None, None, self._file[2])
         else:
-            self.quote = profit.quote(cards, figures, hashrates)
+            self.quote = profit.priced(profit.quote(cards, figures, hashrates), schedule.hysteresis,
+                                       schedule.reclamation_window_s, schedule.min_switch_interval_s)
         offer = profit.decide_offer(self.offer, self.quote, now, schedule.hysteresis, schedule.min_switch_interval_s)
         changed = offer != self.offer
         self.offer = offer

@@ -52,6 +52,7 @@ class AgentStatus:
     floor_per_hour: float | None = None  # policy profit: the rig's lease floor, all its GPUs
     quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
     mine_at: str = ""  # ISO 8601: when the rig must next mine unoffered (the farm's reclaimer reads it)
+    reclaim_per_hour: float | None = None  # policy profit with a reclamation window: its price (timeshare/profit.py)
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -74,7 +75,8 @@ def agent_status_from(raw: object) -> AgentStatus:
                        _field(raw, "next_change"), _field(raw, "schedule"),
                        _field(raw, "last_error", 300), leases, raw.get("drain") is True,
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
-                       _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"))
+                       _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
+                       _number(profit.get("reclaim_per_hour")))
 
 
 def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:

@@ -197,8 +197,11 @@ def agent_line(agent: dict[str, Any]) -> str:
         line += f"; service {agent['service']}"
     if agent.get("lease_pays") is not None:
         floor = agent.get("floor_per_hour")
+        reclaim = agent.get("reclaim_per_hour")
         line += (f"; profit: {'offered' if agent['lease_pays'] else 'mining pays more'}"
-                 + (f", floor {floor:g}/h" if floor is not None else "") + f" ({agent.get('quote_source') or '?'})")
+                 + (f", floor {floor:g}/h" if floor is not None else "")
+                 + (f" + {reclaim:g}/h for the reclamation window" if reclaim else "")
+                 + f" ({agent.get('quote_source') or '?'})")
     measured = agent.get("measured")
     if measured:
         line += f"; miner {measured['algo']} {' + '.join(f'{v:g}' for v in measured['mhs'])} MH/s"

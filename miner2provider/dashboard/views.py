@@ -153,6 +153,7 @@ def economy(agent: AgentStatus, economics: Economics) -> dict[str, Any]:
     per_gpu_day = (sum(measured.mhs) / len(measured.mhs) * per_mhs
                    if measured and measured.mhs and per_mhs is not None else None)
     return {"lease_pays": agent.lease_pays, "floor_per_hour": agent.floor_per_hour, "quote_source": agent.quote_source,
+            "reclaim_per_hour": agent.reclaim_per_hour,
             "measured": None if measured is None else {"algo": measured.algo, "mhs": list(measured.mhs),
                                                        "watts": list(measured.watts)},
             "measured_per_gpu_day": _money(per_gpu_day)}

@@ -11,8 +11,21 @@ file's ``mining_revenue_per_mhs_day`` for the algorithm mined, each GPU's floor 
 hashrate (and its measured watts, when the OS reports them) instead of the per-GPU figure: the
 quote says which (``source``).
 
-The rig is offered when ``lease >= floor x (1 + hysteresis)`` and stays offered until
+The rig is offered when ``lease >= floor x (1 + hysteresis) + reclaim`` and stays offered until
 ``lease < floor x (1 - hysteresis)``: a price that wobbles around the floor does not flip the rig.
+
+``reclaim`` prices the reclamation window W (issue 36), when the provider offers one: a withdrawal takes
+effect only W after it is decided (the tenant is reclaimed, paid in full, and mining waits), so every offer
+ends with up to W hours leased at a price below mining's.  The rig withdraws once the lease pays less than
+``floor x (1 - h)``, so mining then beats the lease by at least ``floor x h`` an hour, for W hours.  That
+cost is spread over the offer it ends, which lasts at least ``max(W, min_switch_interval)`` (a lease won
+is held at least W):
+
+    reclaim = floor x h x W / max(W, min_switch_interval)
+
+It is the least the hand-back costs at the band's edge (mining may climb further during W; an offer may
+last longer): an estimate, said in the status, never a promise.  Without a window, or with no
+hysteresis, it is 0 and the offer is as before.
 The offer never changes sooner than ``min_switch_interval`` after its last change.  A missing
 figure decides nothing: the offer stays as it is and the agent reports what is missing (a rig with
 no decision yet mines, as it did before m2p).  Whatever the offer, a running lease is never cut:
@@ -23,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Tuple  # noqa: UP035 (see Hashrates)
 
 from miner2provider.timeshare.economics import Economics
@@ -39,10 +52,12 @@ class Quote:
     floor_per_hour: float | None  # the lease income above which leasing beats mining by the margin
     missing: str = ""  # "lease_price_per_gpu_hour for rtx3090": why a figure is None
     source: str = "economics file"  # or "measured kawpow hashrate"
+    reclaim_per_hour: float = 0.0  # the reclamation window's price, added to the offer's threshold (priced)
 
     def as_status(self) -> dict[str, object]:
         return {"lease_per_hour": _cents(self.lease_per_hour), "floor_per_hour": _cents(self.floor_per_hour),
-                "source": self.source, **({"missing": self.missing} if self.missing else {})}
+                "source": self.source, **({"missing": self.missing} if self.missing else {}),
+                **({"reclaim_per_hour": _cents(self.reclaim_per_hour)} if self.reclaim_per_hour else {})}
 
 
 @dataclass(frozen=True)
@@ -101,12 +116,22 @@ def _file_quote(cards: Mapping[str, int], economics: Economics) -> Quote:
     return Quote(None if missing else lease, None if missing else floor, "; ".join(missing))
 
 
+def priced(rig_quote: Quote, hysteresis: float, window_s: float | None, min_switch_interval_s: float) -> Quote:
+    """``rig_quote`` with the reclamation window's price (``reclaim_per_hour``, the module's docstring says why)."""
+    floor = rig_quote.floor_per_hour
+    if floor is None or not window_s or window_s <= 0:
+        return replace(rig_quote, reclaim_per_hour=0.0)
+    return replace(rig_quote, reclaim_per_hour=max(floor, 0.0) * hysteresis * window_s
+                   / max(window_s, min_switch_interval_s))
+
+
 def decide_offer(offer: Offer, rig_quote: Quote, now: float, hysteresis: float,
                  min_switch_interval_s: float) -> Offer:
     if rig_quote.lease_per_hour is None or rig_quote.floor_per_hour is None:
         return offer
     lease, floor = rig_quote.lease_per_hour, rig_quote.floor_per_hour
-    wanted = lease >= floor * (1 - hysteresis) if offer.offered else lease >= floor * (1 + hysteresis)
+    wanted = (lease >= floor * (1 - hysteresis) if offer.offered
+              else lease >= floor * (1 + hysteresis) + rig_quote.reclaim_per_hour)
     # ``changed`` is wall clock (it outlives a reboot): a clock stepped back to before it serves the interval
     # rather than holding the offer for as long as the step.
     if wanted == offer.offered or 0 <= now - offer.changed < min_switch_interval_s:

@@ -17,6 +17,7 @@ from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.agent import gate, rig
 from miner2provider.agent import kube as kube_api
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
+from miner2provider.agent.status import agent_status_from
 
 NODE = "rig01"
 
@@ -524,6 +525,27 @@ def test_profit_offers_while_a_lease_pays_and_follows_the_economics_file_as_it_c
     assert agent.state.mode == "mining" and (tmp_path / "miner.running").exists()
     restarted = make_agent(api, tmp_path, PROFIT, clock=lambda: now[0], economics=str(figures))
     assert restarted.offer == agent.offer  # the offer survives a restart with the state
+
+
+def test_a_reclamation_window_is_priced_into_the_offer(api, tmp_path):
+    """W = 2 h: a withdrawal takes effect 2 h late, at least floor x h an hour below mining; spread over the
+    offer it ends (at least W long): 0.20 x 0.1 x 2 h / 2 h = 0.02/h more before the rig is offered."""
+    now = [1_800_000_000.0]
+    figures = tmp_path / "economics.yml"
+    economics_file(figures, 0.115)  # 0.23/h: above 0.20 x 1.1 (offered without a window), below 0.22 + 0.02
+    agent = make_agent(api, tmp_path, PROFIT + "reclamation_window: 2h\n", clock=lambda: now[0],
+                       economics=str(figures))
+    (tmp_path / "labels.json").write_text(json.dumps(RTX3090_LABELS))
+    (tmp_path / "miner.running").touch()
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert agent.state.mode == "mining" and status["profit"]["reclaim_per_hour"] == 0.02
+    assert agent_status_from(status).reclaim_per_hour == 0.02
+    economics_file(figures, 0.125)  # 0.25/h >= 0.24: offered
+    now[0] += 60
+    os.utime(figures, (now[0], now[0]))
+    agent.tick()
+    assert agent.state.mode == "idle-mining" and not cordoned(api)
 
 
 @pytest.mark.parametrize(("content", "said"), [

@@ -105,6 +105,8 @@ def test_status_line_of_the_agent():
     assert _agent_line(profit) == ("idle-mining since 2026-11-22T21:14, next change 2026-11-23T06:00:00+01:00 "
                                    "(schedule night-lease); profit: offered, floor 0.187/h (measured kawpow hashrate "
                                    "of 2 GPUs); miner kawpow 58 + 56.5 MH/s")
+    windowed = {**profit, "reclaim_per_hour": 0.0187}
+    assert "floor 0.187/h + 0.0187/h for the reclamation window (measured" in _agent_line(windowed)
 
 
 def test_docs_exit_code_table_is_the_code_s():

@@ -77,6 +77,31 @@ def test_the_offer_follows_the_band_and_never_flaps_faster_than_the_interval(pla
     assert all(b - a >= interval for a, b in pairwise(changes))
 
 
+@settings(max_examples=300, deadline=None)
+@given(plan=prices, hysteresis=st.sampled_from([0.0, 0.05, 0.2]), interval=st.integers(0, 7200),
+       window=st.sampled_from([None, 3600.0, 86400.0]))
+def test_a_reclamation_window_only_raises_the_bar_to_be_offered_and_never_by_more_than_the_band(
+        plan, hysteresis, interval, window):
+    """The window's price (profit.priced) is at most floor x h (mining's least lead at the exit, spread over
+    at least W), 0 without a window; withdrawing is as before."""
+    offer, bare, now = profit.Offer(), profit.Offer(), 0.0
+    for lease, floor, dt in plan:
+        q = profit.priced(profit.Quote(lease, floor), hysteresis, window, interval)
+        assert 0 <= q.reclaim_per_hour <= floor * hysteresis + 1e-12
+        if not window:
+            assert q.reclaim_per_hour == 0
+        before = offer
+        offer = profit.decide_offer(offer, q, now, hysteresis, interval)
+        bare = profit.decide_offer(bare, profit.Quote(lease, floor), now, hysteresis, interval)
+        if offer.offered and not before.offered:
+            assert lease >= floor * (1 + hysteresis) + q.reclaim_per_hour
+        if before.offered and not offer.offered:
+            assert lease < floor * (1 - hysteresis)
+        if window is None:
+            assert offer == bare
+        now += dt
+
+
 WEEK_SCHEDULE = model.parse("timezone: UTC\npolicy: profit\nmin_switch_interval: 0s\nwindows:\n"
                             "  - {days: daily, from: '18:00', to: '22:00', mode: mine}\n")
 

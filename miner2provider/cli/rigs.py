@@ -17,6 +17,7 @@ from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport, report_json, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
+from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import fleet_role_vars
 from miner2provider.market import MARKETPLACES, marketplace, pricing
 from miner2provider.market.base import RigGpus
@@ -60,15 +61,21 @@ def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as
     """Validate an inventory: syntax, addresses, duplicates, m2p_ settings, role variable names, types."""
     inv = load_inventory(file, vault_password_file)
     groups = sorted({g for h in inv.hosts for g in h.groups})
+    sites = tunnel.plan(list(inv.hosts))
+    needs = tunnel.site_needs(sites) if sites else []
     if as_json:
         render.echo_json({"file": file, "ok": True, "groups": groups, "hosts": [
             {"name": h.name, "address": h.address, "port": h.port, "user": h.user, "groups": list(h.groups),
-             "password": "set" if h.password else None} for h in inv.hosts]})
+             "password": "set" if h.password else None,
+             **({"site": h.var("m2p_site") or "", "tunnel_address": str(sites.member(h.name).address)} if sites
+                else {})} for h in inv.hosts], "sites": needs})
         return
     ctx.info(f"{file}: OK, {len(inv.hosts)} rigs in {len(groups)} groups ({', '.join(groups)})")
     for h in inv.hosts:
         ctx.detail(f"  {h.name}: {h.user or '(current user)'}@{h.address}:{h.port}"
                    f"{' password set' if h.password else ''}")
+    for line in needs:
+        ctx.info(f"  {line}")
 
 
 @inventory_group.command("vars")

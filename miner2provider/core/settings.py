@@ -76,6 +76,15 @@ OWN: tuple[Setting, ...] = (
     Setting("m2p_agent_token_env", "str",
             "Name of an environment variable holding the time-share agent's API token "
             "(a cluster outside the inventory)."),
+    # A farm across sites (fleet/tunnel.py, docs/sites.md).
+    Setting("m2p_site", "str",
+            "The site the rig is at (a farm across sites: it dials the hub over WireGuard); unset: one LAN."),
+    Setting("m2p_hub_endpoint", "str",
+            "On the k3s server of a farm across sites: the public HOST:PORT (UDP) its rigs dial."),
+    Setting("m2p_tunnel_network", "str",
+            "On the hub: the private range of tunnel addresses (not inside k3s's 10.42.0.0/16 or 10.43.0.0/16).",
+            "10.237.0.0/24"),
+    Setting("m2p_tunnel_mtu", "int", "On the hub: the tunnel's MTU, 1280 (safe on any path) to 1420.", 1280),
 )
 
 

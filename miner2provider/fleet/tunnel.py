@@ -147,6 +147,18 @@ def wg_config(tunnel: TunnelPlan, name: str, public_keys: Mapping[str, str]) -> 
                       f"AllowedIPs = {tunnel.network}", f"PersistentKeepalive = {KEEPALIVE_S}"]) + "\n"
 
 
+def refuse_until_built(hosts: list[Host]) -> None:
+    """Convert a farm across sites only once m2p builds its tunnel: today it plans it (inventory check) and a NAT
+    lab proves the plan, but no role puts it on the rigs yet, and k3s over a tunnel that is not there would
+    leave every sited rig without its cluster."""
+    found = plan(hosts)
+    if found is not None:
+        first = next(h for h in hosts if h.name == found.rigs[0].name) if found.rigs else hosts[0]
+        raise InventoryError(f"{first.where}: m2p_site makes this a farm across sites, which m2p plans (m2p inventory "
+                             "check shows the tunnel) but cannot build yet: the rig-side tunnel and m2p join are "
+                             "still to come (docs/sites.md); remove m2p_site to convert rigs on one LAN")
+
+
 def site_needs(tunnel: TunnelPlan) -> list[str]:
     """What each site must provide, for ``inventory check``: only the hub needs an open port."""
     lines = [f"hub {tunnel.hub.name} ({tunnel.hub.address}): UDP {tunnel.port} reachable from every site at "

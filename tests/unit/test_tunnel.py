@@ -120,3 +120,13 @@ def test_addresses_never_move_when_a_rig_is_added_at_the_end(tmp_path):
     assert before is not None and after is not None
     assert [m.address for m in after.rigs][:3] == [m.address for m in before.rigs]
     assert after.member("rig-b2").address == ipaddress.IPv4Address("10.237.0.5")
+
+
+def test_convert_refuses_a_farm_across_sites_until_m2p_builds_its_tunnel(tmp_path, capsys):
+    """The plan exists, the rig side does not: k3s over a missing tunnel would strand every sited rig, so convert
+    stops before it connects to any rig (the addresses here answer nothing)."""
+    path = tmp_path / "rigs.yml"
+    path.write_text(FARM % ("", ""))
+    assert main(["convert", "-i", str(path), "--yes"]) == 3
+    err = capsys.readouterr().err
+    assert f"{path}:8: m2p_site makes this a farm across sites" in err and "docs/sites.md" in err

@@ -128,11 +128,16 @@ def _mtu(hub: Host) -> int:
     return mtu
 
 
+def is_public_key(text: str) -> bool:
+    """32 bytes of base64, as ``wg pubkey`` prints them: nothing a rig sends can add a line to a configuration."""
+    return _KEY.match(text) is not None
+
+
 def wg_config(tunnel: TunnelPlan, name: str, public_keys: Mapping[str, str]) -> str:
     """``name``'s configuration in wg(8)'s ``setconf`` format, without ``PrivateKey`` (the rig's own file gives
     it).  ``public_keys``: member name -> its public key, as each rig reported it."""
     for member, key in public_keys.items():
-        if not _KEY.match(key):
+        if not is_public_key(key):
             raise ValueError(f"{member}'s WireGuard public key is not 32 bytes of base64")
     if name == tunnel.hub.name:
         lines = ["[Interface]", f"ListenPort = {tunnel.port}"]

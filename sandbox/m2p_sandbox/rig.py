@@ -217,6 +217,8 @@ def nspawn_command(rig: Rig) -> list[str]:
         f"--network-namespace-path=/run/netns/{rig.id}",
         # A namespace path does not grant this inside (unlike --private-network).
         "--capability=CAP_NET_ADMIN",
+        # The tun device, as a rig's kernel has it: userspace WireGuard (wireguard-go) opens it (role tunnel).
+        "--bind=/dev/net/tun",
         "--resolv-conf=off",
         "--timezone=off",
         "--link-journal=no",

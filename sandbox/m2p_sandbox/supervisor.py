@@ -12,6 +12,7 @@ It runs ``systemd-nspawn --boot`` and
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -38,7 +39,10 @@ def supervise(rig_dir: Path) -> int:
 
     try:
         while True:
-            child = subprocess.Popen(nspawn_command(rig), stdin=subprocess.DEVNULL)
+            # /proc/sys/net writable, as on a real rig: the rig has its own network namespace, so its sysctls
+            # (a tunnel's forwarding) are its own; nspawn leaves them read-only under --network-namespace-path.
+            child = subprocess.Popen(nspawn_command(rig), stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"})
             asked_at: float | None = None
             while child.poll() is None:
                 owner_gone = rig.owner_pid is not None and not processes.is_alive(

@@ -85,7 +85,8 @@ def lab(tmp_path: Path) -> Iterator[tuple[sites.Lab, tunnel.TunnelPlan]]:
         for member, role in ROLE.items():
             the_lab.configure(role, names[member], tunnel.wg_config(plan, member, keys),
                               f"{plan.member(member).address}/{plan.network.prefixlen}", plan.mtu)
-        the_lab.run("hub", "sysctl", "-qw", "net.ipv4.ip_forward=1")  # the hub forwards between sites
+        # The hub forwards between sites, as role tunnel sets it: on the tunnel's interface only.
+        the_lab.run("hub", "sysctl", "-qw", f"net.ipv4.conf.{names['vps']}.forwarding=1")
         for member, role in ROLE.items():
             servers.append(subprocess.Popen(["ip", "netns", "exec", the_lab.ns(role), sys.executable, "-c", SERVER,
                                              str(plan.member(member).address), member]))

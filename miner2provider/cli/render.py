@@ -175,6 +175,8 @@ def status_table(rows: list[dict[str, Any]]) -> None:
             echo(f"{'':<{width}}    {r['detail']}")
         if r["agent"]:
             echo(f"{'':<{width}}    agent: {agent_line(r['agent'])}")
+        if r.get("tunnel"):
+            echo(f"{'':<{width}}    " + tunnel_line(r["tunnel"]))
         for lease in r.get("reclaims") or ():
             echo(f"{'':<{width}}    {reclaim_line(lease)}")
         if r.get("reclaimer"):
@@ -261,6 +263,15 @@ def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]],
         echo(f"{label} provider {printable_lines(f['hostname'] or state.url)} ({printable_lines(f['address'])}): "
              f"{f['active_leases']} active leases, {f['open_orders']} open orders, {f['deployments']} deployments")
     status_table(rows)
+
+
+def tunnel_line(tunnel: dict[str, Any]) -> str:
+    """``tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)``, red when it carries nothing."""
+    age = tunnel["handshake_age_s"]
+    said = "no handshake seen" if age is None else f"last handshake {age} s ago"
+    peers = tunnel["peers"]
+    line = f"tunnel: {tunnel['link']}, MTU {tunnel['mtu'] or '?'}, {said} ({peers} peer{'' if peers == 1 else 's'})"
+    return line if tunnel["ok"] else click.style(line + "; not carrying traffic: see docs/sites.md", fg="red")
 
 
 def reclaim_line(lease: dict[str, Any]) -> str:

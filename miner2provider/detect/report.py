@@ -16,7 +16,12 @@ from miner2provider.detect.drift import reasons_to_run
 from miner2provider.detect.facts.node import LEDGER_TAIL
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.facts.reclaimer import ReclaimerStatus
+from miner2provider.detect.facts.tunnel import Tunnel
 from miner2provider.detect.readiness import Verdict
+
+# WireGuard shakes hands again every 2 minutes while packets flow (REKEY_AFTER_TIME, 120 s), and the rigs' 25 s
+# keepalive keeps them flowing: a tunnel whose freshest handshake is older than this is not carrying traffic.
+TUNNEL_STALE_S = 180
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | N
     node (default its name); ``reclaimer``: the farm's (farm_reclaimer), whose leases on that node the row lists."""
     if not report.ok or report.facts is None:
         return {"schema": REPORT_SCHEMA, "rig": report.name, "state": "failed", "k3s": "-", "node": "-",
-                "gpus": report.error or "", "detail": "", "agent": None, "reclaims": [], "reclaimer": None}
+                "gpus": report.error or "", "detail": "", "agent": None, "reclaims": [], "reclaimer": None,
+                "tunnel": None}
     f = report.facts
     inst = f.installed
     drift = reasons_to_run(f.fingerprint, f.gpus, None)
@@ -92,7 +98,17 @@ def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | N
             # reclaimer's own last sweep.
             "reclaims": [asdict(lease) for lease in (reclaimer or own).on_node(node)] if node != "-" else [],
             "reclaimer": {"at": own.at, "last_error": own.last_error, "leases": len(own.leases)} if own.present
-            else None}
+            else None, "tunnel": tunnel_row(f.tunnel)}
+
+
+def tunnel_row(tunnel: Tunnel) -> dict[str, Any] | None:
+    """A farm across sites' member: its tunnel's state (``ok`` when up with a handshake in TUNNEL_STALE_S)."""
+    if not tunnel.present:
+        return None
+    age = tunnel.handshake_age_s()
+    ok = tunnel.link == "up" and age is not None and age <= TUNNEL_STALE_S
+    return {"ok": ok, "link": tunnel.link or "missing", "mtu": tunnel.mtu, "handshake_age_s": age,
+            "peers": len(tunnel.handshakes)}
 
 
 def report_from_json(data: Any) -> RigReport:

@@ -26,7 +26,7 @@ from miner2provider.agent.status import Lease
 from miner2provider.core import k8s_lines, textfiles
 from miner2provider.core.errors import BundleError, UsageError
 from miner2provider.core.inventory import Host
-from miner2provider.detect.report import RigReport
+from miner2provider.detect.report import RigReport, tunnel_row
 from miner2provider.fleet.bundle import pins
 from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.timeshare.model import duration_seconds
@@ -99,6 +99,21 @@ def k3s_target(host: Host, bundle: Bundle | None) -> str:
     if bundle is not None:
         return bundle.k3s.version
     return str(host.var("k3s_version") or pins.K3S_VERSION)
+
+
+def tunnel_refusal(report: RigReport, derived: dict[str, Any]) -> str | None:
+    """A farm across sites runs k3s on the tunnel (role variable k3s_flannel_iface): convert waits until the
+    member's tunnel carries traffic, which `m2p sites apply` sets up (k3s on a missing interface never starts)."""
+    if not derived.get("k3s_flannel_iface") or report.facts is None:
+        return None
+    row = tunnel_row(report.facts.tunnel)
+    if row is None:
+        return "it is in a farm across sites and has no tunnel yet: run `m2p sites apply` first"
+    if not row["ok"]:
+        age = row["handshake_age_s"]
+        age = "no handshake seen" if age is None else f"last handshake {age} s ago"
+        return f"its tunnel to the hub is not carrying traffic ({row['link']}, {age}): see `m2p status`"
+    return None
 
 
 def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived: dict[str, Any]) -> str | None:

@@ -91,8 +91,6 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     settings decide the role variables of every rig (role_vars.py)."""
     converting = playbook == "convert"  # revert always runs: it removes what any convert left
     fleet = inventory_hosts or hosts
-    if converting:
-        tunnel.refuse_until_built(fleet)
     if how.bundle is not None and converting:
         guards.check_bundle_images(how.bundle, hosts)
     derived = fleet_role_vars(fleet, how.run_inputs)
@@ -121,7 +119,7 @@ def triage_rig(host: Host, report: RigReport, how: RunOptions, derived: dict[str
     note = guards.no_adapter(report)
     reasons: tuple[str, ...] = ()
     if inputs is not None:
-        refusal = guards.k3s_refusal(host, report, targets, derived)
+        refusal = guards.k3s_refusal(host, report, targets, derived) or guards.tunnel_refusal(report, derived)
         if refusal:
             return Triage(RigOutcome(host.name, "failed", message=f"{host.name}: {refusal}; not touched"))
         reasons = fingerprint.reasons_to_run_on(report, inputs)
@@ -194,9 +192,10 @@ def drain_rigs(hosts: list[Host], opts: SshOptions, timeout_s: float, outcomes: 
     return cleared
 
 
-def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
+def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None,
+                     sites: tunnel.TunnelPlan | None = None) -> dict[str, dict[str, Any]]:
     """role_vars over ``rigs`` with the installed k3s role's default data directory."""
-    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs)
+    return role_vars(rigs, str(collection.role_defaults("k3s")["k3s_data_dir"]), run_inputs, sites)
 
 
 def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "", note: str = "") -> RigOutcome:
@@ -215,4 +214,4 @@ def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "",
 
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:
     """Every rig's role variables, derived from the whole inventory's settings."""
-    return derive_role_vars([Rig(h.name, h.address, h.groups, h.vars) for h in fleet], run_inputs)
+    return derive_role_vars([Rig(h.name, h.address, h.groups, h.vars) for h in fleet], run_inputs, tunnel.plan(fleet))

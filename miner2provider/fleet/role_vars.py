@@ -18,6 +18,7 @@ from typing import Any
 
 from miner2provider.core.inventory import python_of
 from miner2provider.core.settings import FEEDS, NO_MARKETPLACE
+from miner2provider.fleet.tunnel import TUNNEL_INTERFACE, TunnelPlan
 from miner2provider.market import DEFAULT as DEFAULT_MARKETPLACE
 from miner2provider.market import marketplace
 from miner2provider.market.base import Marketplace
@@ -50,8 +51,10 @@ class RunInputs:
     economics_files: Mapping[str, str] = field(default_factory=dict)  # rig -> absolute economics path
 
 
-def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = None) -> dict[str, dict[str, Any]]:
-    """Each rig's role variables.  ``k3s_data_dir``: the k3s role's default data directory."""
+def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = None,
+              sites: TunnelPlan | None = None) -> dict[str, dict[str, Any]]:
+    """Each rig's role variables.  ``k3s_data_dir``: the k3s role's default data directory; ``sites``: a farm
+    across sites' tunnel plan (fleet/tunnel.py), whose addresses k3s then runs on."""
     run = run or RunInputs()
     servers = [r for r in rigs if "k3s_server" in r.groups]
     slicing = sorted({n for r in rigs if (n := replicas(r)) > 1})
@@ -62,7 +65,10 @@ def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = No
                   else servers[0] if servers else None)
         derived = {target: rig.settings[name] for name, targets in FEEDS.items() if name in rig.settings
                    for target in targets}
+        if sites is not None:  # k3s runs on the tunnel: every address another member dials is a tunnel address
+            server = _through(server, sites)
         derived.update(_k3s(rig, server, k3s_data_dir))
+        derived.update(_over_tunnel(rig, sites))
         derived.update(_device_plugin(rig, slicing, k3s_data_dir))
         derived.update(_timeshare(rig, server, k3s_data_dir, run))
         derived.update(_python(rig))
@@ -99,6 +105,23 @@ def _k3s(rig: Rig, server: Rig | None, default: str) -> dict[str, Any]:
     return {**own, "k3s_agent_server_host": server.name,
             "k3s_agent_server_url": f"https://{server.address}:{API_PORT}",
             "k3s_agent_server_token_file": f"{data_dir(server, default)}/server/agent-token"}
+
+
+def _through(server: Rig | None, sites: TunnelPlan) -> Rig | None:
+    """The server as members reach it in a farm across sites: at its tunnel address."""
+    if server is None or server.name != sites.hub.name:
+        return server
+    return Rig(server.name, str(sites.hub.address), server.groups, server.settings)
+
+
+def _over_tunnel(rig: Rig, sites: TunnelPlan | None) -> dict[str, Any]:
+    """k3s on the tunnel: the node's IP is its tunnel address and flannel's VXLAN rides the tunnel's interface;
+    the server's certificate names its tunnel address too (agents dial it there)."""
+    if sites is None:
+        return {}
+    address = str(sites.member(rig.name).address)
+    own = {"k3s_node_ip": address, "k3s_flannel_iface": TUNNEL_INTERFACE}
+    return {**own, "k3s_tls_san": [address]} if rig.name == sites.hub.name else own
 
 
 def _device_plugin(rig: Rig, slicing: list[int], default: str) -> dict[str, Any]:

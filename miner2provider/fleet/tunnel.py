@@ -33,6 +33,7 @@ _DEFAULTS = {s.name: s.default for s in OWN}
 DEFAULT_NETWORK = str(_DEFAULTS["m2p_tunnel_network"])
 DEFAULT_MTU = int(_DEFAULTS["m2p_tunnel_mtu"])  # IPv6's minimum: every path carries it (RFC 8200); see above
 DEFAULT_PORT = 51820  # WireGuard's customary port
+TUNNEL_INTERFACE = "m2p0"  # role tunnel's tunnel_interface
 KEEPALIVE_S = 25  # wg(8): "a sensible interval that works with a wide variety of firewalls is 25"
 # k3s's defaults (cluster-cidr, service-cidr): a tunnel inside them would route pods into the tunnel.
 K3S_RANGES = (ipaddress.IPv4Network("10.42.0.0/16"), ipaddress.IPv4Network("10.43.0.0/16"))
@@ -150,18 +151,6 @@ def wg_config(tunnel: TunnelPlan, name: str, public_keys: Mapping[str, str]) -> 
     return "\n".join(["[Interface]", "", f"# the hub, {tunnel.hub.name}", "[Peer]",
                       f"PublicKey = {public_keys[tunnel.hub.name]}", f"Endpoint = {tunnel.endpoint}",
                       f"AllowedIPs = {tunnel.network}", f"PersistentKeepalive = {KEEPALIVE_S}"]) + "\n"
-
-
-def refuse_until_built(hosts: list[Host]) -> None:
-    """Convert a farm across sites only once m2p builds its tunnel: today it plans it (inventory check) and a NAT
-    lab proves the plan, but no role puts it on the rigs yet, and k3s over a tunnel that is not there would
-    leave every sited rig without its cluster."""
-    found = plan(hosts)
-    if found is not None:
-        first = next(h for h in hosts if h.name == found.rigs[0].name) if found.rigs else hosts[0]
-        raise InventoryError(f"{first.where}: m2p_site makes this a farm across sites, which m2p plans (m2p inventory "
-                             "check shows the tunnel) but cannot build yet: the rig-side tunnel and m2p join are "
-                             "still to come (docs/sites.md); remove m2p_site to convert rigs on one LAN")
 
 
 def site_needs(tunnel: TunnelPlan) -> list[str]:

@@ -1,17 +1,21 @@
 """A farm across sites on sandbox rigs (issue 37): `m2p sites apply` sets up each member's WireGuard tunnel with
-the role `tunnel` over real SSH and Ansible, keys made on each member.  The rigs share one LAN here (the NAT lab,
-tests/integration/test_sites_lab.py, proves the same plan behind masquerading routers); what this proves is the
-rig side: the refusal without WireGuard's tools, the two runs (keys, then configurations), userspace WireGuard
-under systemd, the hub forwarding only what arrives on the tunnel, a second run and --check changing nothing,
-and remove taking everything off."""
+the role `tunnel` over real SSH and Ansible, keys made on each member, then `m2p convert` runs k3s on it.  The rigs
+share one LAN here (the NAT lab, tests/integration/test_sites_lab.py, proves the same plan behind masquerading
+routers); what this proves is the rig side: the refusal without WireGuard's tools, the two runs (keys, then
+configurations), userspace WireGuard under systemd, the hub forwarding only what arrives on the tunnel, a second
+run and --check changing nothing, convert refused until the tunnel is up and then configuring k3s on it (the
+STAND-IN k3s stops at start when flannel's interface is missing, as flannel does), status showing each tunnel,
+and revert and remove taking everything off."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import yaml
 
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox.bundle import build_test_bundle
 
 from .conftest import m2p, outcomes, rig_entry, run, ssh
 
@@ -19,7 +23,8 @@ TOOLS = ("/usr/bin/wg", "/usr/bin/wireguard-go")  # Debian's wireguard-tools and
 
 
 def test_sites_apply_runs_each_members_tunnel_and_remove_takes_it_off(boot_rigs, tmp_path):
-    hub, home = boot_rigs(sandbox.RigSpec("st-hub", "plain"), sandbox.RigSpec("st-home", "hiveos"))
+    hub, home = boot_rigs(sandbox.RigSpec("st-hub", "plain", ("rtx3060",)),
+                          sandbox.RigSpec("st-home", "hiveos", ("rtx3060",)))
     inv = tmp_path / "rigs.yml"
     inv.write_text(yaml.safe_dump({"all": {"children": {
         "k3s_server": {"hosts": {"st-hub": rig_entry(hub, m2p_hub_endpoint=f"{hub.address}:51820")}},
@@ -33,6 +38,13 @@ def test_sites_apply_runs_each_members_tunnel_and_remove_takes_it_off(boot_rigs,
     assert "has no wg (WireGuard's tools): install wireguard-tools" in said["st-home"]["message"], said
     with ssh(home) as client:
         assert run(client, "sudo test -e /etc/m2p/tunnel")[0] == 1
+    bundle = tmp_path / "bundle"
+    build_test_bundle(bundle)
+    convert = ["convert", *common, "--bundle", str(bundle)]
+    early = m2p(*convert)  # k3s on a tunnel that is not there would never start: refused, rigs untouched
+    assert early.returncode == 12, early.stderr[-2000:]
+    assert {o["message"].split(": ", 1)[1] for o in outcomes(early).values()} == {
+        "it is in a farm across sites and has no tunnel yet: run `m2p sites apply` first; not touched"}
 
     for r in (hub, home):  # the owner installs them (apt-get install wireguard-tools wireguard-go)
         for tool in TOOLS:
@@ -63,6 +75,23 @@ def test_sites_apply_runs_each_members_tunnel_and_remove_takes_it_off(boot_rigs,
     assert {n: o["result"] for n, o in outcomes(again).items()} == {"st-hub": "converged", "st-home": "converged"}
     check = m2p("sites", "apply", *common, "--check")
     assert check.returncode == 0 and {o["result"] for o in outcomes(check).values()} == {"converged"}, check.stdout
+
+    converted = m2p(*convert)
+    assert converted.returncode == 0, converted.stdout[-2000:] + converted.stderr[-3000:]
+    assert {o["result"] for o in outcomes(converted).values()} == {"changed"}
+    with ssh(home) as client:
+        rc, out = run(client, "sudo cat /etc/rancher/k3s/config.yaml; systemctl is-active k3s-agent")
+        assert 'server: "https://10.237.0.1:6443"' in out and 'node-ip: "10.237.0.2"' in out, out
+        assert 'flannel-iface: "m2p0"' in out and out.rstrip().endswith("active"), out
+    with ssh(hub) as client:
+        rc, out = run(client, "sudo cat /etc/rancher/k3s/config.yaml")
+        assert 'node-ip: "10.237.0.1"' in out and 'tls-san:\n  - "10.237.0.1"' in out, out
+    shown = m2p("status", "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"), "--json")
+    tunnels = {r["rig"]: r["tunnel"] for r in json.loads(shown.stdout)}
+    assert all(t["ok"] and t["link"] == "up" and t["mtu"] == 1280 and t["peers"] == 1 for t in tunnels.values()), \
+        tunnels
+    reverted = m2p("revert", *common)
+    assert reverted.returncode == 0, reverted.stdout[-2000:] + reverted.stderr[-3000:]
 
     off = m2p("sites", "remove", *common)
     assert off.returncode == 0 and {o["result"] for o in outcomes(off).values()} == {"changed"}, off.stderr[-2000:]

@@ -11,6 +11,7 @@ from miner2provider.cli import main
 from miner2provider.core import inventory
 from miner2provider.core.errors import InventoryError
 from miner2provider.fleet import tunnel
+from miner2provider.fleet.pipeline import fleet_role_vars
 
 # Public keys made by `wg genkey | wg pubkey` (their private halves were thrown away).
 KEYS = {"vps": "/kahMTZJg3d6mRB0D1jH9vKqU12sjcS8qGHhO0VgaRE=", "rig-a1": "QhTzrh4j2kSO7hGTqsdnQCA9Z2HVPGclxeW5YHLh3Rc=",
@@ -122,11 +123,62 @@ def test_addresses_never_move_when_a_rig_is_added_at_the_end(tmp_path):
     assert after.member("rig-b2").address == ipaddress.IPv4Address("10.237.0.5")
 
 
-def test_convert_refuses_a_farm_across_sites_until_m2p_builds_its_tunnel(tmp_path, capsys):
-    """The plan exists, the rig side does not: k3s over a missing tunnel would strand every sited rig, so convert
-    stops before it connects to any rig (the addresses here answer nothing)."""
-    path = tmp_path / "rigs.yml"
-    path.write_text(FARM % ("", ""))
-    assert main(["convert", "-i", str(path), "--yes"]) == 3
-    err = capsys.readouterr().err
-    assert f"{path}:8: m2p_site makes this a farm across sites" in err and "docs/sites.md" in err
+def test_k3s_runs_on_the_tunnel_in_a_farm_across_sites(tmp_path):
+    """Every address a member dials is a tunnel address: the agents' server URL and the time-share agents' API;
+    each node's IP is its own, flannel rides the tunnel, and the server's certificate names its address."""
+    derived = fleet_role_vars(hosts(tmp_path))
+    assert {k: derived["rig-b1"][k] for k in ("k3s_node_ip", "k3s_flannel_iface", "k3s_agent_server_url",
+                                             "timeshare_agent_api_server")} == {
+        "k3s_node_ip": "10.237.0.4", "k3s_flannel_iface": "m2p0", "k3s_agent_server_url": "https://10.237.0.1:6443",
+        "timeshare_agent_api_server": "https://10.237.0.1:6443"}
+    assert {k: derived["vps"][k] for k in ("k3s_node_ip", "k3s_flannel_iface", "k3s_tls_san")} == {
+        "k3s_node_ip": "10.237.0.1", "k3s_flannel_iface": "m2p0", "k3s_tls_san": ["10.237.0.1"]}
+    assert "k3s_tls_san" not in derived["rig-b1"]
+    path = tmp_path / "lan.yml"
+    path.write_text("all:\n  children:\n    k3s_server:\n      hosts:\n        s: {ansible_host: 10.0.0.1}\n"
+                    "    k3s_agent:\n      hosts:\n        a: {ansible_host: 10.0.0.2}\n")
+    lan = fleet_role_vars(list(inventory.load(path).hosts))
+    assert "k3s_node_ip" not in lan["a"] and lan["a"]["k3s_agent_server_url"] == "https://10.0.0.1:6443"
+
+
+@pytest.mark.parametrize(("case", "said"), [
+    ("absent", "has no tunnel yet: run `m2p sites apply` first"),
+    ("rig-down", "not carrying traffic (down, last handshake 1 s ago)"),
+    ("no-sudo", "not carrying traffic (up, no handshake seen)"),
+    ("rig-up", None),
+])
+def test_convert_waits_for_a_sited_members_tunnel(case, said):
+    """guards.tunnel_refusal on the tunnel fact's golden outputs (tests/unit/facts/tunnel/)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from test_readiness import facts
+
+    from miner2provider.detect.facts.base import Output
+    from miner2provider.detect.facts.tunnel import TunnelFact
+    from miner2provider.detect.report import RigReport
+    from miner2provider.fleet import guards
+
+    golden = json.loads((Path(__file__).parent / "facts" / "tunnel" / f"{case}.json").read_text())
+    report = RigReport("rig-b1", "10.237.0.4", dataclasses.replace(
+        facts(), tunnel=TunnelFact.parse(Output(golden["output"], 0))), None)
+    found = guards.tunnel_refusal(report, {"k3s_flannel_iface": "m2p0"})
+    assert (found is None) if said is None else (found is not None and said in found)
+    assert guards.tunnel_refusal(report, {}) is None  # one LAN: no tunnel asked for
+
+
+def test_status_says_each_tunnel_and_marks_one_that_carries_nothing(capsys):
+    from miner2provider.cli import render
+    from miner2provider.detect.facts.tunnel import Handshake, Tunnel
+    from miner2provider.detect.report import tunnel_row
+
+    fresh = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 1_000),), 1_012)
+    stale = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 1_000),), 1_181)
+    assert tunnel_row(Tunnel(False)) is None
+    assert tunnel_row(fresh) == {"ok": True, "link": "up", "mtu": 1280, "handshake_age_s": 12, "peers": 1}
+    assert tunnel_row(stale)["ok"] is False  # older than TUNNEL_STALE_S (180 s)
+    assert render.tunnel_line(tunnel_row(fresh)) == "tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)"
+    assert "not carrying traffic" in render.tunnel_line(tunnel_row(stale))
+    clock_back = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 2_000),), 1_000)
+    assert tunnel_row(clock_back)["handshake_age_s"] == 0  # a rig clock stepped back never reads as negative

@@ -18,12 +18,13 @@ from miner2provider.detect.facts.system import (
     PythonFact,
     SudoFact,
 )
+from miner2provider.detect.facts.tunnel import TunnelFact
 
 # Every fact the detect probe gathers, in the order the probe runs them.
 ALL_FACTS = (
     OsReleaseFact, KernelFact, CgroupFact, CpuFact, MemoryFact, DisksFact, PythonFact, SudoFact,
     MiningOsFact, MinerFact, GpusFact, CudaFact, AmdGpusFact, InstalledFact, HostnameFact, DefaultRouteFact, XidFact,
-    FingerprintFact, AgentStatusFact, AgentLedgerFact, ReclaimerFact,
+    FingerprintFact, AgentStatusFact, AgentLedgerFact, ReclaimerFact, TunnelFact,
 )
 # Facts asked of one rig when a command needs them, never by the probe.
 ON_DEMAND_FACTS = (ListeningFact,)

@@ -29,6 +29,7 @@ from miner2provider.detect.facts.mining_os import MinerState, MiningOs
 from miner2provider.detect.facts.node import Installed
 from miner2provider.detect.facts.reclaimer import ReclaimerStatus
 from miner2provider.detect.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
+from miner2provider.detect.facts.tunnel import Tunnel
 
 FACT_MARK = "@@m2p-fact "
 RC_MARK = "@@m2p-rc "
@@ -96,6 +97,7 @@ class RigFacts:
     agent_ledger: tuple[Entry, ...]
     # The farm's reclaimer (the k3s server only); absent from reports stored before it was probed.
     reclaimer: ReclaimerStatus = ReclaimerStatus(False)
+    tunnel: Tunnel = Tunnel(False)  # a farm across sites' member (absent from older stored reports too)
 
 
 class ProbeIncomplete(ValueError):

@@ -1,0 +1,78 @@
+"""A farm across sites: the member's WireGuard tunnel (role tunnel), read-only.
+
+Its public key (0644; the private key is never read), whether its interface is up and its MTU (sysfs), and each
+peer's latest handshake (``wg show IF latest-handshakes``: ``KEY<TAB>EPOCH``, 0 for never; it needs root, so
+``sudo -n`` where the login user may, else no peers are said).  ``now`` is the rig's own clock, so a handshake's
+age is measured on one clock even when the rig's has stepped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from miner2provider.detect.facts.base import Fact, Output, whole
+
+TUNNEL_INTERFACE = "m2p0"  # role tunnel's tunnel_interface
+PUBLIC_KEY = "/etc/m2p/tunnel/public.key"  # role tunnel's tunnel_dir
+IFF_UP = 0x1
+
+
+@dataclass(frozen=True)
+class Handshake:
+    peer: str  # its public key
+    at: int  # seconds since the epoch on the rig's clock; 0: never
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    present: bool  # the member has a key: m2p sites apply ran there
+    public_key: str = ""
+    link: str = ""  # up | down | "" (no interface)
+    mtu: int | None = None
+    handshakes: tuple[Handshake, ...] = ()
+    now: int | None = None
+
+    def handshake_age_s(self) -> int | None:
+        """Seconds since the freshest handshake with any peer; None when none ever happened (or none is said)."""
+        done = [h.at for h in self.handshakes if h.at > 0]
+        return None if not done or self.now is None else max(0, self.now - max(done))
+
+
+class TunnelFact(Fact[Tunnel]):
+    """``key <public key>``, ``link <flags> <mtu>``, ``peer <key> <epoch>`` per peer, ``now <epoch>``."""
+
+    name = "tunnel"
+    command = (
+        f"IF={TUNNEL_INTERFACE}; [ -r {PUBLIC_KEY} ] && echo \"key $(head -c 100 {PUBLIC_KEY})\"; "
+        'if [ -d "/sys/class/net/$IF" ]; then '
+        'echo "link $(cat "/sys/class/net/$IF/flags") $(cat "/sys/class/net/$IF/mtu")"; '
+        "S=; [ \"$(id -u)\" = 0 ] || ! sudo -n true 2>/dev/null || S='sudo -n'; "
+        '$S wg show "$IF" latest-handshakes 2>/dev/null | head -n 1000 | sed "s/^/peer /"; fi; '
+        'echo "now $(date +%s)"; true'
+    )
+
+    @staticmethod
+    def parse(out: Output) -> Tunnel:
+        key, link, mtu, now = "", "", None, None
+        handshakes = []
+        for line in out.text.splitlines():
+            kind, _, rest = line.partition(" ")
+            fields = rest.split()
+            if kind == "key" and len(fields) == 1:
+                key = fields[0][:60]
+            elif kind == "link" and len(fields) == 2:
+                flags = _hex(fields[0])
+                link = "" if flags is None else "up" if flags & IFF_UP else "down"
+                mtu = whole(fields[1])
+            elif kind == "peer" and len(fields) == 2 and (at := whole(fields[1])) is not None:
+                handshakes.append(Handshake(fields[0][:60], at))
+            elif kind == "now" and len(fields) == 1:
+                now = whole(fields[0])
+        return Tunnel(bool(key), key, link, mtu, tuple(handshakes), now)
+
+
+def _hex(text: str) -> int | None:
+    try:
+        return int(text, 16) if text.startswith("0x") and len(text) <= 10 else None
+    except ValueError:
+        return None

@@ -197,6 +197,7 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "next_change": agent.next_change, "mine_at": agent.mine_at,
         "leases": [lease.pod for lease in agent.leases],
         "reclaims": reclaims(status),
+        "tunnel": tunnel(status),
         "agent_error": agent.last_error,
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
         "earnings": earnings(totals, [m for m, _ in models], economics, valued["measured_per_gpu_day"]),
@@ -213,6 +214,17 @@ def reclaims(status_row: dict[str, Any]) -> list[dict[str, str]]:
     found = status_row.get("reclaims")
     return [{key: str(lease.get(key) or "") for key in RECLAIM_FIELDS}
             for lease in (found if isinstance(found, list) else []) if isinstance(lease, dict)]
+
+
+def tunnel(status_row: dict[str, Any]) -> dict[str, Any] | None:
+    """A farm across sites' member: its tunnel as the last sweep saw it (detect/report.py's tunnel_row), checked."""
+    found = status_row.get("tunnel")
+    if not isinstance(found, dict):
+        return None
+    age, mtu, peers = found.get("handshake_age_s"), found.get("mtu"), found.get("peers")
+    return {"ok": found.get("ok") is True, "link": str(found.get("link") or "")[:20],
+            "mtu": mtu if isinstance(mtu, int) else None, "handshake_age_s": age if isinstance(age, int) else None,
+            "peers": peers if isinstance(peers, int) else 0}
 
 
 def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7) -> dict[str, Any]:

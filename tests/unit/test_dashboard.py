@@ -25,6 +25,7 @@ from miner2provider.dashboard.app import DashboardConfig, create_app
 from miner2provider.dashboard.collect import snapshot
 from miner2provider.dashboard.history import History
 from miner2provider.detect.facts.reclaimer import ReclaimedLease, ReclaimerStatus
+from miner2provider.detect.facts.tunnel import Handshake, Tunnel
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
@@ -139,12 +140,18 @@ RECLAIMING = ReclaimerStatus(True, "2026-11-24T06:00:00+00:00", "", (ReclaimedLe
     3600.0, "wait", "<b>y</b>its deadline comes before mining starts", ""),))
 
 
+# rig01's tunnel shook hands 12 s before the sweep; rig02's not for 400 s (a farm across sites, docs/sites.md).
+TUNNELS = {"rig01": Tunnel(True, "k", "up", 1280, (Handshake("h", 1_000),), 1_012),
+           "rig02": Tunnel(True, "k", "up", 1280, (Handshake("h", 1_000),), 1_400)}
+
+
 def report(name, leases=(), reclaiming=None):
     f = facts()
     status = AgentStatus(True, "leasing" if leases else "idle-mining", "2026-11-24T05:00:00+00:00", "", "schedule",
                          "", tuple(Lease(p, "2026-11-24T05:00:00+00:00") for p in leases),
                          mine_at="<b>x</b>2026-11-24T18:00" if leases else "")
     f = dataclasses.replace(f, agent_status=status, reclaimer=reclaiming or ReclaimerStatus(False),
+                            tunnel=TUNNELS.get(name, Tunnel(False)),
                             installed=dataclasses.replace(f.installed, k3s="v1.31.4+k3s1", k3s_service="k3s"))
     return RigReport(name, "10.0.0.1", f, assess(f))
 
@@ -229,6 +236,9 @@ def test_the_api_shows_the_fleet_and_the_page_the_same(world):
         assert "<svg" in rig02 and "akash1t/77/1/1/akash1p: reclaiming, ends 2026-11-24T07:00:00+00:00" in rig02
         assert 'id="rig-reclaims"' not in client.get("/rigs/rig01").text
         assert "being reclaimed for mining" in page
+        assert [r["tunnel"]["ok"] for r in fleet["rigs"]] == [True, False] and "tunnel: up, carrying nothing" in page
+        assert "last handshake 400 s before the sweep (1 peer): not carrying traffic" in " ".join(rig02.split())
+        assert "last handshake 12 s before the sweep (1 peer)." in " ".join(client.get("/rigs/rig01").text.split())
 
 
 def test_actions_plan_first_refuse_a_leased_rig_and_come_only_from_the_page(world):

@@ -81,6 +81,7 @@ def report(ctx: Context, r: RigReport) -> None:
             ("gpus", gpus_line(f)),
             ("miner", (("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running")
                       + f"; control: {mos.miner_control}"),
+            ("on gpus", holders_line(f)),
             ("stack", f"container toolkit: {f.installed.container_toolkit or '-'}, k3s: {f.installed.k3s or '-'}"
                       f"{' (' + f.installed.k3s_service + ' active)' if f.installed.k3s_service else ''}, "
                       f"m2p agent: {f.installed.agent or '-'}"),
@@ -91,6 +92,17 @@ def report(ctx: Context, r: RigReport) -> None:
         echo(click.style(f"  x {b.sentence}", fg="red"))
     for w in (*(f.sentence for f in v.warnings), *r.warnings):
         echo(click.style(f"  ! {w}", fg="yellow"))
+
+
+def holders_line(f: RigFacts) -> str:
+    """``t-rex (pid 812, 2 GPUs; wrapper h-run.sh, screen); unknown GPU process python3 (pid 90, 1 GPU; unit x)``."""
+    parts = []
+    for h in f.holders:
+        kind = ("container" if h.in_container else h.miner) or "unknown GPU process"
+        name = h.program if kind == h.miner else f"{kind} {h.program}"
+        kept = "; " + ", ".join(h.supervisors) if h.supervisors else "; started by hand"
+        parts.append(f"{name} (pid {h.pid}, {len(h.gpus)} GPU{'' if len(h.gpus) == 1 else 's'}{kept})")
+    return "; ".join(parts) or "nothing"
 
 
 def gpus_line(f: RigFacts) -> str:

@@ -25,6 +25,7 @@ from miner2provider.detect.facts.base import Output, whole
 from miner2provider.detect.facts.fingerprint import Fingerprint
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.facts.health import DefaultRoute, XidErrors
+from miner2provider.detect.facts.holders import Holder
 from miner2provider.detect.facts.mining_os import MinerState, MiningOs
 from miner2provider.detect.facts.node import Installed
 from miner2provider.detect.facts.reclaimer import ReclaimerStatus
@@ -98,6 +99,7 @@ class RigFacts:
     # The farm's reclaimer (the k3s server only); absent from reports stored before it was probed.
     reclaimer: ReclaimerStatus = ReclaimerStatus(False)
     tunnel: Tunnel = Tunnel(False)  # a farm across sites' member (absent from older stored reports too)
+    holders: tuple[Holder, ...] = ()  # the processes holding its GPUs (issue 38)
 
 
 class ProbeIncomplete(ValueError):

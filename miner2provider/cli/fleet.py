@@ -17,6 +17,7 @@ from miner2provider.fleet.runner import Event
 from . import render
 from .app import Context, cli, pass_ctx
 from .options import FleetSettings, fleet_options, full_option, load_inventory, yes_option
+from .options import confirm as ask_yes
 
 
 def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
@@ -49,8 +50,8 @@ def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = Fals
     hosts = inv.select(fleet.limit)
     bundle = _load_bundle(ctx, fleet.bundle)
     if confirm:
-        click.confirm(f"{playbook} {len(hosts)} rigs ({', '.join(h.name for h in hosts[:5])}"
-                      f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
+        ask_yes(f"{playbook} {render.counted(len(hosts), 'rig')} ({', '.join(h.name for h in hosts[:5])}"
+                f"{', ...' if len(hosts) > 5 else ''})?")
     how = RunOptions(bundle=bundle, check=check, batch=fleet.batch, max_fail_pct=fleet.max_fail,
                      on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts, full=full, run_inputs=run_inputs,
                      drain_timeout_s=fleet.drain_timeout_s)
@@ -119,8 +120,8 @@ def remove_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:
     inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
     if not yes:
-        click.confirm(f"forget {len(hosts)} rigs for good ({', '.join(h.name for h in hosts[:5])}"
-                      f"{', ...' if len(hosts) > 5 else ''})?", abort=True, err=True)
+        ask_yes(f"forget {render.counted(len(hosts), 'rig')} for good ({', '.join(h.name for h in hosts[:5])}"
+                f"{', ...' if len(hosts) > 5 else ''})?")
     outcomes = remove_rigs(hosts, list(inv.hosts), fleet.ssh, on_event=_progress(ctx),
                            keep_artifacts=fleet.keep_artifacts)
     render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)

@@ -36,7 +36,7 @@ from miner2provider.timeshare import economics
 from . import render
 from .app import Context, cli, pass_ctx
 from .fleet import _progress, raise_failures
-from .options import inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
+from .options import confirm, inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
 from .rigs import detect_said, gpus_of
 
 provider_option = click.option("-p", "--provider", "provider_path", default="provider.yml", show_default=True,
@@ -162,7 +162,7 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     ctx.note(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
              f"prices (USD per GPU-month): {prices}")
     if not check and not yes:
-        click.confirm(f"install {market.label}'s provider on {server.name}?", abort=True, err=True)
+        confirm(f"install {market.label}'s provider on {server.name}?")
     outcome = provider_run.apply(server, hosts, stack, market.provider_parts, ssh, check=check,
                                  on_event=_progress(ctx), keep_artifacts=_path(keep_artifacts))
     _finish([outcome], as_json, check, "m2p provider apply")
@@ -193,7 +193,7 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
         raise ProviderError("; ".join(guards.refusal(h.name, running, now) for h, running in leased)
                             + " (the provider serves those leases: --drain waits for them)")
     if not check and not yes:
-        click.confirm(f"take {market.label}'s provider off {server.name}?", abort=True, err=True)
+        confirm(f"take {market.label}'s provider off {server.name}?")
     drained = [h for h, _ in leased]
     try:
         if drained and not check:

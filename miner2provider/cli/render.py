@@ -34,6 +34,11 @@ def echo_yaml(data: Any) -> None:
     click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 rig``, ``2 rigs``: a count a person reads once (nouns here take an s)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def echo(text: str = "", err: bool = False) -> None:
     """A line (or lines) for the terminal: what a rig or a file said cannot move the cursor, ring, retitle
     the terminal or reverse the text (control and bidi characters escaped; click.style's colours kept)."""

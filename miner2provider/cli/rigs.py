@@ -70,7 +70,8 @@ def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as
              **({"site": h.var("m2p_site") or "", "tunnel_address": str(sites.member(h.name).address)} if sites
                 else {})} for h in inv.hosts], "sites": needs})
         return
-    ctx.info(f"{file}: OK, {len(inv.hosts)} rigs in {len(groups)} groups ({', '.join(groups)})")
+    ctx.info(f"{file}: OK, {render.counted(len(inv.hosts), 'rig')} in {render.counted(len(groups), 'group')} "
+             f"({', '.join(groups)})")
     for h in inv.hosts:
         ctx.detail(f"  {h.name}: {h.user or '(current user)'}@{h.address}:{h.port}"
                    f"{' password set' if h.password else ''}")

@@ -11,7 +11,7 @@ from miner2provider.fleet import sites, tunnel
 from . import render
 from .app import Context, cli, pass_ctx
 from .fleet import _progress, raise_pending
-from .options import inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
+from .options import confirm, inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
 
 check_option = click.option("--check", is_flag=True, help="Show what would change; change nothing.  Exit 1: pending.")
 
@@ -37,7 +37,7 @@ def sites_apply(ctx: Context, inventory_file: str, check: bool, yes: bool, vault
     for line in tunnel.site_needs(sites.plan_of(hosts)):
         ctx.note(line)
     if not check and not yes:
-        click.confirm(f"set up the tunnels of {len(hosts)} members?", abort=True, err=True)
+        confirm(f"set up the tunnels of {render.counted(len(hosts), 'member')}?")
     outcomes = sites.apply(hosts, ssh, check=check, on_event=_progress(ctx))
     render.outcomes(outcomes, as_json, show_tasks=check)
     raise_pending(outcomes, "m2p sites apply")
@@ -56,7 +56,7 @@ def sites_remove(ctx: Context, inventory_file: str, check: bool, yes: bool, vaul
     """Take every member's tunnel off: its unit, interface, configuration and keys."""
     hosts = list(load_inventory(inventory_file, vault_password_file).hosts)
     if not check and not yes:
-        click.confirm(f"take the tunnels of {len(hosts)} members off?", abort=True, err=True)
+        confirm(f"take the tunnels of {render.counted(len(hosts), 'member')} off?")
     outcomes = sites.remove(hosts, ssh, check=check, on_event=_progress(ctx))
     render.outcomes(outcomes, as_json, show_tasks=check)
     raise_pending(outcomes, "m2p sites remove")

@@ -158,6 +158,7 @@ def site_needs(tunnel: TunnelPlan) -> list[str]:
     lines = [f"hub {tunnel.hub.name} ({tunnel.hub.address}): UDP {tunnel.port} reachable from every site at "
              f"{tunnel.endpoint}; it forwards between sites"]
     for site, names in tunnel.sites.items():
-        lines.append(f"site {site}: {len(names)} rigs ({', '.join(names)}) dial out to {tunnel.endpoint}; no port "
+        rigs = f"{len(names)} rig{'' if len(names) == 1 else 's'}"
+        lines.append(f"site {site}: {rigs} ({', '.join(names)}) dial out to {tunnel.endpoint}; no port "
                      f"to forward there; tunnel MTU {tunnel.mtu}")
     return lines

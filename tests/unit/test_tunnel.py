@@ -54,7 +54,7 @@ def test_the_server_is_the_hub_and_rigs_get_addresses_in_inventory_order(tmp_pat
         "hub vps (10.237.0.1): UDP 51820 reachable from every site at vps.example.net:51820; it forwards between sites",
         "site home: 2 rigs (rig-a1, rig-a2) dial out to vps.example.net:51820; no port to forward there; tunnel MTU "
         "1280",
-        "site uncle: 1 rigs (rig-b1) dial out to vps.example.net:51820; no port to forward there; tunnel MTU 1280"]
+        "site uncle: 1 rig (rig-b1) dial out to vps.example.net:51820; no port to forward there; tunnel MTU 1280"]
 
 
 def test_the_hub_allows_each_rig_only_its_own_address_and_rigs_reach_everyone_through_the_hub(tmp_path):
@@ -107,7 +107,7 @@ def test_inventory_check_says_what_each_site_needs(tmp_path, capsys):
     path.write_text(FARM % ("", ""))
     assert main(["inventory", "check", str(path)]) == 0
     out = capsys.readouterr()
-    assert "site uncle: 1 rigs (rig-b1) dial out to vps.example.net:51820; no port to forward there" in out.out + out.err
+    assert "site uncle: 1 rig (rig-b1) dial out to vps.example.net:51820; no port to forward there" in out.out + out.err
     path.write_text((FARM % ("", "")).replace("m2p_site: home", "m2p_sitee: home", 1))
     assert main(["inventory", "check", str(path)]) == 3
     assert "did you mean m2p_site" in capsys.readouterr().err
@@ -182,3 +182,18 @@ def test_status_says_each_tunnel_and_marks_one_that_carries_nothing(capsys):
     assert "not carrying traffic" in render.tunnel_line(tunnel_row(stale))
     clock_back = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 2_000),), 1_000)
     assert tunnel_row(clock_back)["handshake_age_s"] == 0  # a rig clock stepped back never reads as negative
+
+
+def test_without_a_terminal_a_confirmation_says_to_pass_yes_even_in_json(tmp_path, capsys):
+    """A prompt that reads end-of-file (cron, a pipe, CI) must not look like Ctrl-C: exit 2 with the fix, and
+    with --json the error is the JSON object README promises.  Nothing is asked of any rig before it."""
+    import json
+
+    path = tmp_path / "rigs.yml"
+    path.write_text(FARM % ("", ""))
+    assert main(["sites", "apply", "-i", str(path), "--json"]) == 2
+    out = capsys.readouterr()
+    said = json.loads(out.out)
+    assert "set up the tunnels of 4 members? needs a yes, and there is no terminal to ask: pass --yes" in said["error"]
+    assert main(["convert", "-i", str(path)]) == 2
+    assert "convert 4 rigs (vps, rig-a1, rig-a2, rig-b1)? needs a yes" in capsys.readouterr().err

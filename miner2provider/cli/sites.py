@@ -3,6 +3,9 @@ are fleet/sites.py; this module only reads options, asks and prints."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from miner2provider.detect.ssh import SshOptions
@@ -16,19 +19,21 @@ from .options import confirm, inventory_option, json_option, load_inventory, ssh
 check_option = click.option("--check", is_flag=True, help="Show what would change; change nothing.  Exit 1: pending.")
 
 
+def member_run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What both commands take: the inventory, --check, --yes, the vault, --json, SSH; and the context."""
+    for option in reversed((inventory_option(), check_option, yes_option, vault_option, json_option, ssh_options,
+                            pass_ctx)):
+        f = option(f)
+    return f
+
+
 @cli.group("sites")
 def sites_group() -> None:
     """A farm across sites: each rig's WireGuard tunnel to the farm's hub (its k3s server)."""
 
 
 @sites_group.command("apply")
-@inventory_option()
-@check_option
-@yes_option
-@vault_option
-@json_option
-@ssh_options
-@pass_ctx
+@member_run_options
 def sites_apply(ctx: Context, inventory_file: str, check: bool, yes: bool, vault_password_file: str | None,
                 as_json: bool, ssh: SshOptions) -> None:
     """Set up the tunnels of the inventory's plan: each member makes its own key (it never leaves the member),
@@ -44,13 +49,7 @@ def sites_apply(ctx: Context, inventory_file: str, check: bool, yes: bool, vault
 
 
 @sites_group.command("remove")
-@inventory_option()
-@check_option
-@yes_option
-@vault_option
-@json_option
-@ssh_options
-@pass_ctx
+@member_run_options
 def sites_remove(ctx: Context, inventory_file: str, check: bool, yes: bool, vault_password_file: str | None,
                  as_json: bool, ssh: SshOptions) -> None:
     """Take every member's tunnel off: its unit, interface, configuration and keys."""

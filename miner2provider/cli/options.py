@@ -45,14 +45,6 @@ def inventory_option(required: bool = True, help: str = INVENTORY_HELP) -> Decor
 limit_option = click.option("--limit", "-l", help="Only these hosts or groups (comma-separated).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-
-
-def confirm(question: str) -> None:
-    """Ask before a change (no: exit 130).  Without a terminal to ask (a script, cron, a pipe), a prompt would read
-    end-of-file and look like Ctrl-C: say to pass --yes instead (exit 2, bad usage; a JSON error with --json)."""
-    if not sys.stdin.isatty():
-        raise UsageError(f"{question} needs a yes, and there is no terminal to ask: pass --yes (-y) to confirm")
-    click.confirm(question, abort=True, err=True)
 vault_option = click.option(
     "--vault-password-file", type=click.Path(exists=True, dir_okay=False), envvar="M2P_VAULT_PASSWORD_FILE",
     help="Decrypts !vault values in the inventory.  [env M2P_VAULT_PASSWORD_FILE]")
@@ -62,6 +54,15 @@ bundle_option = click.option(
 full_option = click.option(
     "--full", is_flag=True,
     help="Run the playbook on every rig, also on rigs whose fingerprint says they are converged and undrifted.")
+
+
+def confirm(question: str) -> None:
+    """Ask before a change (no: exit 130).  Without a terminal to ask (a script, cron, a pipe), a prompt would read
+    end-of-file and look like Ctrl-C: say to pass --yes instead (exit 2, bad usage; a JSON error with --json)."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"{question} needs a yes, and there is no terminal to ask: pass --yes (-y) to confirm")
+    click.confirm(question, abort=True, err=True)
+
 
 class Seconds(click.FloatRange):
     """A number of seconds in a range; ``nan`` and ``inf``, which every comparison lets through, are refused."""

@@ -15,7 +15,7 @@ import yaml
 
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
-from miner2provider.detect.report import RigReport
+from miner2provider.detect.report import RigReport, handshake_said
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
 from miner2provider.market.base import FleetAttributes, ProviderState, Verdict
@@ -106,7 +106,7 @@ def holders_line(f: RigFacts) -> str:
         kind = ("container" if h.in_container else h.miner) or "unknown GPU process"
         name = h.program if kind == h.miner else f"{kind} {h.program}"
         kept = "; " + ", ".join(h.supervisors) if h.supervisors else "; started by hand"
-        parts.append(f"{name} (pid {h.pid}, {len(h.gpus)} GPU{'' if len(h.gpus) == 1 else 's'}{kept})")
+        parts.append(f"{name} (pid {h.pid}, {counted(len(h.gpus), 'GPU')}{kept})")
     return "; ".join(parts) or "nothing"
 
 
@@ -284,10 +284,8 @@ def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]],
 
 def tunnel_line(tunnel: dict[str, Any]) -> str:
     """``tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)``, red when it carries nothing."""
-    age = tunnel["handshake_age_s"]
-    said = "no handshake seen" if age is None else f"last handshake {age} s ago"
-    peers = tunnel["peers"]
-    line = f"tunnel: {tunnel['link']}, MTU {tunnel['mtu'] or '?'}, {said} ({peers} peer{'' if peers == 1 else 's'})"
+    line = (f"tunnel: {tunnel['link']}, MTU {tunnel['mtu'] or '?'}, {handshake_said(tunnel['handshake_age_s'])} "
+            f"({counted(tunnel['peers'], 'peer')})")
     return line if tunnel["ok"] else click.style(line + "; not carrying traffic: see docs/sites.md", fg="red")
 
 

@@ -59,5 +59,3 @@ def sites_remove(ctx: Context, inventory_file: str, check: bool, yes: bool, vaul
     outcomes = sites.remove(hosts, ssh, check=check, on_event=_progress(ctx))
     render.outcomes(outcomes, as_json, show_tasks=check)
     raise_pending(outcomes, "m2p sites remove")
-
-

@@ -101,6 +101,11 @@ def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | N
             else None, "tunnel": tunnel_row(f.tunnel)}
 
 
+def handshake_said(age_s: int | None) -> str:
+    """A tunnel row's handshake age as status and convert's refusal say it."""
+    return "no handshake seen" if age_s is None else f"last handshake {age_s} s ago"
+
+
 def tunnel_row(tunnel: Tunnel) -> dict[str, Any] | None:
     """A farm across sites' member: its tunnel's state (``ok`` when up with a handshake in TUNNEL_STALE_S)."""
     if not tunnel.present:

@@ -26,7 +26,7 @@ from miner2provider.agent.status import Lease
 from miner2provider.core import k8s_lines, textfiles
 from miner2provider.core.errors import BundleError, UsageError
 from miner2provider.core.inventory import Host
-from miner2provider.detect.report import RigReport, tunnel_row
+from miner2provider.detect.report import RigReport, handshake_said, tunnel_row
 from miner2provider.fleet.bundle import pins
 from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.timeshare.model import duration_seconds
@@ -110,9 +110,8 @@ def tunnel_refusal(report: RigReport, derived: dict[str, Any]) -> str | None:
     if row is None:
         return "it is in a farm across sites and has no tunnel yet: run `m2p sites apply` first"
     if not row["ok"]:
-        age = row["handshake_age_s"]
-        age = "no handshake seen" if age is None else f"last handshake {age} s ago"
-        return f"its tunnel to the hub is not carrying traffic ({row['link']}, {age}): see `m2p status`"
+        said = handshake_said(row["handshake_age_s"])
+        return f"its tunnel to the hub is not carrying traffic ({row['link']}, {said}): see `m2p status`"
     return None
 
 

@@ -90,9 +90,9 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     """Run ``playbook`` on ``hosts``, chosen from ``inventory_hosts`` (default: the same rigs), whose
     settings decide the role variables of every rig (role_vars.py)."""
     converting = playbook == "convert"  # revert always runs: it removes what any convert left
-    fleet = inventory_hosts or hosts
     if how.bundle is not None and converting:
         guards.check_bundle_images(how.bundle, hosts)
+    fleet = inventory_hosts or hosts
     derived = fleet_role_vars(fleet, how.run_inputs)
     inputs = fingerprint.expected_inputs(hosts, derived, how.bundle) if converting else {}
     targets = {h.name: guards.k3s_target(h, how.bundle) for h in fleet}

@@ -18,7 +18,8 @@ from typing import Any
 
 from miner2provider.core.inventory import python_of
 from miner2provider.core.settings import FEEDS, NO_MARKETPLACE
-from miner2provider.fleet.tunnel import TUNNEL_INTERFACE, TunnelPlan
+from miner2provider.detect.facts.tunnel import TUNNEL_INTERFACE
+from miner2provider.fleet.tunnel import TunnelPlan
 from miner2provider.market import DEFAULT as DEFAULT_MARKETPLACE
 from miner2provider.market import marketplace
 from miner2provider.market.base import Marketplace

@@ -20,13 +20,11 @@ from typing import Any
 from miner2provider.core import collection
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
+from miner2provider.detect.facts.tunnel import PUBLIC_KEY
 from miner2provider.detect.ssh import SshOptions, fan_out
 from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import RigOutcome, outcome_of
 from miner2provider.fleet.runner import Event, run_playbook
-
-TUNNEL_DIR = "/etc/m2p/tunnel"  # role tunnel's tunnel_dir
-PUBLIC_KEY = f"{TUNNEL_DIR}/public.key"
 
 
 def plan_of(hosts: list[Host]) -> tunnel.TunnelPlan:

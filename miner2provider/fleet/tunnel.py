@@ -33,7 +33,6 @@ _DEFAULTS = {s.name: s.default for s in OWN}
 DEFAULT_NETWORK = str(_DEFAULTS["m2p_tunnel_network"])
 DEFAULT_MTU = int(_DEFAULTS["m2p_tunnel_mtu"])  # IPv6's minimum: every path carries it (RFC 8200); see above
 DEFAULT_PORT = 51820  # WireGuard's customary port
-TUNNEL_INTERFACE = "m2p0"  # role tunnel's tunnel_interface
 KEEPALIVE_S = 25  # wg(8): "a sensible interval that works with a wide variety of firewalls is 25"
 # k3s's defaults (cluster-cidr, service-cidr): a tunnel inside them would route pods into the tunnel.
 K3S_RANGES = (ipaddress.IPv4Network("10.42.0.0/16"), ipaddress.IPv4Network("10.43.0.0/16"))

@@ -22,6 +22,7 @@ from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.detect.facts.tunnel import PUBLIC_KEY
 from miner2provider.detect.ssh import SshOptions, fan_out
+from miner2provider.detect.survey import detect
 from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import RigOutcome, outcome_of
 from miner2provider.fleet.runner import Event, run_playbook
@@ -76,13 +77,23 @@ def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event:
 def remove(hosts: list[Host], opts: SshOptions, *, check: bool = False,
            on_event: Callable[[Event], None] | None = None, keep_artifacts: Path | None = None) -> list[RigOutcome]:
     plan_of(hosts)
-    _, _, silent = public_keys(hosts, opts)  # learns host keys; a silent member is said, the others go on
-    live = [h for h in hosts if h.name not in silent]
+    # The probe first (it learns host keys too): a member that does not answer is said, and one whose k3s runs
+    # on the tunnel is refused, since taking the tunnel off would cut its node, and any lease on it, off the
+    # cluster.  The others go on.
+    refused: dict[str, RigOutcome] = {}
+    for report in detect(hosts, opts):
+        if not report.ok or report.facts is None:
+            refused[report.name] = RigOutcome(report.name, "unreachable", message=report.error or "no answer")
+        elif report.facts.installed.k3s_service:
+            refused[report.name] = RigOutcome(report.name, "failed", message=(
+                f"{report.name}: {report.facts.installed.k3s_service} runs on its tunnel: `m2p revert` it first "
+                "(the tunnel's loss would cut its node and any lease on it off the cluster); not touched"))
+    live = [h for h in hosts if h.name not in refused]
     run = run_playbook(collection.playbook("tunnel"), live, role_vars={h.name: {"tunnel_state": "absent"}
                                                                          for h in live},
                        check=check, known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
-    return [RigOutcome(h.name, "unreachable", message=silent[h.name]) if h.name in silent else
-            outcome_of(h.name, run, check=check, why="tunnel and keys removed", note="no tunnel was there")
+    return [refused.get(h.name) or outcome_of(h.name, run, check=check, why="tunnel and keys removed",
+                                              note="no tunnel was there")
             for h in hosts]
 
 

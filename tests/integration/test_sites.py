@@ -5,7 +5,7 @@ routers); what this proves is the rig side: the refusal without WireGuard's tool
 configurations), userspace WireGuard under systemd, the hub forwarding only what arrives on the tunnel, a second
 run and --check changing nothing, convert refused until the tunnel is up and then configuring k3s on it (the
 STAND-IN k3s stops at start when flannel's interface is missing, as flannel does), status showing each tunnel,
-and revert and remove taking everything off."""
+remove refused while k3s runs on the tunnel, and revert and remove taking everything off."""
 
 from __future__ import annotations
 
@@ -90,6 +90,12 @@ def test_sites_apply_runs_each_members_tunnel_and_remove_takes_it_off(boot_rigs,
     tunnels = {r["rig"]: r["tunnel"] for r in json.loads(shown.stdout)}
     assert all(t["ok"] and t["link"] == "up" and t["mtu"] == 1280 and t["peers"] == 1 for t in tunnels.values()), \
         tunnels
+    # k3s runs on the tunnels now: taking them off first would cut both nodes off the cluster. Refused, untouched.
+    early_off = m2p("sites", "remove", *common)
+    assert early_off.returncode == 12, early_off.stderr[-2000:]
+    assert all("runs on its tunnel: `m2p revert` it first" in o["message"] for o in outcomes(early_off).values())
+    with ssh(home) as client:
+        assert run(client, "systemctl is-active m2p-tunnel k3s-agent")[1].split() == ["active", "active"]
     reverted = m2p("revert", *common)
     assert reverted.returncode == 0, reverted.stdout[-2000:] + reverted.stderr[-3000:]
 

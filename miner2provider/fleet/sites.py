@@ -7,12 +7,16 @@ Two runs of the ``tunnel`` playbook, because a member's key is made on the membe
    and the members run their tunnels.
 
 A member whose key cannot be read (it did not answer, or ``--check`` made none) gets no configuration, and the
-hub no peer for it: the others go on.  This reaches members the controller can reach today (directly, or through
-``m2p_jump_host``); ``m2p join`` for a member behind NAT comes later (docs/sites.md).
+hub no peer for it: the others go on.  A member behind NAT that the controller cannot reach before its tunnel is
+up joins from its site (fleet/join.py): the hub gets its key from the inventory (``m2p_tunnel_public_key``), and
+once it dials in, it is reached through the hub (``m2p_jump_host``) like any member.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,9 @@ from miner2provider.detect.ssh import SshOptions, fan_out
 from miner2provider.detect.survey import detect
 from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import RigOutcome, outcome_of
-from miner2provider.fleet.runner import Event, run_playbook
+from miner2provider.fleet.runner import Event, RunReport, run_playbook
+
+JOIN_WAIT_S = tunnel.KEEPALIVE_S + 15.0  # a joined rig's next handshake: its keepalive, a retry (5 s), margin
 
 
 def plan_of(hosts: list[Host]) -> tunnel.TunnelPlan:
@@ -37,15 +43,16 @@ def plan_of(hosts: list[Host]) -> tunnel.TunnelPlan:
 
 
 def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event: Callable[[Event], None] | None = None,
-          keep_artifacts: Path | None = None) -> list[RigOutcome]:
+          keep_artifacts: Path | None = None, join_wait_s: float = JOIN_WAIT_S) -> list[RigOutcome]:
     found = plan_of(hosts)
+    declared = tunnel.declared_keys(hosts)
     # One SSH look first: it learns new host keys (--accept-new) as every m2p command does before Ansible runs,
     # and a member that does not answer is said once and left out of both runs.
     _, _, silent = public_keys(hosts, opts)
     live = [h for h in hosts if h.name not in silent]
-    base = {h.name: _member_vars(found, h.name) for h in live}
-    keys_run = run_playbook(collection.playbook("tunnel"), live, role_vars=base, check=check,
-                            known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
+    base = {h.name: _member_vars(found, h.name) for h in hosts}
+    keys_run = run_playbook(collection.playbook("tunnel"), live, role_vars={h.name: base[h.name] for h in live},
+                            check=check, known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
     keyed = {h.name: outcome_of(h.name, keys_run, check=check, why="key pair made") for h in live}
     keyed.update({name: RigOutcome(name, "unreachable", message=error) for name, error in silent.items()})
     keys, odd, _ = public_keys([h for h in live if keyed[h.name].result != "failed"], opts)
@@ -54,29 +61,69 @@ def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event:
                else f"the hub {found.hub.name}'s public key could not be read")
         return [o if o.failed else RigOutcome(o.name, "pending" if check else "failed", o.changed, why)
                 for o in (keyed[h.name] for h in hosts)]
-    ready = [h for h in live if h.name in keys]
-    configured = {h.name: {**base[h.name], "tunnel_config": tunnel.wg_config(found, h.name, keys)} for h in ready}
-    run = run_playbook(collection.playbook("tunnel"), ready, role_vars=configured, check=check,
-                       known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
+    # A rig that joined from its site: the owner's word (its key in the inventory) gives the hub its peer.
+    differs = {name for name, key in declared.items() if name in keys and keys[name] != key}
+    peers = {**keys, **{name: key for name, key in declared.items() if name != found.hub.name}}
+    ready = [h for h in live if h.name in keys and h.name not in differs]
+    run = _configure(found, ready, peers, base, opts, check, on_event, keep_artifacts)
+    # Joined rigs that did not answer: the hub has their peer now, so they answer through it once they dial in.
+    waiting = [h for h in hosts if h.name in silent and h.name in declared]
+    late_keys = {} if check or not waiting else _answering(waiting, opts, join_wait_s)
+    late = [h for h in waiting if late_keys.get(h.name) == declared[h.name]]
+    late_run = _configure(found, late, peers, base, opts, check, on_event, keep_artifacts) if late else None
     out = []
     for h in hosts:
         first = keyed[h.name]
-        if h.name not in keys:
+        if h.name in differs or (h.name in late_keys and h.name not in {r.name for r in late}):
+            out.append(RigOutcome(h.name, "failed", first.changed, (
+                f"its public key ({PUBLIC_KEY}) is not the m2p_tunnel_public_key of {h.where}: did it join again? "
+                "Put the key it printed in the inventory (the hub keeps the old one until then)")))
+        elif late_run is not None and h in late:
+            out.append(outcome_of(h.name, late_run, check=check, why="tunnel set up or updated",
+                                  note="joined: reached through the hub"))
+        elif h.name in silent and h.name in declared:
+            out.append(RigOutcome(h.name, "unreachable", message=(
+                f"its peer is on the hub (m2p_tunnel_public_key), but it did not answer through the tunnel in "
+                f"{join_wait_s:.0f} s: was `m2p join` run at its site, and is its ansible_host its tunnel address "
+                f"{found.member(h.name).address} with m2p_jump_host {found.hub.name}? ({first.message})")))
+        elif h.name not in keys:
             said = (f"{PUBLIC_KEY} is not a WireGuard public key" if h.name in odd
                     else f"its public key ({PUBLIC_KEY}) could not be read")
             out.append(first if first.failed else
                        RigOutcome(h.name, "failed", first.changed, f"{said}: no tunnel for it this run"))
-            continue
-        second = outcome_of(h.name, run, check=check, why="tunnel set up or updated")
-        out.append(second if second.failed or not first.changed else
-                   RigOutcome(h.name, "pending" if check else "changed", first.changed + second.changed,
-                              second.message or first.message, first.tasks + second.tasks))
+        else:
+            second = outcome_of(h.name, run, check=check, why="tunnel set up or updated")
+            out.append(second if second.failed or not first.changed else
+                       RigOutcome(h.name, "pending" if check else "changed", first.changed + second.changed,
+                                  second.message or first.message, first.tasks + second.tasks))
     return out
+
+
+def _configure(found: tunnel.TunnelPlan, members: list[Host], peers: dict[str, str], base: dict[str, dict[str, Any]],
+               opts: SshOptions, check: bool, on_event: Callable[[Event], None] | None,
+               keep_artifacts: Path | None) -> RunReport:
+    configured = {h.name: {**base[h.name], "tunnel_config": tunnel.wg_config(found, h.name, peers)} for h in members}
+    return run_playbook(collection.playbook("tunnel"), members, role_vars=configured, check=check,
+                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
+
+
+def _answering(hosts: list[Host], opts: SshOptions, wait_s: float) -> dict[str, str]:
+    """member -> the key it reads out, for joined members that answer within ``wait_s`` (a rig retries its
+    handshake at least every keepalive, 25 s, once the hub knows it)."""
+    deadline = time.monotonic() + wait_s
+    quick = dataclasses.replace(opts, connect_timeout=min(opts.connect_timeout, 5.0))
+    answered: dict[str, str] = {}
+    while True:
+        keys, _, silent = public_keys([h for h in hosts if h.name not in answered], quick)
+        answered.update(keys)
+        if not silent or time.monotonic() >= deadline:
+            return answered
+        time.sleep(2)
 
 
 def remove(hosts: list[Host], opts: SshOptions, *, check: bool = False,
            on_event: Callable[[Event], None] | None = None, keep_artifacts: Path | None = None) -> list[RigOutcome]:
-    plan_of(hosts)
+    found = plan_of(hosts)
     # The probe first (it learns host keys too): a member that does not answer is said, and one whose k3s runs
     # on the tunnel is refused, since taking the tunnel off would cut its node, and any lease on it, off the
     # cluster.  The others go on.
@@ -89,12 +136,30 @@ def remove(hosts: list[Host], opts: SshOptions, *, check: bool = False,
                 f"{report.name}: {report.facts.installed.k3s_service} runs on its tunnel: `m2p revert` it first "
                 "(the tunnel's loss would cut its node and any lease on it off the cluster); not touched"))
     live = [h for h in hosts if h.name not in refused]
-    run = run_playbook(collection.playbook("tunnel"), live, role_vars={h.name: {"tunnel_state": "absent"}
-                                                                         for h in live},
-                       check=check, known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts)
-    return [refused.get(h.name) or outcome_of(h.name, run, check=check, why="tunnel and keys removed",
-                                              note="no tunnel was there")
+    # A member reached through its own tunnel (it joined from its site) takes it off after its run, not during it,
+    # and before the hub's run: the hub's tunnel carries that member's connection.
+    through = [h for h in live if _in_tunnel(found, h.address)]
+    runs = {}
+    for group in (through, [h for h in live if h not in through]):
+        if group:
+            run = run_playbook(collection.playbook("tunnel"), group,
+                               role_vars={h.name: {"tunnel_state": "absent", "tunnel_leaves_by_itself": h in through}
+                                          for h in group},
+                               check=check, known_hosts=opts.known_hosts, on_event=on_event,
+                               keep_artifacts=keep_artifacts)
+            runs.update({h.name: run for h in group})
+    gone = ("tunnel and keys removed; it was reached through its tunnel, so m2p can no longer reach it: run "
+            "`m2p join` at its site to bring it back, or remove it from the inventory")
+    return [refused.get(h.name) or outcome_of(h.name, runs[h.name], check=check, note="no tunnel was there",
+                                              why=gone if h in through else "tunnel and keys removed")
             for h in hosts]
+
+
+def _in_tunnel(found: tunnel.TunnelPlan, address: str) -> bool:
+    try:
+        return ipaddress.IPv4Address(address) in found.network
+    except ValueError:  # a DNS name: reached some other way
+        return False
 
 
 def public_keys(hosts: list[Host], opts: SshOptions) -> tuple[dict[str, str], set[str], dict[str, str]]:

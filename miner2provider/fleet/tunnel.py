@@ -87,8 +87,7 @@ def plan(hosts: list[Host]) -> TunnelPlan | None:
     if not endpoint:
         raise InventoryError(f"{hub.where}: {hub.name} is the hub of a farm across sites: set m2p_hub_endpoint to "
                              f"the public HOST:PORT its rigs dial (UDP, e.g. vps.example.net:{DEFAULT_PORT})")
-    match = _ENDPOINT.match(endpoint)
-    if match is None or not 0 < int(match["port"]) < 65536:
+    if not is_endpoint(endpoint):
         raise InventoryError(f"{hub.where}: m2p_hub_endpoint {endpoint!r} is not HOST:PORT (port 1-65535)")
     network = _network(hub)
     mtu = _mtu(hub)
@@ -103,6 +102,7 @@ def plan(hosts: list[Host]) -> TunnelPlan | None:
     addresses = network.hosts()
     hub_member = Member(hub.name, str(hub.var("m2p_site") or ""), next(addresses))
     rigs = tuple(Member(h.name, str(h.var("m2p_site")), next(addresses)) for h in members)
+    declared_keys(hosts)  # checked with the plan, so `inventory check` says it
     return TunnelPlan(network, mtu, hub_member, endpoint, rigs)
 
 
@@ -128,9 +128,30 @@ def _mtu(hub: Host) -> int:
     return mtu
 
 
+def is_endpoint(text: str) -> bool:
+    """HOST:PORT, port 1-65535."""
+    match = _ENDPOINT.fullmatch(text)
+    return match is not None and 0 < int(match["port"]) < 65536
+
+
+def declared_keys(hosts: list[Host]) -> dict[str, str]:
+    """rig -> the public key the owner put in the inventory (``m2p_tunnel_public_key``, printed by ``m2p join``):
+    the hub gets it before the controller can reach the rig."""
+    found = {}
+    for host in hosts:
+        key = host.var("m2p_tunnel_public_key")
+        if key is None:
+            continue
+        if not isinstance(key, str) or not is_public_key(key.strip()):
+            raise InventoryError(f"{host.where}: {host.name}'s m2p_tunnel_public_key is not a WireGuard public key "
+                                 "(44 characters of base64, as `m2p join` printed it)")
+        found[host.name] = key.strip()
+    return found
+
+
 def is_public_key(text: str) -> bool:
     """32 bytes of base64, as ``wg pubkey`` prints them: nothing a rig sends can add a line to a configuration."""
-    return _KEY.match(text) is not None
+    return _KEY.fullmatch(text) is not None
 
 
 def wg_config(tunnel: TunnelPlan, name: str, public_keys: Mapping[str, str]) -> str:

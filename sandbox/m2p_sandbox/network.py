@@ -110,6 +110,8 @@ def unplumb(slot: int) -> None:
     """Delete the host end explicitly (the kernel's own cleanup is asynchronous)."""
     _ip("link", "del", veth_host_name(slot), check=False)
     _ip("netns", "del", namespace_name(slot), check=False)
+    if Path("/run/netns", router_name(slot)).exists():
+        _ip("netns", "del", router_name(slot), check=False)
     _forget_neighbour(address_for(slot))
 
 
@@ -142,3 +144,60 @@ def only_via(slot: int, via: str) -> None:
     _ip("-n", ns, "route", "add", f"{via}/32", "dev", "eth0")
     # A default route still (k3s and preflight want one), through a rig that forwards nothing.
     _ip("-n", ns, "route", "add", "default", "via", via)
+
+
+HOME_LAN = "192.168.1"  # most home routers' default: every NAT'd rig has the same address, as real homes do
+_HOME_ROUTER_RULES = """
+table ip m2p_home {
+  chain postrouting { type nat hook postrouting priority 100; oifname "wan" masquerade; }
+  chain forward {
+    type filter hook forward priority 0; policy drop;
+    ct state established,related accept
+    iifname "lan" accept
+  }
+}
+"""
+
+
+def router_name(slot: int) -> str:
+    return f"{namespace_name(slot)}r"
+
+
+def behind_nat(slot: int) -> str:
+    """Put a running rig behind a home router, as a rig at a miner's home sits (issue 37): the router (a namespace
+    of its own) takes the rig's place on the sandbox LAN, at the rig's old address, and masquerades; the rig moves
+    to 192.168.1.2 behind it.  Nothing reaches the rig from outside (no port forward, new connections dropped), and
+    what the rig sends out leaves from the router's address.  Returns the router's namespace: a process run there
+    is a machine at the rig's site.  Modelled on a home router's defaults (NAT, stateful firewall, one /24)."""
+    ns, router, net = namespace_name(slot), router_name(slot), sandbox_network()
+    _ip("netns", "add", router)
+    try:
+        _ip("-n", ns, "link", "set", "eth0", "netns", router)
+        _ip("-n", router, "link", "set", "eth0", "name", "wan")
+        _ip("-n", router, "addr", "add", f"{address_for(slot)}/{net.prefixlen}", "dev", "wan")
+        _ip("-n", router, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("-n", router, "addr", "add", f"{HOME_LAN}.1/24", "dev", "lan")
+        for link in ("lo", "wan", "lan"):
+            _ip("-n", router, "link", "set", link, "up")
+        _ip("-n", router, "route", "add", "default", "via", str(gateway()))
+        _ip("-n", ns, "addr", "add", f"{HOME_LAN}.2/24", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        _ip("-n", ns, "route", "add", "default", "via", f"{HOME_LAN}.1")
+        _in(router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        _in(router, ["nft", "-f", "-"], stdin=_HOME_ROUTER_RULES)
+        _forget_neighbour(address_for(slot))
+    except SandboxError:
+        _ip("netns", "del", router, check=False)
+        raise
+    return router
+
+
+def set_router(slot: int, up: bool) -> None:
+    """A site's outage: its router's uplink goes down (or comes back)."""
+    _ip("-n", router_name(slot), "link", "set", "wan", "up" if up else "down")
+
+
+def _in(namespace: str, argv: list[str], stdin: str | None = None) -> None:
+    done = subprocess.run(["ip", "netns", "exec", namespace, *argv], capture_output=True, text=True, input=stdin)
+    if done.returncode != 0:
+        raise SandboxError(f"{namespace}: `{' '.join(argv)}` failed: {done.stderr.strip()[:300]}")

@@ -13,6 +13,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -112,12 +113,17 @@ def _error(message: str, where: str | None, code: int, as_json: bool) -> int:
     click.echo(click.style(one_line(f"m2p: error: {where}: {message}" if where else f"m2p: error: {message}"),
                            fg="red"), err=True)
     if as_json:
-        file, line = where, None
-        if where and ":" in where and where.rsplit(":", 1)[1].isdecimal():
-            file, number = where.rsplit(":", 1)
-            line = int(number)
-        click.echo(json.dumps({"error": one_line(message), "file": file, "line": line, "exit_code": code}))
+        click.echo(json.dumps({**error_json(message, where), "exit_code": code}))
     return code
+
+
+def error_json(message: str, where: str | None) -> dict[str, Any]:
+    """An error as JSON: ``{"error", "file", "line"}`` (line: None when ``where`` names no line)."""
+    file, line = where, None
+    if where and ":" in where and where.rsplit(":", 1)[1].isdecimal():
+        file, number = where.rsplit(":", 1)
+        line = int(number)
+    return {"error": one_line(message), "file": file, "line": line}
 
 
 def entry() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -27,7 +28,21 @@ from . import render
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-INVENTORY_HELP = "Rig inventory (Ansible YAML).  [env M2P_INVENTORY]"
+INVENTORY_HELP = "Rig inventory (Ansible YAML).  Default: $M2P_INVENTORY, then ./rigs.yml."
+DEFAULT_INVENTORY = "rigs.yml"  # what `m2p init` writes
+
+
+def find_inventory(given: str | None) -> str:
+    """The inventory every command uses: -i (or FILE), then $M2P_INVENTORY (click reads it into -i), then
+    ./rigs.yml."""
+    if given:
+        return given
+    if os.environ.get("M2P_INVENTORY"):
+        return os.environ["M2P_INVENTORY"]
+    if Path(DEFAULT_INVENTORY).is_file():
+        return DEFAULT_INVENTORY
+    raise UsageError(f"no inventory: pass -i FILE, set M2P_INVENTORY, or run m2p where {DEFAULT_INVENTORY} is "
+                     "(`m2p init` writes one)")
 
 
 def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inventory:
@@ -38,8 +53,14 @@ def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inve
 
 
 def inventory_option(required: bool = True, help: str = INVENTORY_HELP) -> Decorator:
-    return click.option("-i", "--inventory", "inventory_file", required=required, type=click.Path(dir_okay=False),
-                        envvar="M2P_INVENTORY", help=help)
+    """-i FILE.  ``required``: the command always needs one, so it falls back to $M2P_INVENTORY, then ./rigs.yml;
+    otherwise (detect --local, pricing --from) the command decides with ``find_inventory``."""
+
+    def found(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        return find_inventory(value) if required else value
+
+    return click.option("-i", "--inventory", "inventory_file", type=click.Path(dir_okay=False),
+                        envvar="M2P_INVENTORY", help=help, callback=found)
 
 
 limit_option = click.option("--limit", "-l", help="Only these hosts or groups (comma-separated).")

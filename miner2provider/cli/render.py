@@ -34,6 +34,11 @@ def echo_yaml(data: Any) -> None:
     click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
 
 
+def problem(error: Exception) -> None:
+    """One mistake of several, as the CLI says a single one: a red line on stderr."""
+    echo(click.style(printable(f"m2p: error: {error}"), fg="red"), err=True)
+
+
 def counted(n: int, noun: str) -> str:
     """``1 rig``, ``2 rigs``: a count a person reads once (nouns here take an s)."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
@@ -175,7 +180,7 @@ def outcomes(results: list[RigOutcome], as_json: bool, show_tasks: bool) -> None
             for task in o.tasks:
                 echo(f"{'':<{width}}    ~ {task}")
     counts = _counts([o.result for o in results])
-    echo(f"{len(results)} rigs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    echo(f"{counted(len(results), 'rig')}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
 
 # -- status --------------------------------------------------------------------------------

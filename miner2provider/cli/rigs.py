@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from miner2provider.core import checks, textfiles
-from miner2provider.core.errors import RigFailures, UsageError
+from miner2provider.core.errors import InventoryProblems, InventoryProblemsListed, RigFailures, UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
@@ -25,8 +25,16 @@ from miner2provider.market.saved_report import load_report
 from miner2provider.timeshare import economics
 
 from . import render
-from .app import Context, cli, pass_ctx
-from .options import inventory_option, json_option, limit_option, load_inventory, ssh_options, vault_option
+from .app import Context, cli, error_json, pass_ctx
+from .options import (
+    find_inventory,
+    inventory_option,
+    json_option,
+    limit_option,
+    load_inventory,
+    ssh_options,
+    vault_option,
+)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -53,13 +61,25 @@ def inventory_group() -> None:
 
 
 @inventory_group.command("check")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
 @vault_option
 @json_option
 @pass_ctx
-def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as_json: bool) -> None:
-    """Validate an inventory: syntax, addresses, duplicates, m2p_ settings, role variable names, types."""
-    inv = load_inventory(file, vault_password_file)
+def inventory_check(ctx: Context, file: str | None, vault_password_file: str | None, as_json: bool) -> None:
+    """Validate an inventory: syntax, addresses, duplicates, m2p_ settings, role variable names, types, key files.
+    Every mistake is said, each with its file:line.  FILE: as -i elsewhere (default: $M2P_INVENTORY, then
+    ./rigs.yml)."""
+    file = find_inventory(file)
+    try:
+        inv = load_inventory(file, vault_password_file)
+    except InventoryProblems as many:
+        for problem in many.problems:
+            render.problem(problem)
+        said = f"{len(many.problems)} mistakes in {file}"
+        if as_json:  # the error object every command prints, with each mistake in it
+            render.echo_json({"error": said, "file": file, "line": None, "exit_code": many.exit_code,
+                              "problems": [error_json(p.message, p.where) for p in many.problems]})
+        raise InventoryProblemsListed(f"{said}, each above") from None
     groups = sorted({g for h in inv.hosts for g in h.groups})
     sites = tunnel.plan(list(inv.hosts))
     needs = tunnel.site_needs(sites) if sites else []
@@ -80,14 +100,14 @@ def inventory_check(ctx: Context, file: str, vault_password_file: str | None, as
 
 
 @inventory_group.command("vars")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
 @vault_option
-def inventory_vars(file: str, vault_password_file: str | None) -> None:
+def inventory_vars(file: str | None, vault_password_file: str | None) -> None:
     """Print the role variables m2p derives for each rig, as a YAML inventory.
 
     For your own playbooks with the m2p.rigs roles: `ansible-playbook -i FILE -i THIS ...`
     gives the roles what `m2p convert` gives them (no secrets are printed)."""
-    inv = load_inventory(file, vault_password_file)
+    inv = load_inventory(find_inventory(file), vault_password_file)
     render.echo_yaml({"all": {"hosts": fleet_role_vars(list(inv.hosts))}})
 
 
@@ -105,9 +125,7 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
     if local:
         reports = [detect_local()]
     else:
-        if not inventory_file:
-            raise UsageError("detect needs -i/--inventory FILE (or --local for this machine)")
-        hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+        hosts = load_inventory(find_inventory(inventory_file), vault_password_file).select(limit)
         ctx.detail(f"probing {len(hosts)} rigs, {min(ssh.pool_size, len(hosts))} at a time")
         reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
             f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
@@ -159,12 +177,11 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
 def fleet_gpus(command: str, inventory_file: str | None, report: str | None, limit: str | None,
                 vault_password_file: str | None, ssh: SshOptions) -> tuple[list[RigGpus], list[str]]:
     """The fleet's GPUs from the rigs now (-i) or a saved detect report (--from); and the rigs that failed."""
-    if bool(inventory_file) == bool(report):
-        raise UsageError(f"{command} needs exactly one of -i/--inventory FILE or --from REPORT.json")
+    if inventory_file and report:
+        raise UsageError(f"{command} takes one of -i/--inventory FILE or --from REPORT.json, not both")
     if report:
         return load_report(report)
-    assert inventory_file is not None
-    hosts = load_inventory(inventory_file, vault_password_file).select(limit)
+    hosts = load_inventory(find_inventory(inventory_file), vault_password_file).select(limit)
     reports = detect_said(hosts, ssh)
     return gpus_of(hosts, reports), [r.name for r in reports if not r.ok]
 

@@ -55,6 +55,23 @@ class InventoryError(M2PError):
     meaning = "bad inventory (file:line)"
 
 
+class InventoryProblems(InventoryError):
+    """Several mistakes in one inventory: each said once with its file:line (``m2p inventory check`` lists them
+    all; another command says the first and how many more)."""
+
+    def __init__(self, problems: list[InventoryError]) -> None:
+        first = problems[0]
+        super().__init__(f"{first.message} (and {len(problems) - 1} more: `m2p inventory check` lists them all)",
+                         where=first.where)
+        self.problems = problems
+
+
+class InventoryProblemsListed(InventoryError):
+    """``m2p inventory check`` has shown each mistake on its own line (and in its --json): this is the count."""
+
+    told_in_json = True
+
+
 class VaultError(InventoryError):
     """An Ansible Vault file could not be opened."""
 

@@ -14,6 +14,8 @@ password file), or the password may come from an environment variable named by
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import os
@@ -26,7 +28,8 @@ from typing import Any, ClassVar
 import yaml
 
 from miner2provider.core import checks, collection, settings, textfiles
-from miner2provider.core.errors import InventoryError, VaultError
+from miner2provider.core.ansible_names import CONNECTION_VARIABLES, is_ansible_variable
+from miner2provider.core.errors import InventoryError, InventoryProblems, VaultError
 
 ANSIBLE_TYPES: dict[str, type] = {
     "ansible_host": str,
@@ -48,6 +51,27 @@ _SECRET_WORDS = ("pass", "token", "secret", "api_key")  # names with these words
 
 DEFAULT_PORT = 22
 GROUP_KEYS = {"hosts", "vars", "children"}
+POOL_GROUPS = ("k3s_server", "k3s_agent")  # the groups that pool rigs into one cluster
+# Groups that look like pooling but are not m2p's: k3s-ansible's names, and the plurals.
+_POOL_LOOKALIKES = {"server": "k3s_server", "agent": "k3s_agent", "master": "k3s_server", "node": "k3s_agent",
+                    "k3s_cluster": "k3s_server and k3s_agent"}
+REFUSED = object()  # a variable whose mistake is already said: what depends on it says nothing more
+# Mistakes found so far in this load (each said once, with its line; the load goes on past those it can).
+_PROBLEMS: contextvars.ContextVar[list[InventoryError] | None] = contextvars.ContextVar("_PROBLEMS", default=None)
+
+
+@contextlib.contextmanager
+def _noted() -> Any:
+    """Note a mistake and go on (a structural one, a YAML error or a mapping that is not one, still stops)."""
+    try:
+        yield
+    except InventoryProblems:
+        raise
+    except InventoryError as exc:
+        found = _PROBLEMS.get()
+        if found is None:
+            raise
+        found.append(exc)
 
 
 class Secret:
@@ -229,6 +253,11 @@ def _check_var(path: Path, key: yaml.ScalarNode, value_node: yaml.Node, value: A
                                  f"or {settings.NO_MARKETPLACE} (was false)", where=where)
     elif name in ANSIBLE_TYPES:
         expected = ANSIBLE_TYPES[name]
+    elif name.startswith("ansible_"):
+        if not is_ansible_variable(name):
+            raise InventoryError(f"unknown Ansible variable {name!r}{_closest(name, CONNECTION_VARIABLES, 'cut')}",
+                                 where=_line(path, key))
+        return
     else:
         _check_role_variable(path, key)
         return  # role variables and other Ansible variables pass through to the roles
@@ -279,9 +308,12 @@ def _check_role_variable(path: Path, key: yaml.ScalarNode) -> None:
                              where=_line(path, key))
 
 
-def _closest(name: str, known: Collection[str]) -> str:
+def _closest(name: str, known: Collection[str], otherwise: str = "list") -> str:
+    """"; did you mean X?", or else the known names (``otherwise="cut"``: nothing, for a long list)."""
     close = difflib.get_close_matches(name, list(known), n=1)
-    return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
+    if close:
+        return f"; did you mean {close[0]}?"
+    return f"; known: {', '.join(sorted(known))}" if otherwise == "list" else ""
 
 
 def _type_name(t: type) -> str:
@@ -292,8 +324,10 @@ def _vars(path: Path, node: yaml.Node | None, what: str) -> dict[str, tuple[Any,
     out: dict[str, tuple[Any, str]] = {}
     for key, value_node in _mapping(path, node, what):
         value = _value(path, value_node, key.value)
-        _check_var(path, key, value_node, value)
-        out[key.value] = (value, _line(path, value_node))
+        out[key.value] = (REFUSED, _line(path, value_node))  # until it passes: its mistake is said once, here
+        with _noted():
+            _check_var(path, key, value_node, value)
+            out[key.value] = (value, _line(path, value_node))
     return out
 
 
@@ -311,6 +345,9 @@ def _walk_group(path: Path, name: str, node: yaml.Node | None, depth: int,
     if name in lineage:
         raise InventoryError(f"group {name!r} contains itself", where=_line(path, node) if node else str(path))
     pairs = dict((k.value, (k, v)) for k, v in _mapping(path, node, f"group {name!r}"))
+    if not set(lineage) & set(POOL_GROUPS):  # a group inside k3s_agent pools with it, whatever its name
+        with _noted():
+            _check_group_name(path, name, node)
     for key, _ in pairs.values():
         if key.value not in GROUP_KEYS:
             raise InventoryError(
@@ -323,14 +360,16 @@ def _walk_group(path: Path, name: str, node: yaml.Node | None, depth: int,
         layers.append((depth, _vars(path, pairs["vars"][1], f"vars of group {name!r}")))
     if "hosts" in pairs:
         for hkey, hnode in _mapping(path, pairs["hosts"][1], f"hosts of group {name!r}"):
-            _check_name(path, hkey, "host")
+            with _noted():
+                _check_name(path, hkey, "host")
             host = hosts.setdefault(hkey.value, _RawHost(hkey.value, _line(path, hkey)))
             host.layers.extend(layers)
             host.layers.append((10_000, _vars(path, hnode, f"host {hkey.value!r}")))
             host.groups.extend(g for g in [*lineage, name] if g not in host.groups)
     if "children" in pairs:
         for ckey, cnode in _mapping(path, pairs["children"][1], f"children of group {name!r}"):
-            _check_name(path, ckey, "group")
+            with _noted():
+                _check_name(path, ckey, "group")
             _walk_group(path, ckey.value, cnode, depth + 1, layers, [*lineage, name], hosts)
 
 
@@ -350,25 +389,51 @@ def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
     root = _compose(p)
     if root is None:
         raise InventoryError("inventory is empty: it needs at least one group with hosts", where=str(p))
-    raw_hosts: dict[str, _RawHost] = {}
-    for gkey, gnode in _mapping(p, root, "top level"):
-        _check_name(p, gkey, "group")
-        _walk_group(p, gkey.value, gnode, 0, [], [], raw_hosts)
-    if not raw_hosts:
-        raise InventoryError("inventory lists no hosts", where=str(p))
-    vault = _VaultOpener(p, vault_password_file)
-    warnings: dict[str, None] = {}  # ordered, once per place
-    hosts = [_build_host(p, raw, _merge(raw), vault, env, warnings) for raw in raw_hosts.values()]
-    hosts = _with_jumps(hosts, {raw.name: _merge(raw) for raw in raw_hosts.values()})
-    _check_duplicates(hosts)
+    problems: list[InventoryError] = []
+    token = _PROBLEMS.set(problems)
+    try:
+        raw_hosts: dict[str, _RawHost] = {}
+        for gkey, gnode in _mapping(p, root, "top level"):
+            with _noted():
+                _check_name(p, gkey, "group")
+            _walk_group(p, gkey.value, gnode, 0, [], [], raw_hosts)
+        if not raw_hosts and not problems:
+            raise InventoryError("inventory lists no hosts", where=str(p))
+        vault = _VaultOpener(p, vault_password_file)
+        warnings: dict[str, None] = {}  # ordered, once per place
+        hosts = []
+        for raw in raw_hosts.values():
+            with _noted():
+                hosts.append(_build_host(p, raw, _merge(raw), vault, env, warnings))
+        if not problems:
+            hosts = _with_jumps(hosts, {raw.name: _merge(raw) for raw in raw_hosts.values()})
+            _check_duplicates(hosts)
+    finally:
+        _PROBLEMS.reset(token)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise InventoryProblems(problems)
     return Inventory(p, tuple(hosts), tuple(warnings))
+
+
+def _check_group_name(path: Path, name: str, node: yaml.Node | None) -> None:
+    """A group that looks like pooling but is not m2p's would quietly make each of its rigs a cluster of one."""
+    like = _POOL_LOOKALIKES.get(name) or next(iter(difflib.get_close_matches(name, POOL_GROUPS, n=1, cutoff=0.8)),
+                                              None)
+    if like and name not in POOL_GROUPS:
+        raise InventoryError(f"group {name!r} looks like a pooling group, but m2p pools rigs only under k3s_server "
+                             f"and k3s_agent: rename it to {like} (left as it is, each of its rigs would be a "
+                             "cluster of its own)", where=_line(path, node) if node is not None else str(path))
 
 
 def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], vault: _VaultOpener,
                 env: Mapping[str, str], warnings: dict[str, None]) -> Host:
-    values = {k: v for k, (v, _) in merged.items()}
+    values = {k: v for k, (v, _) in merged.items() if v is not REFUSED}
     if "ansible_host" in values:
         address = _address(values["ansible_host"], merged["ansible_host"][1])
+    elif "ansible_host" in merged:  # refused, and said
+        address = ""
     elif _is_address(raw.name):
         address = _address(raw.name, raw.where)
     else:
@@ -393,6 +458,10 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
         if Path(key_file).is_dir():
             raise InventoryError(f"ansible_ssh_private_key_file {textfiles.shown(key_file)} is a directory, "
                                  "not a key file", where=merged["ansible_ssh_private_key_file"][1])
+        if not Path(key_file).exists():
+            raise InventoryError(f"ansible_ssh_private_key_file '{textfiles.printable(key_file)}' does not exist "
+                                 "on this machine (the controller's key, not the rig's)",
+                                 where=merged["ansible_ssh_private_key_file"][1])
     clean = {k: v for k, v in values.items() if not isinstance(v, _Vaulted) and k not in SECRET_NAMES}
     return Host(
         name=raw.name, address=address, port=int(port), user=values.get("ansible_user"),

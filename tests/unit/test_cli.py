@@ -54,9 +54,11 @@ def test_inventory_check_json_never_shows_passwords(capsys, monkeypatch):
     assert code == 3 and "names $RIG_PASS, which is not set" in err
 
 
-def test_detect_needs_an_inventory(capsys):
+def test_detect_needs_an_inventory(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no rigs.yml here
+    monkeypatch.delenv("M2P_INVENTORY", raising=False)
     code, _, err = run(capsys, "detect")
-    assert code == 2 and "detect needs -i/--inventory" in err
+    assert code == 2 and "no inventory: pass -i FILE, set M2P_INVENTORY, or run m2p where rigs.yml is" in err
 
 
 def test_unexpected_errors_go_to_the_debug_log(tmp_path, capsys, monkeypatch):

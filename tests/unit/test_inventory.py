@@ -116,14 +116,16 @@ def test_time_slicing_is_for_the_owners_own_rigs_or_an_owner_who_takes_the_risk(
 
 def test_jump_hosts_by_inventory_name_by_address_or_by_proxyjump(tmp_path):
     inv = tmp_path / "rigs.yml"
+    key = tmp_path / "gate"
+    key.write_text("a stand-in key: only its existence is checked\n")
     inv.write_text("all:\n  hosts:\n"
                    "    gate: {ansible_host: 10.0.0.1, ansible_user: ops, ansible_port: 2222,"
-                   " ansible_ssh_private_key_file: /keys/gate}\n"
+                   f" ansible_ssh_private_key_file: {key}}}\n"
                    "    rig01: {ansible_host: 192.168.1.10, m2p_jump_host: gate}\n"
                    "    rig02: {ansible_host: 192.168.1.10, ansible_user: user, m2p_jump_host: 'admin@site2.example:2200'}\n"
                    "    rig03: {ansible_host: 192.168.1.11, ansible_ssh_common_args: '-o ProxyJump=gate -o Compression=yes'}\n")
     hosts = {h.name: h for h in inventory.load(inv).hosts}  # one private address at two sites: two rigs
-    assert hosts["rig01"].jump == inventory.Jump("gate", "10.0.0.1", 2222, "ops", "/keys/gate")
+    assert hosts["rig01"].jump == inventory.Jump("gate", "10.0.0.1", 2222, "ops", str(key))
     assert hosts["rig02"].jump == inventory.Jump("admin@site2.example:2200", "site2.example", 2200, "admin", None)
     assert hosts["rig03"].jump == hosts["rig01"].jump and hosts["gate"].jump is None
 

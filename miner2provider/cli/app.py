@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from miner2provider import __version__
-from miner2provider.core.errors import ABORTED, INTERNAL_ERROR, M2PError, UsageError
+from miner2provider.core.errors import ABORTED, INTERNAL_ERROR, ChangesPending, M2PError, UsageError
 from miner2provider.core.inventory import Secret
 from miner2provider.core.private import UnsafePath, open_private_append
 from miner2provider.core.textfiles import printable
@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
         cli.main(args=args, prog_name="m2p", standalone_mode=False)
+    except ChangesPending as exc:  # a result (exit 1, as diff's), not an error
+        click.echo(click.style(one_line(f"m2p: {exc.message}"), fg="yellow"), err=True)
+        return exc.exit_code
     except M2PError as exc:
         return _error(exc.message, exc.where, exc.exit_code, as_json and not exc.told_in_json)
     except click.exceptions.Abort:

@@ -152,8 +152,8 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
                                 provider_label=marketplace().label))
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"
-    render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({len(hosts)} rigs, history {db}); sign in with the "
-                f"token in {token_path}; Ctrl-C stops it")
+    render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({render.counted(len(hosts), 'rig')}, history {db}); "
+                f"sign in with the token in {token_path}; Ctrl-C stops it")
     uvicorn.Server(uvicorn.Config(
         app, host=bind, port=port, log_level="warning", http=HeaderDeadline, ssl_certfile=tls_cert,
         ssl_keyfile=tls_key, limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=int(KEEP_ALIVE_S),

@@ -30,10 +30,14 @@ def _load_bundle(ctx: Context, path: str | None) -> Bundle | None:
     return bundle
 
 
-def _progress(ctx: Context) -> Callable[[Event], None]:
+def _progress(ctx: Context, listed: bool = False) -> Callable[[Event], None]:
+    """Each task as it runs (-v), and what changed or failed as it happens.  ``listed``: the table at the end lists
+    every changed task (plan, --check, -v), so a change is not said twice."""
     def show(event: Event) -> None:
         if event.kind == "task":
             ctx.detail(f"  . {event.task}")
+        elif event.kind == "changed" and listed:
+            return
         elif event.kind in {"changed", "failed", "unreachable"} and ctx.verbosity >= 0:
             colour = {"changed": "yellow", "failed": "red", "unreachable": "red"}[event.kind]
             tail = f": {event.message}" if event.message else ""
@@ -52,8 +56,9 @@ def run(ctx: Context, playbook: str, fleet: FleetSettings, *, check: bool = Fals
     if confirm:
         ask_yes(f"{playbook} {render.counted(len(hosts), 'rig')} ({', '.join(h.name for h in hosts[:5])}"
                 f"{', ...' if len(hosts) > 5 else ''})?")
+    progress = _progress(ctx, listed=check or ctx.verbosity > 0)
     how = RunOptions(bundle=bundle, check=check, batch=fleet.batch, max_fail_pct=fleet.max_fail,
-                     on_event=_progress(ctx), keep_artifacts=fleet.keep_artifacts, full=full, run_inputs=run_inputs,
+                     on_event=progress, keep_artifacts=fleet.keep_artifacts, full=full, run_inputs=run_inputs,
                      drain_timeout_s=fleet.drain_timeout_s)
     return run_fleet(playbook, hosts, fleet.ssh, how, inventory_hosts=list(inv.hosts))
 
@@ -68,7 +73,8 @@ def raise_pending(outcomes: list[RigOutcome], command: str) -> None:
     raise_failures(outcomes)
     pending = [o.name for o in outcomes if o.result == "pending"]
     if pending:
-        raise ChangesPending(f"{len(pending)} of {len(outcomes)} rigs have changes pending: run `{command}`")
+        raise ChangesPending(f"changes pending on {len(pending)} of {render.counted(len(outcomes), 'rig')}: "
+                             f"run `{command}`")
 
 
 @cli.command("plan")
@@ -122,7 +128,7 @@ def remove_command(ctx: Context, fleet: FleetSettings, yes: bool) -> None:
     if not yes:
         ask_yes(f"forget {render.counted(len(hosts), 'rig')} for good ({', '.join(h.name for h in hosts[:5])}"
                 f"{', ...' if len(hosts) > 5 else ''})?")
-    outcomes = remove_rigs(hosts, list(inv.hosts), fleet.ssh, on_event=_progress(ctx),
+    outcomes = remove_rigs(hosts, list(inv.hosts), fleet.ssh, on_event=_progress(ctx, listed=ctx.verbosity > 0),
                            keep_artifacts=fleet.keep_artifacts)
     render.outcomes(outcomes, fleet.as_json, show_tasks=ctx.verbosity > 0)
     raise_failures(outcomes)

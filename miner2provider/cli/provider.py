@@ -159,12 +159,12 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
                         market.card_list(rigs)[0])
     stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
-    ctx.note(f"{market.label} provider for {len(rigs)} rigs on {server.name}: {len(farm.attributes)} attributes; "
-             f"prices (USD per GPU-month): {prices}")
+    ctx.note(f"{market.label} provider for {render.counted(len(rigs), 'rig')} on {server.name}: "
+             f"{len(farm.attributes)} attributes; prices (USD per GPU-month): {prices}")
     if not check and not yes:
         confirm(f"install {market.label}'s provider on {server.name}?")
     outcome = provider_run.apply(server, hosts, stack, market.provider_parts, ssh, check=check,
-                                 on_event=_progress(ctx), keep_artifacts=_path(keep_artifacts))
+                                 on_event=_progress(ctx, listed=check), keep_artifacts=_path(keep_artifacts))
     _finish([outcome], as_json, check, "m2p provider apply")
 
 
@@ -201,8 +201,8 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
             drain_rigs(drained, ssh, timeout_s, failed, _progress(ctx))
             if failed:
                 raise ProviderError("; ".join(o.message for o in failed.values()))
-        outcome = provider_run.remove(server, hosts, market.provider_parts, ssh, check=check, on_event=_progress(ctx),
-                                      keep_artifacts=_path(keep_artifacts))
+        outcome = provider_run.remove(server, hosts, market.provider_parts, ssh, check=check,
+                                      on_event=_progress(ctx, listed=check), keep_artifacts=_path(keep_artifacts))
     finally:
         if drained and not check:
             drain.request(drained, ssh, on=False)

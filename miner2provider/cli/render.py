@@ -131,7 +131,7 @@ def gpus_line(f: RigFacts) -> str:
 def detect_summary(reports: list[RigReport]) -> None:
     counts = _counts(["failed" if not r.ok else r.verdict.status if r.verdict else "unknown" for r in reports])
     order = ["ready", "ready with warnings", "not ready", "failed"]
-    echo(f"{len(reports)} rigs: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts))
+    echo(f"{counted(len(reports), 'rig')}: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts))
 
 
 # -- attributes --------------------------------------------------------------------------

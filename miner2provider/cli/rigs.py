@@ -126,7 +126,7 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
         reports = [detect_local()]
     else:
         hosts = load_inventory(find_inventory(inventory_file), vault_password_file).select(limit)
-        ctx.detail(f"probing {len(hosts)} rigs, {min(ssh.pool_size, len(hosts))} at a time")
+        ctx.detail(f"probing {render.counted(len(hosts), 'rig')}, {min(ssh.pool_size, len(hosts))} at a time")
         reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
             f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
     if as_json:

@@ -49,7 +49,7 @@ def sites_apply(ctx: Context, inventory_file: str, check: bool, yes: bool, vault
         ctx.note(line)
     if not check and not yes:
         confirm(f"set up the tunnels of {render.counted(len(hosts), 'member')}?")
-    outcomes = sites.apply(hosts, ssh, check=check, on_event=_progress(ctx))
+    outcomes = sites.apply(hosts, ssh, check=check, on_event=_progress(ctx, listed=check))
     render.outcomes(outcomes, as_json, show_tasks=check)
     raise_pending(outcomes, "m2p sites apply")
 
@@ -62,7 +62,7 @@ def sites_remove(ctx: Context, inventory_file: str, check: bool, yes: bool, vaul
     hosts = list(load_inventory(inventory_file, vault_password_file).hosts)
     if not check and not yes:
         confirm(f"take the tunnels of {render.counted(len(hosts), 'member')} off?")
-    outcomes = sites.remove(hosts, ssh, check=check, on_event=_progress(ctx))
+    outcomes = sites.remove(hosts, ssh, check=check, on_event=_progress(ctx, listed=check))
     render.outcomes(outcomes, as_json, show_tasks=check)
     raise_pending(outcomes, "m2p sites remove")
 
@@ -155,7 +155,7 @@ def join_command(ctx: Context, bundle: str, address: str, port: int, user: str, 
     # and says a rig that does not answer in one sentence.
     _, _, silent = sites.public_keys([rig], ssh)
     outcome = (RigOutcome(rig.name, "unreachable", message=silent[rig.name]) if rig.name in silent
-               else join.join(invited, rig, ssh.known_hosts, check=check, on_event=_progress(ctx)))
+               else join.join(invited, rig, ssh.known_hosts, check=check, on_event=_progress(ctx, listed=check)))
     keys, odd, silent = sites.public_keys([rig], ssh) if not outcome.failed else ({}, set(), {})
     if as_json:
         render.echo_json({**dataclasses.asdict(outcome), "public_key": keys.get(rig.name, "")})

@@ -121,7 +121,7 @@ def test_detect_text_output_and_unknown_key_refusal(sandbox_rigs, tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "hive1 (10.213." in ok.stdout and "HiveOS 0.6-229@20241231" in ok.stdout
     assert "2 x NVIDIA GeForce RTX 3090 (10de:2204, 24576 MiB)" in ok.stdout
-    assert "1 rigs:" in ok.stdout
+    assert "1 rig:" in ok.stdout
 
 
 ODD_FILES = {

@@ -128,3 +128,16 @@ def test_every_exit_code_in_the_table_is_one_a_command_can_return(capsys):
     # The usage error a command raises on a bad flag value ends as exit 2.
     code, _, err = run(capsys, "convert", "-i", "x.yml", "--batch", "ten")
     assert code == 2 and "--batch 'ten'" in err
+
+
+def test_pending_changes_are_a_result_not_an_error(tmp_path, capsys, monkeypatch):
+    """`m2p plan` with changes to make exits 1 (as diff does) and says so without calling it an error."""
+    from miner2provider.cli import fleet as fleet_cli
+    from miner2provider.fleet.pipeline import RigOutcome
+
+    inv = tmp_path / "rigs.yml"
+    inv.write_text("all:\n  hosts:\n    rig01: {ansible_host: 10.0.0.1}\n")
+    monkeypatch.setattr(fleet_cli, "run", lambda *a, **k: [RigOutcome("rig01", "pending", 2, "", ("Install k3s",))])
+    code, out, err = run(capsys, "plan", "-i", str(inv))
+    assert code == 1 and "~ Install k3s" in out and out.rstrip().endswith("1 rig: 1 pending"), out
+    assert err.strip() == "m2p: changes pending on 1 of 1 rig: run `m2p convert`"

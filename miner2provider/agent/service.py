@@ -69,6 +69,7 @@ class Config:
     system_namespaces: tuple[str, ...] = ()
     lease_label: str = ""  # the label key only the marketplace's lease pods carry (market/); empty: no marketplace
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
+    schedule_name: str = ""  # the owner's name for the schedule (its file's, on the controller); said in the status
 
     @classmethod
     def load(cls, path: str) -> Config:
@@ -483,7 +484,7 @@ class Agent:
         return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "mine_at": mine_at.isoformat(timespec="seconds") if mine_at else None,
-                "schedule": self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
+                "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
                 "agent_version": __version__,
                 # A lease stops the miner on every card (no adapter mines on a subset of cards yet).
                 "hand_over": "whole rig",

@@ -1,5 +1,5 @@
 """Values that go from the user into rigs' configs and provider attributes, checked in one place:
-a region name, an API server URL, a host address.  Pure, but for one switch read from the environment
+a region name, an API server URL, a host address, an SSH public key.  Pure, but for one switch read from the environment
 (STANDIN_PLAIN_HTTP)."""
 
 from __future__ import annotations
@@ -15,6 +15,18 @@ _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")  # RFC 1123,
 _NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
 # Akash's location-region values are short names such as us-west or eu-central.
 _REGION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+# OpenSSH's public key types (ssh-keygen(1)); options before the type (command=, from=) are refused.
+_SSH_KEY = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
+                      r"sk-ecdsa-sha2-nistp256@openssh\.com) ([A-Za-z0-9+/]{20,}={0,3})(?: .*)?")
+
+
+def ssh_public_key(text: str, comment: str) -> str:
+    """``text`` (a .pub file) as one authorized_keys line with ``comment`` instead of its own (which may name the
+    owner's machine); ValueError when it is not exactly one OpenSSH public key."""
+    found = _SSH_KEY.fullmatch(text.strip())
+    if found is None:
+        raise ValueError("not one OpenSSH public key (TYPE BASE64 [COMMENT])")
+    return f"{found[1]} {found[2]} {comment}"
 
 
 def canonical_address(text: str) -> str | None:

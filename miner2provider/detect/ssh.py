@@ -245,6 +245,11 @@ def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str
         tried = [w for w, on in (("key", bool(host.key_file) or opts.look_for_keys), ("agent", opts.use_agent),
                                  ("password", host.password is not None)) if on]
         return "auth", f"authentication failed for user {user!r} (tried {', '.join(tried)})"
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
+        # paramiko's words when it had neither a key, an agent nor a password to offer
+        return "auth", (f"no way to log in as {user!r}: no key file, no agent key and no password; set "
+                        "ansible_ssh_private_key_file, or m2p_ssh_password_env (then `m2p keys install` puts a key "
+                        "on the rig)")
     if isinstance(exc, ConnectionRefusedError):  # OSError(ECONNREFUSED) is one too
         return "refused", f"connection refused on {target}: is sshd running, and is the port right?"
     if isinstance(exc, CommandTimeout):

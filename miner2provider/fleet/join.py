@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from miner2provider.core import collection, textfiles
+from miner2provider.core import checks, collection, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.fleet import tunnel
@@ -37,9 +37,6 @@ from miner2provider.fleet.pipeline import RigOutcome, outcome_of
 from miner2provider.fleet.runner import Event, run_playbook
 
 PREFIX = "m2p-join-1:"
-# OpenSSH's public key types (ssh-keygen(1)); options before the type (command=, from=) are refused.
-_SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
-                      r"sk-ecdsa-sha2-nistp256@openssh\.com) ([A-Za-z0-9+/]{20,}={0,3})(?: .*)?$")
 AUTHORIZED_COMMENT = "m2p-controller"  # the line the tunnel role adds, and removes when the tunnel goes
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -67,10 +64,7 @@ class JoinBundle:
 
 def ssh_public_key(text: str) -> str:
     """``text`` as one authorized_keys line with m2p's comment; ValueError when it is not an SSH public key."""
-    found = _SSH_KEY.fullmatch(text.strip())
-    if found is None or "\n" in text.strip():
-        raise ValueError("not one OpenSSH public key (TYPE BASE64 [COMMENT])")
-    return f"{found[1]} {found[2]} {AUTHORIZED_COMMENT}"
+    return checks.ssh_public_key(text, AUTHORIZED_COMMENT)
 
 
 def invite(found: tunnel.TunnelPlan, rig: Host, hub_key: str, authorize: str) -> JoinBundle:

@@ -124,6 +124,11 @@ def mmdebstrap_command(target: Path) -> list[str]:
     return [*cmd, SUITE, str(target), *machine_sources()]
 
 
+def is_built(cache_dir: Path) -> bool:
+    """Whether the base for the current recipe is cached (else the next boot builds it first: about a minute)."""
+    return (cache_dir / f"base-{recipe_hash()}" / "rootfs" / "usr" / "bin" / "python3").exists()
+
+
 def ensure_base(cache_dir: Path, log: Path | None = None) -> BaseImage:
     """Return the cached base for the current recipe, building it first if needed.
 

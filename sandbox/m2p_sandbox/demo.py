@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import tempfile
 import time
@@ -40,7 +41,7 @@ def demo_command(ctx: Context, serve: bool) -> None:
     toolkit are stand-ins.  Nothing outside this machine is touched.  Needs the sandbox
     harness (m2p-sandbox), which a plain install of m2p leaves out.
     """
-    from m2p_sandbox import network, provider_demo, tenant
+    from m2p_sandbox import base, network, provider_demo, tenant
     from m2p_sandbox import rig as sandbox
     from m2p_sandbox.bundle import build_test_bundle
     from m2p_sandbox.kube_api import KubeApiStandin
@@ -57,6 +58,9 @@ def demo_command(ctx: Context, serve: bool) -> None:
     closing = contextlib.ExitStack()  # the provider steps' stand-ins
     try:
         build_test_bundle(work / "bundle")
+        if not base.is_built(sandbox.cache_dir()):
+            ctx.info("building the sandbox rigs' image first (Debian packages from this machine's mirror; about a "
+                     f"minute, once; its log: {sandbox.cache_dir()}) ...")
         ctx.info("booting the sandbox rig demo-hive ...")
         rigs = sandbox.boot([sandbox.RigSpec("demo-hive", "hiveos", ("rtx3090", "rtx3090"))], owner_pid=os.getpid())
         rig = rigs[0]
@@ -127,8 +131,8 @@ def demo_command(ctx: Context, serve: bool) -> None:
             ("the lease ends: the miner mines again", lease_ends, 0),
             ("revert: a mining rig again", ["revert", "-i", str(inv), *bundle, *ssh, "--yes"], 0)]
         for title, step, expected in steps:
-            shown = ("m2p " + " ".join(step[:2] if len(step) > 1 and not step[1].startswith("-") else step[:1])
-                     if isinstance(step, list) else "stand-in")
+            # The whole command, to copy and run again while the demo's rig is up.
+            shown = shlex.join(["m2p", *step]) if isinstance(step, list) else "(a stand-in acts)"
             ctx.info("")
             ctx.info(click.style(f"$ {shown}   # {title}", fg="cyan", bold=True))
             code = main(step) if isinstance(step, list) else step()

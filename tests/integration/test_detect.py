@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ def fleet(sandbox_rigs, boot_rigs, tmp_path):
                         "m2p_ssh_password_env": "LOCKED_PW"},
         }},
     }}}))
-    return inv, known_hosts
+    return inv, known_hosts, locked
 
 
 def sandbox_ssh(r: sandbox.Rig):
@@ -69,8 +70,8 @@ def sandbox_ssh(r: sandbox.Rig):
     return _Ctx()
 
 
-def test_detect_recognises_rigs_and_explains_failures(fleet):
-    inv, known_hosts = fleet
+def test_detect_recognises_rigs_and_explains_failures(fleet, tmp_path):
+    inv, known_hosts, locked_rig = fleet
     env = {"LOCKED_PW": "not-the-password"}
     proc = m2p("detect", "-i", str(inv), "--known-hosts", str(known_hosts), "--json",
                "--connect-timeout", "3", env=env)
@@ -108,6 +109,38 @@ def test_detect_recognises_rigs_and_explains_failures(fleet):
     assert f'ssh-keygen -f "{known_hosts}" -R' in moved["error"]
     # The wrong password never appears anywhere.
     assert "not-the-password" not in proc.stdout + proc.stderr
+    password_rig_gets_a_key(inv, known_hosts, locked_rig, tmp_path)
+
+
+def password_rig_gets_a_key(inv: Path, known_hosts: Path, rig: sandbox.Rig, tmp_path: Path) -> None:
+    """Issue 39, on locked1 (HiveOS: user logs in with a password; this one is changed from HiveOS's default):
+    `m2p keys install` uses the password once to let a new controller key in, proves key login, and `detect` then
+    works with an inventory that has the key and no password.  The password is in no output and no file."""
+    password = "m2p-" + secrets.token_urlsafe(12)
+    with sandbox_ssh(rig) as client:
+        assert run(client, f"echo 'user:{password}' | sudo chpasswd")[0] == 0
+    key = tmp_path / "controller" / "id_ed25519"  # missing: keys install makes it
+    install = ["keys", "install", "-i", str(inv), "--limit", "locked1", "--key", str(key), "--known-hosts",
+               str(known_hosts), "--json"]  # the password from the inventory's m2p_ssh_password_env
+    refused = m2p(*install[:-1], env={"LOCKED_PW": password})  # no terminal to ask, no --yes: nothing made
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr and not key.exists(), refused.stderr
+    first = m2p(*install, "--yes", env={"LOCKED_PW": password})
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert outcomes(first)["locked1"]["message"] == "key added; key login works", first.stdout
+    again = m2p(*install, "--yes", env={"LOCKED_PW": password})
+    assert outcomes(again)["locked1"]["result"] == "converged", again.stdout  # one line, not two
+    authorized = (rig.path / "merged/home/user/.ssh/authorized_keys").read_text()
+    assert authorized.count(" m2p-login") == 1 and oct((rig.path / "merged/home/user/.ssh").stat().st_mode)[-3:] == \
+        "700"
+    keyed = tmp_path / "keyed.yml"
+    keyed.write_text(yaml.safe_dump({"all": {"hosts": {"locked1": {
+        "ansible_host": rig.address, "ansible_user": "user", "ansible_ssh_private_key_file": str(key)}}}}))
+    detected = m2p("detect", "-i", str(keyed), "--known-hosts", str(known_hosts), "--json")
+    assert detected.returncode == 0 and json.loads(detected.stdout)[0]["facts"]["mining_os"]["kind"] == "hiveos", \
+        detected.stdout[-2000:] + detected.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    said = first.stdout + first.stderr + again.stdout + again.stderr + detected.stdout + detected.stderr
+    assert password not in said and not [p for p in files if password in p.read_text(errors="replace")]
 
 
 def test_detect_text_output_and_unknown_key_refusal(sandbox_rigs, tmp_path):

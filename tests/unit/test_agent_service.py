@@ -157,6 +157,10 @@ def test_lease_window_stops_the_miner_and_publishes_mode_and_labels(api, tmp_pat
     status = json.loads(node["metadata"]["annotations"]["m2p.io/status"])
     assert status["mode"] == "leasing" and status["last_error"] == "" and status["schedule"] == "schedule"
     assert json.loads((tmp_path / "state/status.json").read_text())["mode"] == "leasing"
+    # The rig's copy is always schedule.yml: the status says the owner's name for it, which the role hands on.
+    agent.config = Config(**{**agent.config.__dict__, "schedule_name": "night-lease"})
+    agent.tick()
+    assert json.loads(api.nodes[NODE]["metadata"]["annotations"]["m2p.io/status"])["schedule"] == "night-lease"
 
 
 def test_a_hung_mining_os_command_is_a_miner_error():

@@ -23,6 +23,10 @@ OPTS = SshOptions(known_hosts=Path("/home/m/.ssh/known_hosts"), connect_timeout=
      "authentication failed for user 'user' (tried key, agent, password)"),
     (UnknownHostKey("SHA256:abc", "ssh-ed25519"), "host-key-unknown", "--accept-new"),
     (paramiko.SSHException("Error reading SSH protocol banner"), "ssh", "SSH failed on 10.0.0.7:22"),
+    # paramiko's own words when it has nothing to offer: what to set instead of its jargon
+    (paramiko.SSHException("No authentication methods available"), "auth",
+     "no way to log in as 'user': no key file, no agent key and no password; set ansible_ssh_private_key_file, or "
+     "m2p_ssh_password_env (then `m2p keys install` puts a key on the rig)"),
 ])
 def test_failure_sentences(exc, cls, words):
     failure, sentence = classify(exc, HOST, OPTS)

@@ -484,7 +484,8 @@ class Agent:
         return {"schema": STATUS_SCHEMA, "mode": self.state.mode, "since": _iso(self.state.since),
                 "next_change": change.isoformat(timespec="seconds") if change else None,
                 "mine_at": mine_at.isoformat(timespec="seconds") if mine_at else None,
-                "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace, "last_error": self.last_error,
+                "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace,
+                "last_error": self.last_error,
                 "agent_version": __version__,
                 # A lease stops the miner on every card (no adapter mines on a subset of cards yet).
                 "hand_over": "whole rig",

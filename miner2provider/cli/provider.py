@@ -23,12 +23,12 @@ from miner2provider.core.errors import (
 )
 from miner2provider.core.inventory import Host
 from miner2provider.detect.facts.listening import ListeningFact
-from miner2provider.detect.report import RigReport, status_rows
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
 from miner2provider.fleet import provider as provider_run
-from miner2provider.fleet.pipeline import RigOutcome, drain_rigs
+from miner2provider.fleet.pipeline import RigOutcome, drain_rigs, farm_status
 from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
 from miner2provider.timeshare import economics
@@ -122,7 +122,7 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
     hosts = _hosts(inventory_file, vault_password_file)
     ingress = ingress_of(provider, hosts)
     state = market.provider_status(provider, ingress.address, url)
-    rows = status_rows(detect(hosts, ssh), {h.name: h.node_name for h in hosts})
+    rows = farm_status(detect(hosts, ssh), hosts)
     render.provider_state(market.label, state, rows, as_json)
     failed = sum(r["state"] == "failed" for r in rows)
     if failed:

@@ -291,7 +291,13 @@ def tunnel_line(tunnel: dict[str, Any]) -> str:
     """``tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)``, red when it carries nothing."""
     line = (f"tunnel: {tunnel['link']}, MTU {tunnel['mtu'] or '?'}, {handshake_said(tunnel['handshake_age_s'])} "
             f"({counted(tunnel['peers'], 'peer')})")
-    return line if tunnel["ok"] else click.style(line + "; not carrying traffic: see docs/sites.md", fg="red")
+    if not tunnel["ok"]:
+        return click.style(line + "; not carrying traffic: see docs/sites.md", fg="red")
+    silent = tunnel.get("silent") or []
+    if silent and tunnel["peers"] > 1:  # the hub: which rigs' tunnels (or sites) carry nothing
+        said = ", ".join(f"{printable(str(p['peer']))} ({handshake_said(p['handshake_age_s'])})" for p in silent)
+        return line + click.style(f"; silent: {said}", fg="red")
+    return line
 
 
 def reclaim_line(lease: dict[str, Any]) -> str:

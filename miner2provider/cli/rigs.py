@@ -14,11 +14,11 @@ from miner2provider.core.errors import InventoryProblems, InventoryProblemsListe
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
-from miner2provider.detect.report import RigReport, report_json, status_rows
+from miner2provider.detect.report import RigReport, report_json
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet import tunnel
-from miner2provider.fleet.pipeline import fleet_role_vars
+from miner2provider.fleet.pipeline import farm_status, fleet_role_vars
 from miner2provider.market import MARKETPLACES, marketplace, pricing
 from miner2provider.market.base import RigGpus
 from miner2provider.market.saved_report import load_report
@@ -242,7 +242,7 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
     """Per rig: converged, drifted (and how) or not converged; k3s service, node name, GPUs; the
     time-share agent's mode, since when, next change and last error.  Changes nothing."""
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
-    rows = status_rows(detect(hosts, ssh), {h.name: h.node_name for h in hosts})
+    rows = farm_status(detect(hosts, ssh), hosts)
     if as_json:
         render.echo_json(rows)
     else:

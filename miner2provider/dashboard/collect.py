@@ -10,9 +10,10 @@ from typing import Any
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
 from miner2provider.detect.facts.node import LEDGER_TAIL
-from miner2provider.detect.report import RigReport, report_json, status_row, status_rows
+from miner2provider.detect.report import RigReport, report_json, status_row
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect
+from miner2provider.fleet.pipeline import farm_status
 
 
 def snapshot(report: RigReport, row: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -29,7 +30,7 @@ def sweep(history: History, hosts: list[Host], ssh: SshOptions, now: float | Non
     (``read_at``: when it last answered, up to which its ledger counts)."""
     now = time.time() if now is None else now
     reports = detect(hosts, ssh)
-    rows = status_rows(reports, {h.name: h.node_name for h in hosts})
+    rows = farm_status(reports, hosts)
     for report, row in zip(reports, rows, strict=True):
         if report.ok and report.facts:
             history.add_snapshot(report.name, now, {**snapshot(report, row), "read_at": now})

@@ -222,9 +222,14 @@ def tunnel(status_row: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(found, dict):
         return None
     age, mtu, peers = found.get("handshake_age_s"), found.get("mtu"), found.get("peers")
+    listed = found.get("silent")
+    silent: list[Any] = listed if isinstance(listed, list) else []
     return {"ok": found.get("ok") is True, "link": str(found.get("link") or "")[:20],
             "mtu": mtu if isinstance(mtu, int) else None, "handshake_age_s": age if isinstance(age, int) else None,
-            "peers": peers if isinstance(peers, int) else 0}
+            "peers": peers if isinstance(peers, int) else 0,
+            "silent": [{"peer": str(p.get("peer") or "")[:64], "handshake_age_s": p.get("handshake_age_s")
+                        if isinstance(p.get("handshake_age_s"), int) else None}
+                       for p in silent[:200] if isinstance(p, dict)]}
 
 
 def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7) -> dict[str, Any]:

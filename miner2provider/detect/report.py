@@ -63,13 +63,16 @@ def farm_reclaimer(reports: list[RigReport]) -> ReclaimerStatus:
                 ReclaimerStatus(False))
 
 
-def status_rows(reports: list[RigReport], nodes: dict[str, str]) -> list[dict[str, Any]]:
-    """``status_row`` of every report; ``nodes``: rig name -> its Kubernetes node (Host.node_name)."""
+def status_rows(reports: list[RigReport], nodes: dict[str, str],
+                tunnel_names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``status_row`` of every report; ``nodes``: rig name -> its Kubernetes node (Host.node_name);
+    ``tunnel_names``: tunnel address -> rig (a farm across sites' plan), to name the hub's silent peers."""
     reclaimer = farm_reclaimer(reports)
-    return [status_row(r, nodes.get(r.name, r.name), reclaimer) for r in reports]
+    return [status_row(r, nodes.get(r.name, r.name), reclaimer, tunnel_names or {}) for r in reports]
 
 
-def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | None = None) -> dict[str, Any]:
+def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | None = None,
+               tunnel_names: dict[str, str] | None = None) -> dict[str, Any]:
     """converged: the fingerprint convert left is there and nothing drifted since.  ``node``: the rig's Kubernetes
     node (default its name); ``reclaimer``: the farm's (farm_reclaimer), whose leases on that node the row lists."""
     if not report.ok or report.facts is None:
@@ -98,7 +101,7 @@ def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | N
             # reclaimer's own last sweep.
             "reclaims": [asdict(lease) for lease in (reclaimer or own).on_node(node)] if node != "-" else [],
             "reclaimer": {"at": own.at, "last_error": own.last_error, "leases": len(own.leases)} if own.present
-            else None, "tunnel": tunnel_row(f.tunnel)}
+            else None, "tunnel": tunnel_row(f.tunnel, tunnel_names or {})}
 
 
 def handshake_said(age_s: int | None) -> str:
@@ -106,14 +109,22 @@ def handshake_said(age_s: int | None) -> str:
     return "no handshake seen" if age_s is None else f"last handshake {age_s} s ago"
 
 
-def tunnel_row(tunnel: Tunnel) -> dict[str, Any] | None:
-    """A farm across sites' member: its tunnel's state (``ok`` when up with a handshake in TUNNEL_STALE_S)."""
+def tunnel_row(tunnel: Tunnel, names: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """A farm across sites' member: its tunnel's state (``ok`` when up with a handshake in TUNNEL_STALE_S), and
+    its peers that carry nothing (on the hub: the rigs, by name where ``names`` (address -> rig) knows them, whose
+    site is down or whose tunnel is)."""
     if not tunnel.present:
         return None
     age = tunnel.handshake_age_s()
     ok = tunnel.link == "up" and age is not None and age <= TUNNEL_STALE_S
+    silent = []
+    for peer in tunnel.handshakes:
+        peer_age = None if peer.at <= 0 or tunnel.now is None else max(0, tunnel.now - peer.at)
+        if peer_age is None or peer_age > TUNNEL_STALE_S:
+            named = (names or {}).get(peer.address) or peer.address or peer.peer[:8]
+            silent.append({"peer": named, "handshake_age_s": peer_age})
     return {"ok": ok, "link": tunnel.link or "missing", "mtu": tunnel.mtu, "handshake_age_s": age,
-            "peers": len(tunnel.handshakes)}
+            "peers": len(tunnel.handshakes), "silent": silent}
 
 
 def report_from_json(data: Any) -> RigReport:

@@ -27,7 +27,7 @@ from typing import Any
 from miner2provider.agent.status import Lease
 from miner2provider.core import collection
 from miner2provider.core.inventory import Host
-from miner2provider.detect.report import RigReport
+from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect
 from miner2provider.fleet import drain, fingerprint, guards, tunnel
@@ -210,6 +210,12 @@ def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "",
     if stats.changed:
         return RigOutcome(name, "pending" if check else "changed", stats.changed, why, tasks)
     return RigOutcome(name, "converged", message=note)
+
+
+def farm_status(reports: list[RigReport], hosts: list[Host]) -> list[dict[str, Any]]:
+    """The status rows of ``hosts``' reports: each rig's node named as k3s names it, the hub's silent peers named
+    by the farm's tunnel plan."""
+    return status_rows(reports, {h.name: h.node_name for h in hosts}, tunnel.member_names(hosts))
 
 
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:

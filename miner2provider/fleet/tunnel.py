@@ -173,6 +173,16 @@ def wg_config(tunnel: TunnelPlan, name: str, public_keys: Mapping[str, str]) -> 
                       f"AllowedIPs = {tunnel.network}", f"PersistentKeepalive = {KEEPALIVE_S}"]) + "\n"
 
 
+def member_names(hosts: list[Host]) -> dict[str, str]:
+    """tunnel address -> member, for status to name the hub's silent peers ({} for one LAN, or a plan with a
+    mistake: inventory check says that, status goes on without names)."""
+    try:
+        found = plan(hosts)
+    except InventoryError:
+        return {}
+    return {} if found is None else {str(m.address): m.name for m in (found.hub, *found.rigs)}
+
+
 def site_needs(tunnel: TunnelPlan) -> list[str]:
     """What each site must provide, for ``inventory check``: only the hub needs an open port."""
     lines = [f"hub {tunnel.hub.name} ({tunnel.hub.address}): UDP {tunnel.port} reachable from every site at "

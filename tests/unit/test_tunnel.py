@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
+import click
 import pytest
 
 from miner2provider.cli import main
@@ -50,6 +51,8 @@ def test_the_server_is_the_hub_and_rigs_get_addresses_in_inventory_order(tmp_pat
     assert [(m.name, m.site, str(m.address)) for m in found.rigs] == [
         ("rig-a1", "home", "10.237.0.2"), ("rig-a2", "home", "10.237.0.3"), ("rig-b1", "uncle", "10.237.0.4")]
     assert found.sites == {"home": ("rig-a1", "rig-a2"), "uncle": ("rig-b1",)}
+    assert tunnel.member_names(hosts(tmp_path)) == {"10.237.0.1": "vps", "10.237.0.2": "rig-a1",
+                                                    "10.237.0.3": "rig-a2", "10.237.0.4": "rig-b1"}
     assert tunnel.site_needs(found) == [
         "hub vps (10.237.0.1): UDP 51820 reachable from every site at vps.example.net:51820; it forwards between sites",
         "site home: 2 rigs (rig-a1, rig-a2) dial out to vps.example.net:51820; no port to forward there; tunnel MTU "
@@ -176,12 +179,31 @@ def test_status_says_each_tunnel_and_marks_one_that_carries_nothing(capsys):
     fresh = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 1_000),), 1_012)
     stale = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 1_000),), 1_181)
     assert tunnel_row(Tunnel(False)) is None
-    assert tunnel_row(fresh) == {"ok": True, "link": "up", "mtu": 1280, "handshake_age_s": 12, "peers": 1}
+    assert tunnel_row(fresh) == {"ok": True, "link": "up", "mtu": 1280, "handshake_age_s": 12, "peers": 1,
+                                 "silent": []}
     assert tunnel_row(stale)["ok"] is False  # older than TUNNEL_STALE_S (180 s)
     assert render.tunnel_line(tunnel_row(fresh)) == "tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)"
     assert "not carrying traffic" in render.tunnel_line(tunnel_row(stale))
     clock_back = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 2_000),), 1_000)
     assert tunnel_row(clock_back)["handshake_age_s"] == 0  # a rig clock stepped back never reads as negative
+
+
+def test_the_hub_names_the_rigs_whose_site_went_silent(capsys):
+    """A site's router goes down: its rigs cannot be reached, but the hub still answers and says which of its peers
+    carry nothing, by the plan's names (tunnel address -> rig); a peer the plan does not know is said by address."""
+    from miner2provider.cli import render
+    from miner2provider.detect.facts.tunnel import Handshake, Tunnel
+    from miner2provider.detect.report import tunnel_row
+
+    hub = Tunnel(True, KEYS["vps"], "up", 1280, (Handshake(KEYS["rig-a1"], 1_000, "10.237.0.2"),
+                                                 Handshake(KEYS["rig-b1"], 500, "10.237.0.4"),
+                                                 Handshake("QhTz" + KEYS["rig-b1"][4:], 0, "10.237.0.9")), 1_010)
+    row = tunnel_row(hub, {"10.237.0.2": "rig-a1", "10.237.0.4": "rig-b1"})
+    assert row is not None and row["ok"] is True  # the hub itself carries traffic (rig-a1's)
+    assert row["silent"] == [{"peer": "rig-b1", "handshake_age_s": 510}, {"peer": "10.237.0.9", "handshake_age_s": None}]
+    line = click.unstyle(render.tunnel_line(row))
+    assert line == ("tunnel: up, MTU 1280, last handshake 10 s ago (3 peers); silent: rig-b1 (last handshake 510 s "
+                    "ago), 10.237.0.9 (no handshake seen)")
 
 
 def test_without_a_terminal_a_confirmation_says_to_pass_yes_even_in_json(tmp_path, capsys):

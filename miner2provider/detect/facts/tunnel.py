@@ -21,6 +21,7 @@ IFF_UP = 0x1
 class Handshake:
     peer: str  # its public key
     at: int  # seconds since the epoch on the rig's clock; 0: never
+    address: str = ""  # its tunnel address (the first of its allowed IPs, without /32): names the rig on the hub
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Tunnel:
 
 
 class TunnelFact(Fact[Tunnel]):
-    """``key <public key>``, ``link <flags> <mtu>``, ``peer <key> <epoch>`` per peer, ``now <epoch>``."""
+    """``key <public key>``, ``link <flags> <mtu>``, ``peer <key> <epoch>`` and ``allowed <key> <ip/cidr>...`` per
+    peer, ``now <epoch>``."""
 
     name = "tunnel"
     command = (
@@ -47,7 +49,8 @@ class TunnelFact(Fact[Tunnel]):
         'if [ -d "/sys/class/net/$IF" ]; then '
         'echo "link $(cat "/sys/class/net/$IF/flags") $(cat "/sys/class/net/$IF/mtu")"; '
         "S=; [ \"$(id -u)\" = 0 ] || ! sudo -n true 2>/dev/null || S='sudo -n'; "
-        '$S wg show "$IF" latest-handshakes 2>/dev/null | head -n 1000 | sed "s/^/peer /"; fi; '
+        '$S wg show "$IF" latest-handshakes 2>/dev/null | head -n 1000 | sed "s/^/peer /"; '
+        '$S wg show "$IF" allowed-ips 2>/dev/null | head -n 1000 | sed "s/^/allowed /"; fi; '
         'echo "now $(date +%s)"; true'
     )
 
@@ -55,6 +58,7 @@ class TunnelFact(Fact[Tunnel]):
     def parse(out: Output) -> Tunnel:
         key, link, mtu, now = "", "", None, None
         handshakes = []
+        addresses: dict[str, str] = {}
         for line in out.text.splitlines():
             kind, _, rest = line.partition(" ")
             fields = rest.split()
@@ -66,9 +70,12 @@ class TunnelFact(Fact[Tunnel]):
                 mtu = whole(fields[1])
             elif kind == "peer" and len(fields) == 2 and (at := whole(fields[1])) is not None:
                 handshakes.append(Handshake(fields[0][:60], at))
+            elif kind == "allowed" and len(fields) >= 2:
+                addresses[fields[0][:60]] = fields[1].split("/")[0][:60]
             elif kind == "now" and len(fields) == 1:
                 now = whole(fields[0])
-        return Tunnel(bool(key), key, link, mtu, tuple(handshakes), now)
+        named = tuple(Handshake(h.peer, h.at, addresses.get(h.peer, "")) for h in handshakes)
+        return Tunnel(bool(key), key, link, mtu, named, now)
 
 
 def _hex(text: str) -> int | None:

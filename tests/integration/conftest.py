@@ -15,7 +15,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import paramiko
 import pytest
@@ -70,6 +71,17 @@ def boot_rigs() -> Iterator[object]:
     finally:
         for r in booted:
             sandbox.stop(r)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every_s: float = 0.3) -> Any:
+    """``check()``'s first truthy value within ``timeout`` seconds, else an AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ssh(rig: sandbox.Rig, attempts: int = 3) -> paramiko.SSHClient:

@@ -25,20 +25,10 @@ from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
 
-from .conftest import m2p, rig_entry, run, ssh
+from .conftest import m2p, rig_entry, run, ssh, wait_for
 from .conftest import outcomes as conftest_outcomes
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(what, check, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # The hook m2p puts in the CDI spec (roles/nvidia_container_toolkit): run below exactly as

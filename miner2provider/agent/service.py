@@ -42,6 +42,10 @@ GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
 HURRY_S = 0.5  # the tick while a lease waits for the GPUs
 WAKE_S = 0.1  # how often a sleeping agent looks for a container at the gate (one directory scan)
 WATCHDOG_RECHECK_S = 10.0
+# Issue 38: a miner something else brings back while the GPUs are leased (a wrapper, a cloud agent, a built-in
+# watchdog) is ended each time; after this many, the rig refuses new leases rather than fight it.
+RESPAWN_STRIKES = 3
+RESPAWN_SENTENCE = "another supervisor restarts the miner"
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,8 @@ class Agent:
     _mine_at: datetime | None = None
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
+    _stopped_for_lease: bool = False  # the agent stopped the miner for this hand-over and has not started it since
+    respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
 
     def __post_init__(self) -> None:
@@ -239,6 +245,13 @@ class Agent:
         at = datetime.fromtimestamp(now, timezone.utc)
         desired = policy.desired_at(self.schedule, at, self.price_offer(now))
         desired = policy.with_lead(self.schedule, desired, at, self.mine_at(at, desired.offered))
+        if self.respawns >= RESPAWN_STRIKES:  # off the market: a lease here would share its GPUs with a miner
+            desired = replace(desired, offered=False)
+            self._say(f"{RESPAWN_SENTENCE} ({self.respawns} times during leases): no new lease until that "
+                      "supervisor is stopped and the agent restarted (m2p schedule apply)")
+            if leases_waiting and not self.lease_gated():
+                self.gates.refuse(f"{RESPAWN_SENTENCE}: this rig takes no lease now", leases_waiting)
+                leases_waiting, waiting = [], False
         busy = self.gpus_busy(mono, running, waiting)
         if others:
             self.answer_others(others, running or busy)
@@ -278,6 +291,7 @@ class Agent:
                     self.config.clocks.reapply()
                 except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
                     self._say(f"clocks: {exc}")
+                self._stopped_for_lease = False
                 self.config.miner.start()
             elif action == decide.GRANT:
                 self._hand_over_clocks()
@@ -298,6 +312,9 @@ class Agent:
         self._clocks_reset = True
 
     def _stop_miner(self) -> None:
+        if self._stopped_for_lease and self.state.mode in {"leasing", "draining"}:
+            self.respawns += 1  # the agent did not start it: something else did
+        self._stopped_for_lease = self.state.mode in {"leasing", "draining"}
         self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
         try:
             self.config.miner.stop(self.gpu_holders)

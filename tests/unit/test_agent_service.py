@@ -18,6 +18,7 @@ from miner2provider.agent import gate, rig
 from miner2provider.agent import kube as kube_api
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
 from miner2provider.agent.status import agent_status_from
+from miner2provider.timeshare import model
 
 NODE = "rig01"
 
@@ -714,3 +715,44 @@ def test_with_a_reclamation_window_the_agent_says_when_it_must_mine_and_leaves_t
     api.delete_pod("job")
     agent.tick()
     assert json.loads((tmp_path / "state" / "status.json").read_text())["mode"] == "mining"
+
+
+def test_a_miner_that_keeps_coming_back_during_leases_takes_the_rig_off_the_market(api, tmp_path):
+    """Issue 38: something the agent does not know (an owner's wrapper, a cloud agent) starts the miner again while
+    the GPUs are the leases'.  Each time it is ended and counted; at the third, the rig leaves the market and a
+    lease's container at the gate is refused with the sentence, rather than fighting that supervisor for ever."""
+    agent = make_agent(api, tmp_path, FIXED_LEASE)
+    running = tmp_path / "miner.running"
+    running.touch()
+    assert agent.tick() == ["stop-miner"] and agent.state.mode == "leasing" and agent.respawns == 0
+    for strike in (1, 2, 3):
+        running.touch()  # the other supervisor's restart
+        assert "stop-miner" in agent.tick() and agent.respawns == strike
+        assert not running.exists()  # ended each time: a lease may be using the GPUs
+    for _ in range(2):
+        agent.tick()
+    assert cordoned(api) and not agent.state.offered
+    status = json.loads(api.nodes[NODE]["metadata"]["annotations"]["m2p.io/status"])
+    assert "another supervisor restarts the miner (3 times during leases)" in status["last_error"]
+    proc, state = container(tmp_path)
+    try:
+        thread, result = at_the_gate(tmp_path, state)
+        wait_waiting(agent, thread)
+        assert "grant" not in agent.tick()
+        thread.join(5)
+        assert result["answer"] == (False, "another supervisor restarts the miner: this rig takes no lease now")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_agents_own_stop_and_start_are_no_strike(api, tmp_path):
+    """Windows that switch lease, mine, lease: every stop follows the agent's own start, so nothing counts."""
+    agent = make_agent(api, tmp_path, FIXED_LEASE)
+    (tmp_path / "miner.running").touch()
+    for schedule, action in ((FIXED_LEASE, "stop-miner"), (FIXED_MINE, "start-miner"), (FIXED_LEASE, "stop-miner"),
+                             (FIXED_MINE, "start-miner"), (FIXED_LEASE, "stop-miner")):
+        (tmp_path / "schedule.yml").write_text(schedule)
+        agent.schedule = model.load(str(tmp_path / "schedule.yml"))
+        assert any(action in agent.tick() for _ in range(3))  # leaving the market first takes a tick
+    assert agent.respawns == 0

@@ -85,6 +85,8 @@ OWN: tuple[Setting, ...] = (
             "On the hub: the private range of tunnel addresses (not inside k3s's 10.42.0.0/16 or 10.43.0.0/16).",
             "10.237.0.0/24"),
     Setting("m2p_tunnel_mtu", "int", "On the hub: the tunnel's MTU, 1280 (safe on any path) to 1420.", 1280),
+    Setting("m2p_tunnel_address", "str",
+            "A rig's tunnel address, pinned (in m2p_tunnel_network); unset: the next free one in inventory order."),
     Setting("m2p_tunnel_public_key", "str",
             "A rig that joined from its site (`m2p join`): the WireGuard public key it printed; the hub gets it "
             "before the controller can reach the rig."),

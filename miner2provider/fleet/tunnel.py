@@ -73,7 +73,8 @@ class TunnelPlan:
 
 def plan(hosts: list[Host]) -> TunnelPlan | None:
     """The farm's tunnel, or None when no rig names a site (one LAN, as before).  Addresses follow inventory
-    order after the hub's (.1), so adding a rig at the end moves no one."""
+    order after the hub's (.1), so adding a rig at the end moves no one; a rig with ``m2p_tunnel_address`` keeps
+    that one, and the others skip it."""
     sited = [h for h in hosts if h.var("m2p_site")]
     if not sited:
         return None
@@ -99,11 +100,36 @@ def plan(hosts: list[Host]) -> TunnelPlan | None:
     if unsited:
         raise InventoryError(f"{unsited[0].where}: {unsited[0].name} has no m2p_site while others do: in a farm "
                              "across sites every rig names its site (a rig on the hub's own LAN too)")
-    addresses = network.hosts()
-    hub_member = Member(hub.name, str(hub.var("m2p_site") or ""), next(addresses))
-    rigs = tuple(Member(h.name, str(h.var("m2p_site")), next(addresses)) for h in members)
+    pinned = _pinned(members, network)
+    free = (a for a in list(network.hosts())[1:] if a not in pinned.values())
+    hub_member = Member(hub.name, str(hub.var("m2p_site") or ""), network.network_address + 1)
+    rigs = tuple(Member(h.name, str(h.var("m2p_site")), pinned.get(h.name) or next(free)) for h in members)
     declared_keys(hosts)  # checked with the plan, so `inventory check` says it
     return TunnelPlan(network, mtu, hub_member, endpoint, rigs)
+
+
+def _pinned(members: list[Host], network: ipaddress.IPv4Network) -> dict[str, ipaddress.IPv4Address]:
+    """Rigs whose tunnel address is pinned (``m2p_tunnel_address``): taking a rig out of the middle of the
+    inventory would otherwise move every rig after it to a new address, and k3s's node IPs with them."""
+    pinned: dict[str, ipaddress.IPv4Address] = {}
+    for host in members:
+        raw = host.var("m2p_tunnel_address")
+        if raw is None:
+            continue
+        try:
+            address = ipaddress.IPv4Address(str(raw))
+        except ValueError:
+            address = None
+        if address is None or address not in network or address in (network.network_address,
+                                                                    network.network_address + 1,
+                                                                    network.broadcast_address):
+            raise InventoryError(f"{host.where}: {host.name}'s m2p_tunnel_address {raw!r} is not a rig's address in "
+                                 f"{network} (the hub has {network.network_address + 1})")
+        twin = next((name for name, other in pinned.items() if other == address), None)
+        if twin is not None:
+            raise InventoryError(f"{host.where}: {host.name}'s m2p_tunnel_address {address} is {twin}'s too")
+        pinned[host.name] = address
+    return pinned
 
 
 def _network(hub: Host) -> ipaddress.IPv4Network:

@@ -4,6 +4,7 @@ line, and the WireGuard configs it writes (wg(8) reads them in tests/integration
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import click
 import pytest
@@ -124,6 +125,35 @@ def test_addresses_never_move_when_a_rig_is_added_at_the_end(tmp_path):
     assert before is not None and after is not None
     assert [m.address for m in after.rigs][:3] == [m.address for m in before.rigs]
     assert after.member("rig-b2").address == ipaddress.IPv4Address("10.237.0.5")
+
+
+def test_a_pinned_address_stays_when_a_rig_before_it_leaves(tmp_path):
+    """rig-a2 leaves the middle of the inventory: without a pin rig-b1 would move from .4 to .3 (and its k3s
+    node IP with it); pinned, it keeps .4, and a rig added later skips it."""
+    path = tmp_path / "rigs.yml"
+    path.write_text(FARM.replace("        rig-a2: {ansible_host: 10.237.0.3, m2p_site: home}\n", "")
+                    % ("", ", m2p_tunnel_address: 10.237.0.4}\n        rig-c1: {ansible_host: 10.237.0.3, "
+                           "m2p_site: cousin"))
+    found = tunnel.plan(list(inventory.load(path).hosts))
+    assert found is not None
+    assert {m.name: str(m.address) for m in found.rigs} == {"rig-a1": "10.237.0.2", "rig-b1": "10.237.0.4",
+                                                            "rig-c1": "10.237.0.3"}
+
+
+@pytest.mark.parametrize(("pin", "said"), [
+    ("10.237.0.1", "is not a rig's address in 10.237.0.0/24 (the hub has 10.237.0.1)"),
+    ("10.99.0.4", "is not a rig's address in 10.237.0.0/24"),
+    ("not-an-ip", "is not a rig's address"),
+    ("10.237.0.2", None),  # rig-a1's by order: rig-a1 moves on to the next free one
+])
+def test_a_pin_must_be_a_rigs_address_in_the_network(tmp_path, pin, said):
+    if said is None:
+        found = tunnel.plan(hosts(tmp_path, rig_extra=f", m2p_tunnel_address: {pin}"))
+        assert found is not None and {m.name: str(m.address) for m in found.rigs} == {
+            "rig-a1": "10.237.0.3", "rig-a2": "10.237.0.4", "rig-b1": "10.237.0.2"}
+        return
+    with pytest.raises(InventoryError, match=re.escape(f"rig-b1's m2p_tunnel_address '{pin}' {said}")):
+        tunnel.plan(hosts(tmp_path, rig_extra=f", m2p_tunnel_address: '{pin}'"))
 
 
 def test_k3s_runs_on_the_tunnel_in_a_farm_across_sites(tmp_path):

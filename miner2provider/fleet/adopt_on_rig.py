@@ -158,6 +158,8 @@ def _command(what: dict[str, Any]) -> str:
     argv, comm = what["argv"], what.get("comm", "")
     if len(argv) > 1 and comm and comm not in SUPERVISING_SHELLS and Path(argv[1]).name.startswith(comm):
         program = [argv[1], *argv[2:]]  # a script run by its shebang: run the script, so it is named as before
+    elif argv and os.path.isabs(argv[0]) and os.path.realpath(argv[0]) == os.path.realpath(what["exe"]):
+        program = argv  # as it was: /usr/bin/python3, not the python3.11 it resolves to
     else:
         program = [what["exe"], *argv[1:]]  # the executable itself: no PATH, no argv[0] such as SCREEN
     return (f"cd {shlex.quote(what['cwd'])} && exec /usr/bin/env -i {env} "
@@ -223,10 +225,11 @@ def _remove_unit() -> None:
 
 
 def _forget_home() -> None:
-    try:
-        HOME.rmdir()  # only when empty: m2p made it
-    except OSError:
-        pass
+    for folder in (HOME, HOME.parent):  # only when empty: m2p's folders (/etc/m2p too, once nothing of m2p is left)
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def adopt(pid: int, settle_s: float = 20.0) -> dict[str, Any]:

@@ -467,7 +467,9 @@ def sweep() -> list[str]:
     return swept
 
 
-PREPARE_GRACE = 60.0
+# A rig still preparing on a loaded machine is no orphan: a Molecule create failed once, its overlay swept
+# mid-prepare by a concurrent `up` (the grace was 60 s).
+PREPARE_GRACE = 300.0
 
 
 def _age(path: Path) -> float:

@@ -382,7 +382,84 @@ ADAPTED = {
     "mmpos": ("pgrep -f '^python3 /opt/mmp/miners/'", "sudo /opt/mmp/bin/agent-start", "generic (unverified)"),
     # SMOS: a reboot clears /tmp (and with it the pause); its boot runs start.sh.
     "smos": ("sudo runuser -u miner -- screen -ls miner", "reboot", "generic (unverified)"),
+    # Issue 38: plain Linux with the owner's hand-run miner (a respawn wrapper), adopted into m2p-miner.service;
+    # the owner (or anything) starts the unit again during the lease.
+    # (Its process, not the unit's state: a unit stopping says inactive while the miner still lets its cards go.)
+    "adopted": ("pgrep -f '[s]tandin-cuda --name t-rex'",
+                "sudo systemctl start m2p-miner.service", "the owner's systemd unit (mining_os_miner_unit), if any"),
 }
+WALLET = "w-0xSECRETWALLET42"  # in the owner's miner's environment
+POOL_PASS = "pool-pass-SECRET17"  # on its command line
+OWNERS_WRAPPER = ("#!/bin/sh\n# The owner's own respawn loop: the miner again two seconds after it ends.\nwhile true; do\n"
+                  "  /usr/bin/python3 /usr/lib/m2p-standin/standin-cuda --name t-rex --pool stratum+tcp://pool.invalid:4444"
+                  f" --pass {POOL_PASS}\n  sleep 2\ndone\n")
+
+
+def gpu_holders(client) -> list[tuple[int, str]]:
+    """(pid, its systemd unit) of each process the stand-in nvidia-smi lists as holding a GPU."""
+    out = run(client, "for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do "
+                      "echo \"$p $(sed -n 's#.*/##p' /proc/$p/cgroup | tail -n 1)\"; done")[1]
+    return [(int(line.split()[0]), (line.split() + [""])[1]) for line in out.splitlines() if line.strip()]
+
+
+def adopt_the_owners_miner(r, tmp_path) -> tuple[dict[str, str], list[str]]:
+    """Issue 38: a plain rig whose miner the owner runs from a respawn loop (nohup from a login).  Refused without
+    the owner's --pid (an unknown GPU process: the stand-in reads as python3), then adopted into m2p-miner.service
+    with the same program, arguments, folder and environment, captured root-only and never shown.  Returns the
+    settings that time-share it and what m2p printed."""
+    wrapper = r.path / "merged/opt/owner/keep-mining.sh"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(OWNERS_WRAPPER)
+    wrapper.chmod(0o755)
+    with ssh(r) as client:
+        assert run(client, f"sudo sh -c 'cd /opt/owner && MINER_WALLET={WALLET} nohup ./keep-mining.sh </dev/null "
+                           ">/dev/null 2>&1 &'")[0] == 0
+        (pid, _), = wait_for("the owner's miner", lambda: gpu_holders(client))
+    inv = tmp_path / "adopt.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: rig_entry(r)}}}))
+    common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts"), "--yes"]
+    blind = m2p("miner", "adopt", r.name, *common)
+    assert blind.returncode == 2 and "never touches an unknown GPU process unless you name it" in blind.stderr
+    adopted = m2p("miner", "adopt", r.name, "--pid", str(pid), *common)
+    assert adopted.returncode == 0, adopted.stdout[-2000:] + adopted.stderr[-2000:]
+    with ssh(r) as client:
+        (pid, _), = wait_for("the miner in m2p's unit", lambda: [h for h in gpu_holders(client)
+                                                                if h[1] == "m2p-miner.service"])
+    again = m2p("miner", "adopt", r.name, "--pid", str(pid), *common, "--json")
+    assert conftest_outcomes(again)[r.name]["result"] == "converged", again.stdout
+    with ssh(r) as client:
+        out = run(client, f"tr '\\0' ' ' < /proc/{pid}/cmdline; echo; sudo cat /proc/{pid}/environ | tr '\\0' "
+                          "'\\n' | grep ^MINER_WALLET=; pgrep -x keep-mining.sh | wc -l; sudo stat -c '%a %U' "
+                          "/etc/m2p/miner /etc/m2p/miner/adopted.json /etc/m2p/miner/run; "
+                          "cat /etc/systemd/system/m2p-miner.service")[1]
+        lines = out.splitlines()
+        assert lines[0].split() == ["/usr/bin/python3", "/usr/lib/m2p-standin/standin-cuda", "--name", "t-rex", "--pool",
+                                        "stratum+tcp://pool.invalid:4444", "--pass", POOL_PASS], out
+        assert lines[1:6] == [f"MINER_WALLET={WALLET}", "0", "700 root", "600 root", "700 root"], out
+        assert POOL_PASS not in out.split("[Unit]")[1] and WALLET not in out.split("[Unit]")[1]  # the unit: 0644
+        record = json.loads(run(client, "sudo cat /etc/m2p/miner/adopted.json")[1])
+        assert record["supervisor"] == "wrapper" and record["top"]["argv"][-1] == "./keep-mining.sh", record["top"]
+        assert len(record["sha256"]) == 64 and record["cwd"] == "/opt/owner"
+    return {"m2p_miner_unit": "m2p-miner.service"}, [p.stdout + p.stderr for p in (blind, adopted, again)]
+
+
+def release_the_owners_miner(r, tmp_path, said: list[str]) -> None:
+    """`m2p miner release`: the unit goes and the owner's wrapper runs the miner again, as it did; a second
+    release changes nothing; no secret in anything m2p printed."""
+    common = ["-i", str(tmp_path / "adopt.yml"), "--known-hosts", str(tmp_path / "known_hosts"), "--yes", "--json"]
+    released = m2p("miner", "release", r.name, *common)
+    assert released.returncode == 0 and conftest_outcomes(released)[r.name]["result"] == "changed", released.stdout
+    with ssh(r) as client:
+        (back, _), = wait_for("the miner under its wrapper again", lambda: [
+            h for h in gpu_holders(client) if h[1] != "m2p-miner.service"])
+        out = run(client, f"ps -o comm= -p $(ps -o ppid= -p {back}); sudo cat /proc/{back}/environ | tr '\\0' "
+                          "'\\n' | grep ^MINER_WALLET=; sudo ls /etc/m2p /etc/systemd/system/m2p-miner.service 2>&1")[1]
+        assert out.splitlines()[:2] == ["keep-mining.sh", f"MINER_WALLET={WALLET}"], out
+        assert "'/etc/m2p': No such file" in out and "m2p-miner.service': No such file" in out, out
+    again = m2p("miner", "release", r.name, *common)
+    assert conftest_outcomes(again)[r.name]["result"] == "converged", again.stdout
+    printed = "".join([*said, released.stdout, released.stderr, again.stdout])
+    assert POOL_PASS not in printed and WALLET not in printed
 
 
 @pytest.mark.parametrize("flavour", sorted(ADAPTED))
@@ -394,11 +471,12 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
     OS's clocks re-applied first where it has a command for it); the OS's config byte-identical after the
     lease and after revert."""
     running_cmd, restart, control = ADAPTED[flavour]
-    (r,) = boot_rigs(sandbox.RigSpec(f"gen-{flavour}", flavour, ("rtx3060",)))
+    layout = "plain" if flavour == "adopted" else flavour
+    (r,) = boot_rigs(sandbox.RigSpec(f"gen-{flavour}", layout, ("rtx3060",)))
     api = KubeApiStandin(host=str(network.gateway()))
     monkeypatch.setenv("AG_HIVE_AGENT_TOKEN", (token := secrets.token_urlsafe(24)))
     api.add_node(r.name, token, gpus=1)
-    pristine = flavours.pristine_config(flavour)
+    pristine = flavours.pristine_config(layout)
 
     def mining() -> bool:
         with ssh(r) as client:
@@ -410,11 +488,12 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
                     if run(client, f"sudo sha256sum {path}")[1].split()[:1] != [sha]]
 
     try:
+        adopted, said = adopt_the_owners_miner(r, tmp_path) if flavour == "adopted" else ({}, [])
         assert wait_for("the OS to start its miner", mining)
         # msOS's stand-in miner serves T-Rex's HTTP API (standin-trex-api): the owner names its port.
         trex = {"m2p_trex_api_port": 4067} if flavour == "msos" else {}
         code, outcomes = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n",
-                               settings=trex)
+                               settings={**trex, **adopted})
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
         if trex:  # the agent averaged T-Rex's per-GPU figures
             measured = wait_for("T-Rex's figures in the agent's status",
@@ -423,7 +502,8 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         detected = m2p("detect", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                        "--json", env={"AG_HIVE_AGENT_TOKEN": "x"})
         (report,) = json.loads(detected.stdout)
-        assert report["facts"]["mining_os"]["kind"] == flavour and report["facts"]["miner"]["running"], report
+        assert report["facts"]["mining_os"]["kind"] == {"adopted": "debian"}.get(flavour, flavour), report
+        assert report["facts"]["miner"]["running"] or flavour == "adopted", report  # not a process m2p names
         assert report["facts"]["mining_os"]["miner_control"] == control
         wait_for("idle mining", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
 
@@ -469,6 +549,8 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert wait_for("the miner running after revert", mining)
         assert config_changed() == []
+        if flavour == "adopted":  # the adoption is the owner's to undo, not revert's
+            release_the_owners_miner(r, tmp_path, said)
         with ssh(r) as client:
             assert run(client, "test -e /var/lib/m2p || test -e /etc/m2p")[0] == 1
     except AssertionError as exc:

@@ -529,12 +529,21 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         with ssh(r) as client:
             assert run(client, "nvidia-smi --query-compute-apps=pid --format=csv,noheader")[1].strip() == ""
         assert config_changed() == []
+        if flavour == "adopted":  # issue 38: at the third restart during leases, the rig leaves the market
+            for _ in range(2):
+                with ssh(r) as client:
+                    run(client, restart)
+                wait_for("the agent to stop the miner once more", lambda: not mining(), timeout=30)
+            wait_for("the sentence in the agent's status", lambda: "another supervisor restarts the miner (3 times "
+                     "during leases)" in json.loads(agent_status(r) or "{}").get("last_error", ""))
+            wait_for("the node off the market", lambda: api.nodes[r.name].get("spec", {}).get("unschedulable"))
 
         api.delete_pod("lease-1")
         if restart != "reboot":  # its container ends with it (a reboot ended it already: its PID may be another's)
             with ssh(r) as client:
                 run(client, f"sudo kill {container_pid}")
-        wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
+        again = "mining" if flavour == "adopted" else "idle-mining"  # off the market after the strikes: mining
+        wait_for(f"{again} again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == again)
         assert wait_for("the miner started again", mining)
         # SMOS's own reloadOc.sh and msOS's overclock.sh (its mclock) put their clocks back before the miner
         # attached; mmpOS has no such command (its log ends with the miner the OS brought back during the

@@ -47,6 +47,12 @@ def through_hub(hub: sandbox.Rig, address: str, user: str, key_file: str) -> par
     return client
 
 
+def hub_journal(hub: sandbox.Rig) -> str:
+    """Why the hub's tunnel unit failed, when it did: its journal and status."""
+    with ssh(hub) as client:
+        return run(client, "sudo journalctl -u m2p-tunnel --no-pager -n 40; systemctl status m2p-tunnel --no-pager")[1]
+
+
 def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(boot_rigs, tmp_path):
     hub, home = boot_rigs(sandbox.RigSpec("st-hub", "plain", ("rtx3060",)),
                           sandbox.RigSpec("st-home", "hiveos", ("rtx3060",)))
@@ -86,7 +92,8 @@ def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(
     shutil.copy2(TOOLS[1], hub.path / "merged/usr/local/bin/wireguard-go")
     first = m2p("sites", "apply", *common)
     said = outcomes(first)
-    assert first.returncode == 11 and said["st-hub"]["result"] == "changed", first.stdout[-2000:] + first.stderr
+    assert first.returncode == 11 and said["st-hub"]["result"] == "changed", \
+        first.stdout[-2000:] + first.stderr[-2000:] + hub_journal(hub)
     assert said["st-home"]["result"] == "unreachable", said  # not joined yet
 
     invite = m2p("sites", "invite", "st-home", "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"),
@@ -111,7 +118,7 @@ def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(
 
     write_inventory(m2p_tunnel_public_key=printed["public_key"])  # the owner's word
     second = m2p("sites", "apply", *common)
-    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:] + hub_journal(hub)
     said = outcomes(second)
     assert said["st-hub"]["result"] == "changed", said  # the peer
     assert said["st-home"] == {**said["st-home"], "result": "converged", "message": "joined: reached through the hub"}

@@ -418,6 +418,8 @@ def adopt_the_owners_miner(r, tmp_path) -> tuple[dict[str, str], list[str]]:
     inv = tmp_path / "adopt.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: rig_entry(r)}}}))
     common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts"), "--yes"]
+    seen = m2p("detect", *common[:-1])  # named, with what keeps it running, and never touched
+    assert f"unknown GPU process python3.11 (pid {pid}, 1 GPU; wrapper keep-mining.sh)" in seen.stdout, seen.stdout
     blind = m2p("miner", "adopt", r.name, *common)
     assert blind.returncode == 2 and "never touches an unknown GPU process unless you name it" in blind.stderr
     adopted = m2p("miner", "adopt", r.name, "--pid", str(pid), *common)
@@ -440,7 +442,7 @@ def adopt_the_owners_miner(r, tmp_path) -> tuple[dict[str, str], list[str]]:
         record = json.loads(run(client, "sudo cat /etc/m2p/miner/adopted.json")[1])
         assert record["supervisor"] == "wrapper" and record["top"]["argv"][-1] == "./keep-mining.sh", record["top"]
         assert len(record["sha256"]) == 64 and record["cwd"] == "/opt/owner"
-    return {"m2p_miner_unit": "m2p-miner.service"}, [p.stdout + p.stderr for p in (blind, adopted, again)]
+    return {"m2p_miner_unit": "m2p-miner.service"}, [p.stdout + p.stderr for p in (seen, blind, adopted, again)]
 
 
 def release_the_owners_miner(r, tmp_path, said: list[str]) -> None:

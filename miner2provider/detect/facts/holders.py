@@ -85,7 +85,8 @@ class HoldersFact(Fact[tuple[Holder, ...]]):
         "p=$(awk '/^PPid:/{print $2}' /proc/$pid/status 2>/dev/null); n=0; "
         "while [ -n \"$p\" ] && [ \"$p\" -gt 1 ] && [ $n -lt 16 ]; do n=$((n+1)); "
         "c=$(cat /proc/$p/comm 2>/dev/null); s=$(tr '\\0' '\\n' < /proc/$p/cmdline 2>/dev/null | sed -n 2p); "
-        "case $s in -*|'') s=;; *) if [ -f \"$s\" ]; then s=${s##*/}; else s=; fi;; esac; "
+        "case $s in -*|'') s=;; *) case $s in /*) f=$s;; *) f=/proc/$p/cwd/$s;; esac; "
+        "if $S test -f \"$f\"; then s=${s##*/}; else s=; fi;; esac; "
         "printf 'parent %s %s\\t%s\\n' \"$pid\" \"$c\" \"$s\"; "
         "p=$(awk '/^PPid:/{print $2}' /proc/$p/status 2>/dev/null); done; done; true"
     )

@@ -4,7 +4,6 @@ asks and prints."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import socket
 import subprocess
@@ -27,6 +26,7 @@ from .options import (
     json_option,
     limit_option,
     load_inventory,
+    password_from_env,
     ssh_options,
     vault_option,
     yes_option,
@@ -83,17 +83,13 @@ def _with_passwords(hosts: list[Host], password_env: str | None) -> list[Host]:
     lacking = [h for h in hosts if h.password is None]
     if not lacking:
         return hosts
-    if password_env:
-        if password_env not in os.environ:
-            raise UsageError(f"the environment variable {password_env} is not set (it should hold the password)")
-        password = os.environ[password_env]
-    elif sys.stdin.isatty():
-        password = click.prompt(f"login password for {', '.join(h.name for h in lacking[:5])}"
-                                f"{', ...' if len(lacking) > 5 else ''}", hide_input=True, err=True)
-    else:
+    secret = password_from_env(password_env)
+    if secret is None and sys.stdin.isatty():
+        secret = Secret(click.prompt(f"login password for {', '.join(h.name for h in lacking[:5])}"
+                                     f"{', ...' if len(lacking) > 5 else ''}", hide_input=True, err=True))
+    elif secret is None:
         raise UsageError(f"{lacking[0].name} has no password in the inventory and there is no terminal to ask: "
                          "pass --password-env VAR")
-    secret = Secret(password)
     return [dataclasses.replace(h, password=secret) if h.password is None else h for h in hosts]
 
 

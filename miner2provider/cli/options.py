@@ -45,6 +45,15 @@ def find_inventory(given: str | None) -> str:
                      "(`m2p init` writes one)")
 
 
+def password_from_env(variable: str | None) -> inventory.Secret | None:
+    """A password named by an environment variable (--password-env VAR: never on the command line itself)."""
+    if not variable:
+        return None
+    if variable not in os.environ:
+        raise UsageError(f"the environment variable {variable} is not set (it should hold the password)")
+    return inventory.Secret(os.environ[variable])
+
+
 def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inventory:
     """The inventory, its warnings (a plain-text password) shown on stderr before any work."""
     inv = inventory.load(file, vault_password_file)

@@ -4,7 +4,6 @@ are fleet/sites.py; this module only reads options, asks and prints."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import click
 
 from miner2provider.core.errors import UsageError
-from miner2provider.core.inventory import Host, Secret
+from miner2provider.core.inventory import Host
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.fleet import join, sites, tunnel
 from miner2provider.fleet.pipeline import RigOutcome
@@ -20,7 +19,16 @@ from miner2provider.fleet.pipeline import RigOutcome
 from . import render
 from .app import Context, cli, pass_ctx
 from .fleet import _progress, raise_pending
-from .options import confirm, inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
+from .options import (
+    confirm,
+    inventory_option,
+    json_option,
+    load_inventory,
+    password_from_env,
+    ssh_options,
+    vault_option,
+    yes_option,
+)
 
 check_option = click.option("--check", is_flag=True, help="Show what would change; change nothing.  Exit 1: pending.")
 
@@ -145,9 +153,9 @@ def join_command(ctx: Context, bundle: str, address: str, port: int, user: str, 
     controller reaches it through the hub.  The rig makes its own key pair; this prints its public key for the
     inventory.  Passwords come from environment variables, never from the command line."""
     invited = join.decode(bundle)
-    password = _password(password_env)
+    password = password_from_env(password_env)
     rig = Host(name=invited.rig, address=address, port=port, user=user, key_file=key_file, password=password,
-               become_password=_password(become_password_env) or password, groups=(), vars={},
+               become_password=password_from_env(become_password_env) or password, groups=(), vars={},
                where="the command line")
     if not check and not yes:
         confirm(f"set up {invited.rig}'s tunnel to {invited.hub} ({invited.endpoint}) on {user}@{address}?")
@@ -172,11 +180,3 @@ def join_command(ctx: Context, bundle: str, address: str, port: int, user: str, 
         ctx.note(f"{invited.rig} dials {invited.endpoint} now.  On the controller, under {invited.rig} in the "
                  "inventory, put this line, then run `m2p sites apply`:")
         render.echo(f"m2p_tunnel_public_key: \"{keys[rig.name]}\"")
-
-
-def _password(variable: str | None) -> Secret | None:
-    if not variable:
-        return None
-    if variable not in os.environ:
-        raise UsageError(f"the environment variable {variable} is not set (it should hold the password)")
-    return Secret(os.environ[variable])

@@ -43,13 +43,17 @@ def _rig(inventory_file: str, vault_password_file: str | None, name: str) -> Hos
 @click.argument("rig")
 @click.option("--pid", type=click.IntRange(2), help="The GPU process to adopt (needed for one m2p does not know as "
               "a miner).")
+@click.option("--hashrate-window", "window_s", type=click.FloatRange(5, 1800), default=miner.HASHRATE_WINDOW_S,
+              show_default=True, help="Seconds the miner in m2p's unit has to reach 90% of its hashrate before "
+              "(read from T-Rex's API: m2p_trex_api_port, or 4067 for T-Rex); longer for a miner with a big DAG.")
 @rig_options
-def miner_adopt(ctx: Context, rig: str, pid: int | None, inventory_file: str, yes: bool,
+def miner_adopt(ctx: Context, rig: str, pid: int | None, window_s: float, inventory_file: str, yes: bool,
                 vault_password_file: str | None, as_json: bool, ssh: SshOptions) -> None:
     """Run RIG's miner in m2p's own unit (m2p-miner.service), exactly as it ran: same program, arguments, folder,
     user and environment, captured into a root-only file on the rig (never shown).  Its wrapper, screen or tmux
-    is stopped with it; if the miner does not come back in the unit, it is started again as before.  Then
-    `m2p_miner_unit: m2p-miner.service` lets the time-share stop and start it."""
+    is stopped with it; if the miner does not come back in the unit, or comes back slower (where its hashrate
+    can be read), it is started again as before.  Then `m2p_miner_unit: m2p-miner.service` lets the time-share
+    stop and start it."""
     host = _rig(inventory_file, vault_password_file, rig)
     report = detect([host], ssh)[0]
     if not report.ok or report.facts is None:
@@ -58,7 +62,8 @@ def miner_adopt(ctx: Context, rig: str, pid: int | None, inventory_file: str, ye
     ctx.note(f"{rig}: adopt {miner.said(chosen)} into {miner.UNIT}")
     if not yes:
         confirm(f"stop it and start it again in {miner.UNIT} on {rig}?")
-    outcome = miner.run_on_rig(host, ssh, "adopt", str(chosen.pid))
+    port = miner.stats_port(host, chosen)
+    outcome = miner.run_on_rig(host, ssh, "adopt", str(chosen.pid), str(port), f"{window_s:g}", window_s=window_s)
     render.outcomes([outcome], as_json, show_tasks=False)
     if outcome.result == "changed" and not as_json:
         ctx.note(f"For the time-share, under {rig} in the inventory: m2p_miner_unit: {miner.UNIT}")

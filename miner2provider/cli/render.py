@@ -15,7 +15,7 @@ import yaml
 
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
-from miner2provider.detect.report import RigReport, handshake_said
+from miner2provider.detect.report import RigReport, handshake_said, silent_peer_said
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
 from miner2provider.market.base import FleetAttributes, ProviderState, Verdict
@@ -105,13 +105,15 @@ def report(ctx: Context, r: RigReport) -> None:
 
 
 def holders_line(f: RigFacts) -> str:
-    """``t-rex (pid 812, 2 GPUs; wrapper h-run.sh, screen); unknown GPU process python3 (pid 90, 1 GPU; unit x)``."""
+    """``t-rex (pid 812, 2 GPUs; wrapper h-run.sh, screen; API 127.0.0.1:4067 (its default)); unknown GPU process
+    python3 (pid 90, 1 GPU; unit x)``."""
     parts = []
     for h in f.holders:
         kind = ("container" if h.in_container else h.miner) or "unknown GPU process"
         name = h.program if kind == h.miner else f"{kind} {h.program}"
         kept = "; " + ", ".join(h.supervisors) if h.supervisors else "; started by hand"
-        parts.append(f"{name} (pid {h.pid}, {counted(len(h.gpus), 'GPU')}{kept})")
+        api = f"; API {h.api} (its default)" if h.api and not h.in_container else ""
+        parts.append(f"{name} (pid {h.pid}, {counted(len(h.gpus), 'GPU')}{kept}{api})")
     return "; ".join(parts) or "nothing"
 
 
@@ -295,7 +297,7 @@ def tunnel_line(tunnel: dict[str, Any]) -> str:
         return click.style(line + "; not carrying traffic: see docs/sites.md", fg="red")
     silent = tunnel.get("silent") or []
     if silent and tunnel["peers"] > 1:  # the hub: which rigs' tunnels (or sites) carry nothing
-        said = ", ".join(f"{printable(str(p['peer']))} ({handshake_said(p['handshake_age_s'])})" for p in silent)
+        said = ", ".join(f"{printable(str(p['peer']))} ({silent_peer_said(p)})" for p in silent)
         return line + click.style(f"; silent: {said}", fg="red")
     return line
 

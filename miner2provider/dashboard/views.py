@@ -227,9 +227,13 @@ def tunnel(status_row: dict[str, Any]) -> dict[str, Any] | None:
     return {"ok": found.get("ok") is True, "link": str(found.get("link") or "")[:20],
             "mtu": mtu if isinstance(mtu, int) else None, "handshake_age_s": age if isinstance(age, int) else None,
             "peers": peers if isinstance(peers, int) else 0,
-            "silent": [{"peer": str(p.get("peer") or "")[:64], "handshake_age_s": p.get("handshake_age_s")
-                        if isinstance(p.get("handshake_age_s"), int) else None}
+            "silent": [{"peer": str(p.get("peer") or "")[:64], "handshake_age_s": _whole(p.get("handshake_age_s")),
+                        "answers": p.get("answers") is not False}
                        for p in silent[:200] if isinstance(p, dict)]}
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def fleet(rigs: list[RigInput], economics: Economics, now: float, days: int = 7) -> dict[str, Any]:

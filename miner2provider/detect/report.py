@@ -109,10 +109,15 @@ def handshake_said(age_s: int | None) -> str:
     return "no handshake seen" if age_s is None else f"last handshake {age_s} s ago"
 
 
+def silent_peer_said(peer: dict[str, Any]) -> str:
+    """One of the hub's silent peers, as status says it: ``no answer now, last handshake 20 s ago``."""
+    return ("no answer now, " if peer.get("answers") is False else "") + handshake_said(peer.get("handshake_age_s"))
+
+
 def tunnel_row(tunnel: Tunnel, names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """A farm across sites' member: its tunnel's state (``ok`` when up with a handshake in TUNNEL_STALE_S), and
     its peers that carry nothing (on the hub: the rigs, by name where ``names`` (address -> rig) knows them, whose
-    site is down or whose tunnel is)."""
+    site is down or whose tunnel is: no handshake in TUNNEL_STALE_S, or no answer to the hub's knock now)."""
     if not tunnel.present:
         return None
     age = tunnel.handshake_age_s()
@@ -120,9 +125,10 @@ def tunnel_row(tunnel: Tunnel, names: dict[str, str] | None = None) -> dict[str,
     silent = []
     for peer in tunnel.handshakes:
         peer_age = None if peer.at <= 0 or tunnel.now is None else max(0, tunnel.now - peer.at)
-        if peer_age is None or peer_age > TUNNEL_STALE_S:
+        # The knock says a site is gone at once; a handshake only 3 minutes later.
+        if peer_age is None or peer_age > TUNNEL_STALE_S or peer.answers is False:
             named = (names or {}).get(peer.address) or peer.address or peer.peer[:8]
-            silent.append({"peer": named, "handshake_age_s": peer_age})
+            silent.append({"peer": named, "handshake_age_s": peer_age, "answers": peer.answers})
     return {"ok": ok, "link": tunnel.link or "missing", "mtu": tunnel.mtu, "handshake_age_s": age,
             "peers": len(tunnel.handshakes), "silent": silent}
 

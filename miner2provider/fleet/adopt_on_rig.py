@@ -4,9 +4,14 @@ Adopting a miner m2p has no adapter for (a hand-run miner, a miner under the own
 screen or tmux): capture exactly how it runs (argv, program and its SHA-256, working folder, user, a filtered
 environment, and the top process that keeps it running), stop that top process and the miner, and start the
 same command in m2p's own unit (``m2p-miner.service``), which the time-share agent can stop and start
-(``m2p_miner_unit: m2p-miner.service``).  When the miner does not come back in the unit holding a GPU, the
-adoption is rolled back: the unit goes and the original top process is started again, as it was.  ``release``
-gives the miner back the same way.
+(``m2p_miner_unit: m2p-miner.service``).  When the miner does not come back in the unit holding a GPU, or comes
+back slower, the adoption is rolled back: the unit goes and the original top process is started again, as it
+was.  ``release`` gives the miner back the same way.
+
+Slower: where the miner has a stats API m2p knows (T-Rex's ``/summary`` on the rig's loopback, its default port
+4067 or ``m2p_trex_api_port``; github.com/trexminer/T-Rex/wiki/API), its total hashrate is read before the stop,
+and the miner in the unit must reach 90 % of it within the window (a real miner builds its DAG first: tens of
+seconds).  Without an API the answer says the hashrate was not compared.
 
 What is captured holds wallets and pool passwords (a miner's command line and environment): it is written to a
 root-only file on the rig and to a root-only script, and never printed.  The answer (JSON on stdout) names the
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pwd
 import shlex
@@ -26,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +201,31 @@ def _held_in_unit(within_s: float) -> bool:
     return False
 
 
+def _trex_mhs(port: int) -> float | None:
+    """T-Rex's total hashrate (MH/s, the sum of ``gpus[].hashrate`` in H/s) from ``/summary`` on the rig's
+    loopback; None when nothing there answers with one (no API, a miner still starting)."""
+    if port <= 0:
+        return None
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    try:
+        with direct.open(f"http://127.0.0.1:{port}/summary", timeout=3) as answer:
+            data = json.loads(answer.read(1_000_000).decode())
+        rates = [float(g["hashrate"]) for g in data.get("gpus") or []]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return sum(rates) / 1e6 if rates and all(math.isfinite(r) and r >= 0 for r in rates) else None
+
+
+def _reaches(before: float, port: int, window_s: float) -> float | None:
+    """The unit's miner's hashrate once it reaches 90 % of ``before``, else the last one read in ``window_s``."""
+    deadline, last = time.monotonic() + window_s, None
+    while True:
+        last = _trex_mhs(port)
+        if (last is not None and last >= 0.9 * before) or time.monotonic() >= deadline:
+            return last
+        time.sleep(2.0)
+
+
 def _systemctl(*args: str) -> int:
     return subprocess.run(["systemctl", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
@@ -232,7 +264,7 @@ def _forget_home() -> None:
             return
 
 
-def adopt(pid: int, settle_s: float = 20.0) -> dict[str, Any]:
+def adopt(pid: int, api_port: int = 0, window_s: float = 120.0, settle_s: float = 20.0) -> dict[str, Any]:
     if RECORD.exists():
         return {"result": "converged", "message": f"a miner is adopted already ({UNIT_NAME})"}
     try:
@@ -240,6 +272,7 @@ def adopt(pid: int, settle_s: float = 20.0) -> dict[str, Any]:
     except (LookupError, PermissionError, OSError) as exc:
         return {"result": "refused", "message": f"{exc}; nothing was stopped"}
     said = {"program": found["program"], "supervisor": found["supervisor"]}
+    before = _trex_mhs(api_port)
     _write(RECORD, json.dumps(found, indent=2, sort_keys=True), 0o600)
     _write(RUN, "#!/bin/sh\n# The miner m2p adopted, as it ran (root only: it holds wallets and passwords).\n"
                 + _command(found) + "\n", 0o700)
@@ -248,15 +281,28 @@ def adopt(pid: int, settle_s: float = 20.0) -> dict[str, Any]:
     _end([found["top"]["pid"], pid], grace_s=30.0)
     time.sleep(3.0)  # a supervisor m2p did not see would bring it back by now
     back = [p for p in _gpu_pids() if _unit(p) != UNIT_NAME and p != os.getpid()]
-    if not back and _systemctl("enable", "--now", UNIT_NAME) == 0 and _held_in_unit(settle_s):
-        return {**said, "result": "changed", "message": f"adopted: it runs in {UNIT_NAME} as it ran before"}
+    held = not back and _systemctl("enable", "--now", UNIT_NAME) == 0 and _held_in_unit(settle_s)
+    after = None
+    if held:
+        adopted = f"adopted: it runs in {UNIT_NAME} as it ran before"
+        if before is None:
+            return {**said, "result": "changed", "message": adopted + (
+                "; hashrate not compared (no stats API answered: T-Rex's, at m2p_trex_api_port)")}
+        after = _reaches(before, api_port, window_s)
+        if after is not None and after >= 0.9 * before:
+            return {**said, "result": "changed", "message": f"{adopted}, at {after:.1f} MH/s ({before:.1f} before)"}
     _remove_unit()
     RECORD.unlink()
     _forget_home()
     if not back:
         _start_original(found["top"])
-    why = ("something else started it again" if back else f"it did not hold a GPU in {UNIT_NAME} within "
-           f"{settle_s:.0f} s")
+    if back:
+        why = "something else started it again"
+    elif not held:
+        why = f"it did not hold a GPU in {UNIT_NAME} within {settle_s:.0f} s"
+    else:
+        reached = "no hashrate" if after is None else f"{after:.1f} MH/s"
+        why = f"in {UNIT_NAME} it reached {reached} in {window_s:.0f} s, against {before:.1f} MH/s before"
     return {**said, "result": "failed", "message": f"not adopted ({why}); it runs as it did before"}
 
 
@@ -283,8 +329,12 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print(json.dumps({"result": "failed", "message": "needs root (sudo)"}))
         return 1
-    answer = adopt(int(argv[1])) if argv[:1] == ["adopt"] and len(argv) == 2 else release() \
-        if argv[:1] == ["release"] else {"result": "failed", "message": "usage: adopt PID | release"}
+    if argv[:1] == ["adopt"] and len(argv) == 4:
+        answer = adopt(int(argv[1]), api_port=int(argv[2]), window_s=float(argv[3]))
+    elif argv == ["release"]:
+        answer = release()
+    else:
+        answer = {"result": "failed", "message": "usage: adopt PID API_PORT WINDOW_S | release"}
     print(json.dumps(answer))
     return 0
 

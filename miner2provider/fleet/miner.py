@@ -22,6 +22,7 @@ UNIT = "m2p-miner.service"
 RIG_SIDE = Path(__file__).resolve().with_name("adopt_on_rig.py")  # stdlib only: the rig's python3 3.8+ runs it
 _END = "M2P_ADOPT_EOF"
 WORK_S = 180.0  # a stop (30 s grace, then KILL), a respawn check, a start that must hold a GPU (20 s), a rollback
+HASHRATE_WINDOW_S = 120.0  # a real miner builds its DAG (tens of seconds) before it hashes at full speed
 
 
 def choose(holders: tuple[Holder, ...], pid: int | None) -> Holder:
@@ -44,6 +45,15 @@ def choose(holders: tuple[Holder, ...], pid: int | None) -> Holder:
     raise UsageError(f"several miners hold GPUs ({_listed(known)}): name one (--pid PID)")
 
 
+def stats_port(host: Host, holder: Holder) -> int:
+    """Where the miner's hashrate can be read before and after the adoption (T-Rex's /summary): the owner's
+    m2p_trex_api_port, else T-Rex's default (holders.DEFAULT_APIS) for a miner named t-rex, else none (0)."""
+    port = host.var("m2p_trex_api_port", 0)
+    if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+        return port
+    return int(holder.api.rsplit(":", 1)[1]) if holder.miner == "t-rex" and holder.api else 0
+
+
 def _listed(holders: list[Holder] | tuple[Holder, ...]) -> str:
     return ", ".join(f"{h.miner or h.program} (pid {h.pid})" for h in holders)
 
@@ -61,9 +71,10 @@ def _script(*args: str) -> str:
             f"$S python3 - {' '.join(args)} <<'{_END}'\n{source}\n{_END}\n")
 
 
-def run_on_rig(host: Host, opts: SshOptions, *args: str) -> RigOutcome:
-    """adopt_on_rig.py ``args`` on the rig; its one JSON line becomes the rig's outcome."""
-    slow = dataclasses.replace(opts, command_timeout=max(opts.command_timeout, WORK_S))
+def run_on_rig(host: Host, opts: SshOptions, *args: str, window_s: float = 0.0) -> RigOutcome:
+    """adopt_on_rig.py ``args`` on the rig; its one JSON line becomes the rig's outcome.  ``window_s``: the time
+    the rig side may spend waiting for the hashrate, on top of its own work."""
+    slow = dataclasses.replace(opts, command_timeout=max(opts.command_timeout, WORK_S + window_s))
     result = run_one(host, _script(*args), slow)
     if not result.ok:
         return RigOutcome(host.name, "unreachable", message=result.error or "no answer")

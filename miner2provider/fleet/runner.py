@@ -84,10 +84,14 @@ def build_inventory(hosts: list[Host], vault_key: str,
     vault = vault_lib(vault_key.encode())
     hostvars: dict[str, dict[str, Any]] = {}
     children: dict[str, dict[str, Any]] = {}
-    for host in hosts:
+    for index, host in enumerate(hosts):
         hv: dict[str, Any] = dict(host.vars)
         hv.update((role_vars or {}).get(host.name, {}))
         hv.update({"ansible_host": host.address, "ansible_port": host.port})
+        # A connection of its own per rig: Ansible names its SSH master by address, port and user only, so two
+        # rigs with one private address behind different jump hosts (or sites) would share the first one's
+        # connection, and the second rig's play would run on the first rig.
+        hv["ansible_control_path"] = f"%(directory)s/{index}"
         if host.user:
             hv["ansible_user"] = host.user
         if host.key_file:
@@ -160,6 +164,7 @@ def run_playbook(
     # 30 s instead of stalling the run until TCP gives up (many minutes).
     ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",
                 "-o ServerAliveCountMax=3"]
+    private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
     if known_hosts is not None:
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
     env = {
@@ -170,6 +175,9 @@ def run_playbook(
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_SSH_ARGS": " ".join(ssh_args),
+        # This run's SSH masters, in this run's own folder: another run's (an `m2p join` at another site a
+        # minute ago, to the same 192.168.1.2) is never reused.
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(private / "cp"),
         # ansible-playbook beside this Python first (m2p run as .venv/bin/python without the venv on PATH).
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
     }
@@ -196,7 +204,6 @@ def run_playbook(
             _emit(on_event, Event(kind, host, task, message))
         return True
 
-    private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
     hidden = {str(h.var(key)) for h in hosts for key in SECRET_ENV_SETTINGS if h.var(key)} | set(secret_env)
     try:
         with _environ_without(hidden):
@@ -230,7 +237,8 @@ def run_playbook(
             error = ansible_error(runner.stdout.read())
         report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error)
         if keep_artifacts is not None:
-            shutil.copytree(private, keep_artifacts, dirs_exist_ok=True)
+            # Not the SSH masters' sockets (cp/): they are no artifact, and a socket cannot be copied.
+            shutil.copytree(private, keep_artifacts, dirs_exist_ok=True, ignore=shutil.ignore_patterns("cp"))
         return report
     finally:
         shutil.rmtree(private, ignore_errors=True)

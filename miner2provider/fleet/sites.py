@@ -24,7 +24,8 @@ from typing import Any
 from miner2provider.core import collection
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
-from miner2provider.detect.facts.tunnel import PUBLIC_KEY
+from miner2provider.detect.facts.base import Output
+from miner2provider.detect.facts.tunnel import PUBLIC_KEY, TunnelFact
 from miner2provider.detect.ssh import SshOptions, fan_out
 from miner2provider.detect.survey import detect
 from miner2provider.fleet import tunnel
@@ -153,6 +154,42 @@ def remove(hosts: list[Host], opts: SshOptions, *, check: bool = False,
     return [refused.get(h.name) or outcome_of(h.name, runs[h.name], check=check, note="no tunnel was there",
                                               why=gone if h in through else "tunnel and keys removed")
             for h in hosts]
+
+
+def drop_peers(hosts: list[Host], gone: list[Host], opts: SshOptions, *,
+               on_event: Callable[[Event], None] | None = None,
+               keep_artifacts: Path | None = None) -> dict[str, RigOutcome]:
+    """``m2p remove`` of rigs in a farm across sites: the hub forgets their peers (a key that is gone for good
+    must not keep a way into the farm's network).  The hub's other peers stay as the hub has them now, so a site
+    that is down at the time keeps its peers too.  rig -> what happened, for the rigs that were members."""
+    found = tunnel.plan(hosts)
+    members = {m.name: m for m in found.rigs} if found is not None else {}
+    leaving = [h for h in gone if h.name in members]
+    if found is None or not leaving:
+        return {}
+    hub = next(h for h in hosts if h.name == found.hub.name)
+    (result,) = fan_out([hub], TunnelFact.command + "\n", opts)
+    if not result.ok:
+        return {h.name: RigOutcome(h.name, "failed", message=(
+            f"its peer is still on the hub {hub.name}, which did not answer ({result.error}): run `m2p remove` "
+            "again once it does")) for h in leaving}
+    now = TunnelFact.parse(Output(result.stdout, result.rc or 0))
+    by_address = {str(m.address): m.name for m in found.rigs}
+    peers = {by_address[p.address]: p.peer for p in now.handshakes if p.address in by_address}
+    dropping = {h.name for h in leaving if h.name in peers}
+    if not dropping:
+        return {h.name: RigOutcome(h.name, "converged", message=f"no peer of it on the hub {hub.name}")
+                for h in leaving}
+    kept = {name: key for name, key in peers.items() if name not in dropping}
+    run = _configure(found, [hub], kept, {hub.name: _member_vars(found, hub.name)},
+                     opts, False, on_event, keep_artifacts)
+    hub_outcome = outcome_of(hub.name, run, why="peer dropped")
+    return {h.name: (RigOutcome(h.name, "failed", message=f"its peer is still on the hub {hub.name}: "
+                                                            f"{hub_outcome.message}") if hub_outcome.failed
+                     else RigOutcome(h.name, "changed", 1, f"its peer dropped from the hub {hub.name}")
+                     if h.name in dropping else
+                     RigOutcome(h.name, "converged", message=f"no peer of it on the hub {hub.name}"))
+            for h in leaving}
 
 
 def _in_tunnel(found: tunnel.TunnelPlan, address: str) -> bool:

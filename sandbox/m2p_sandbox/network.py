@@ -134,18 +134,6 @@ def set_link(slot: int, up: bool) -> None:
     _ip("link", "set", veth_host_name(slot), "up" if up else "down")
 
 
-def only_via(slot: int, via: str) -> None:
-    """Make a rig reachable only through another rig (a farm at another site, behind its jump
-    host): its routes lead to ``via`` alone, which forwards nothing, so the controller's packets
-    arrive but no answer finds its way back; SSH from ``via`` still works."""
-    ns, net = namespace_name(slot), sandbox_network()
-    _ip("-n", ns, "route", "del", "default")
-    _ip("-n", ns, "route", "del", str(net), "dev", "eth0")
-    _ip("-n", ns, "route", "add", f"{via}/32", "dev", "eth0")
-    # A default route still (k3s and preflight want one), through a rig that forwards nothing.
-    _ip("-n", ns, "route", "add", "default", "via", via)
-
-
 HOME_LAN = "192.168.1"  # most home routers' default: every NAT'd rig has the same address, as real homes do
 _HOME_ROUTER_RULES = """
 table ip m2p_home {

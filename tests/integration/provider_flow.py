@@ -10,7 +10,7 @@ kubectl; k3s's deploy controller is played by the test (``api.apply`` of the fil
 Issue 36: provider.yml offers a reclamation window, so apply installs the farm's reclaimer on cv-hive (a
 systemd unit running m2p's zipapp with the server's python3).  It talks to the stand-in API as its own
 ServiceAccount and reaches the STAND-IN chain (akash_chain.py: AEP-82's rules, a test chain whose
-governance bound lets a 60 s window) only through ``kubectl exec`` into the STAND-IN provider pod.  A
+governance bound lets a 40 s window) only through ``kubectl exec`` into the STAND-IN provider pod.  A
 worker that must mine now (its agent's status, standing in: the agent's side is tests/unit) has a lease with
 a window: the reclaimer reclaims it and closes it at its deadline, and the chain refuses nothing.
 """
@@ -65,7 +65,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     api.admin_tokens.add(admin)
     assert api.authority is not None
     inv = _reclaimer_reaches(inv, api)
-    chain = ChainStandin(min_window_s=60.0)
+    chain = ChainStandin(min_window_s=40.0)
     pod = ProviderPod(chain, PROVIDER, KEY)
     api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
     reclaimer_token = secrets.token_urlsafe(24)
@@ -307,7 +307,7 @@ def _reclaimer_unit(farm: dict[str, Any]) -> str:
 
 
 def _a_lease_on_a_rig_that_must_mine(api: KubeApiStandin, chain: ChainStandin) -> Any:
-    """cv-plain's agent says it must mine now; a lease with a 60 s window runs on it (Akash's labels)."""
+    """cv-plain's agent says it must mine now; a lease with a 40 s window runs on it (Akash's labels)."""
     import time
     from datetime import UTC, datetime
 
@@ -319,7 +319,7 @@ def _a_lease_on_a_rig_that_must_mine(api: KubeApiStandin, chain: ChainStandin) -
         f"{label}owner": TENANT, f"{label}dseq": "4242", f"{label}gseq": "1", f"{label}oseq": "1",
         f"{label}provider": PROVIDER}}}])
     api.add_pod("web", "cv-plain", 1, namespace="lease-ns-1")
-    return chain.create_lease(TENANT, 4242, PROVIDER, 60.0)
+    return chain.create_lease(TENANT, 4242, PROVIDER, 40.0)
 
 
 def _status_shows_the_deadline(inv: Path, ssh_args: list[str], env: dict[str, str], lease: Any) -> str:

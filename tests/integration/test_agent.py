@@ -10,6 +10,7 @@ import io
 import json
 import secrets
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
 
-from .conftest import m2p, rig_entry, run, ssh, wait_for
+from .conftest import M2P, m2p, rig_entry, run, ssh, wait_for
 from .conftest import outcomes as conftest_outcomes
 
 pytestmark = pytest.mark.integration
@@ -390,9 +391,11 @@ ADAPTED = {
 }
 WALLET = "w-0xSECRETWALLET42"  # in the owner's miner's environment
 POOL_PASS = "pool-pass-SECRET17"  # on its command line
+# The miner serves T-Rex's HTTP API (standin-trex-api, 58 MH/s per card), as T-Rex does by default.
 OWNERS_WRAPPER = ("#!/bin/sh\n# The owner's own respawn loop: the miner again two seconds after it ends.\nwhile true; do\n"
                   "  /usr/bin/python3 /usr/lib/m2p-standin/standin-cuda --name t-rex --pool stratum+tcp://pool.invalid:4444"
-                  f" --pass {POOL_PASS}\n  sleep 2\ndone\n")
+                  f" --pass {POOL_PASS} --serve 'python3 /usr/lib/m2p-standin/standin-trex-api'\n  sleep 2\ndone\n")
+MINER_SETTINGS = "merged/etc/m2p-standin/miner.json"  # the stand-in miner's, and its API's per-card hashrate
 
 
 def gpu_holders(client) -> list[tuple[int, str]]:
@@ -416,14 +419,42 @@ def adopt_the_owners_miner(r, tmp_path) -> tuple[dict[str, str], list[str]]:
                            ">/dev/null 2>&1 &'")[0] == 0
         (pid, _), = wait_for("the owner's miner", lambda: gpu_holders(client))
     inv = tmp_path / "adopt.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: rig_entry(r)}}}))
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: rig_entry(r, m2p_trex_api_port=4067)}}}))
     common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts"), "--yes"]
     seen = m2p("detect", *common[:-1])  # named, with what keeps it running, and never touched
     assert f"unknown GPU process python3.11 (pid {pid}, 1 GPU; wrapper keep-mining.sh)" in seen.stdout, seen.stdout
     blind = m2p("miner", "adopt", r.name, *common)
     assert blind.returncode == 2 and "never touches an unknown GPU process unless you name it" in blind.stderr
+
+    # The miner comes back slower in m2p's unit (its API says 20 MH/s from the moment the unit is written, 58 before
+    # the stop): the adoption is rolled back and the owner's wrapper runs it again, as before.
+    settings = r.path / MINER_SETTINGS
+    owners = settings.read_text() if settings.exists() else None
+    slower = subprocess.Popen([*M2P, "miner", "adopt", r.name, "--pid", str(pid), "--hashrate-window", "8", *common,
+                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("m2p's unit written", (r.path / "merged/etc/systemd/system/m2p-miner.service").exists)
+        settings.write_text(json.dumps({**json.loads(owners or "{}"), "trex_mhs": 20.0}))
+        slow_out, slow_err = slower.communicate(timeout=300)
+    finally:
+        if slower.poll() is None:
+            slower.kill()
+        if owners is None:
+            settings.unlink(missing_ok=True)
+        else:
+            settings.write_text(owners)
+    assert slower.returncode == 11, slow_out[-2000:] + slow_err[-2000:]
+    assert conftest_outcomes(subprocess.CompletedProcess([], 11, slow_out, slow_err))[r.name]["message"] == (
+        "not adopted (in m2p-miner.service it reached 20.0 MH/s in 8 s, against 58.0 MH/s before); it runs as it "
+        "did before"), slow_out
+    with ssh(r) as client:
+        (pid, unit), = wait_for("the miner under its wrapper again", lambda: [
+            h for h in gpu_holders(client) if h[1] != "m2p-miner.service"])
+        assert run(client, "pgrep -x keep-mining.sh")[0] == 0 and run(client, "sudo test -e /etc/m2p")[0] == 1
+
     adopted = m2p("miner", "adopt", r.name, "--pid", str(pid), *common)
     assert adopted.returncode == 0, adopted.stdout[-2000:] + adopted.stderr[-2000:]
+    assert "adopted: it runs in m2p-miner.service as it ran before, at 58.0 MH/s (58.0 before)" in adopted.stdout
     with ssh(r) as client:
         (pid, _), = wait_for("the miner in m2p's unit", lambda: [h for h in gpu_holders(client)
                                                                 if h[1] == "m2p-miner.service"])
@@ -436,13 +467,15 @@ def adopt_the_owners_miner(r, tmp_path) -> tuple[dict[str, str], list[str]]:
                           "cat /etc/systemd/system/m2p-miner.service")[1]
         lines = out.splitlines()
         assert lines[0].split() == ["/usr/bin/python3", "/usr/lib/m2p-standin/standin-cuda", "--name", "t-rex", "--pool",
-                                        "stratum+tcp://pool.invalid:4444", "--pass", POOL_PASS], out
+                                    "stratum+tcp://pool.invalid:4444", "--pass", POOL_PASS, "--serve", "python3",
+                                    "/usr/lib/m2p-standin/standin-trex-api"], out
         assert lines[1:6] == [f"MINER_WALLET={WALLET}", "0", "700 root", "600 root", "700 root"], out
         assert POOL_PASS not in out.split("[Unit]")[1] and WALLET not in out.split("[Unit]")[1]  # the unit: 0644
         record = json.loads(run(client, "sudo cat /etc/m2p/miner/adopted.json")[1])
         assert record["supervisor"] == "wrapper" and record["top"]["argv"][-1] == "./keep-mining.sh", record["top"]
         assert len(record["sha256"]) == 64 and record["cwd"] == "/opt/owner"
-    return {"m2p_miner_unit": "m2p-miner.service"}, [p.stdout + p.stderr for p in (seen, blind, adopted, again)]
+    return {"m2p_miner_unit": "m2p-miner.service"}, [slow_out, slow_err,
+                                                     *(p.stdout + p.stderr for p in (seen, blind, adopted, again))]
 
 
 def release_the_owners_miner(r, tmp_path, said: list[str]) -> None:
@@ -493,7 +526,8 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         adopted, said = adopt_the_owners_miner(r, tmp_path) if flavour == "adopted" else ({}, [])
         assert wait_for("the OS to start its miner", mining)
         # msOS's stand-in miner serves T-Rex's HTTP API (standin-trex-api): the owner names its port.
-        trex = {"m2p_trex_api_port": 4067} if flavour == "msos" else {}
+        # So does the adopted T-Rex (the owner's miner serves it, as T-Rex does by default).
+        trex = {"m2p_trex_api_port": 4067} if flavour in ("msos", "adopted") else {}
         code, outcomes = apply(r, tmp_path, api, "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n",
                                settings={**trex, **adopted})
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes

@@ -1,18 +1,24 @@
-"""A farm across sites on sandbox rigs (issue 37): a hub on the sandbox LAN (its "public" address) and a HiveOS rig
-behind a home router that masquerades and lets nothing in (network.behind_nat).  The controller cannot reach the
-rig, so it joins from its site: `m2p sites invite` prints a bundle of public facts, `m2p join` runs in the router's
-namespace (a machine at the rig's site) over real SSH and Ansible, the owner puts the rig's printed key in the
-inventory, and `m2p sites apply` gives the hub its peer; from then on the controller reaches the rig through the
-hub (m2p_jump_host) and `m2p convert` runs k3s over the tunnel (the STAND-IN k3s stops at start when flannel's
-interface is missing, as flannel does).  Also: the refusal without WireGuard's tools, userspace WireGuard under
-systemd, the hub forwarding only what arrives on the tunnel, --check changing nothing, status showing each tunnel,
-remove refused while k3s runs on it, and revert and remove taking everything off, the joined rig's tunnel after
-the run that removes it.  The NAT lab (tests/integration/test_sites_lab.py) proves site-to-site traffic and the
-small-MTU path."""
+"""A farm across sites on sandbox rigs (issue 37): a hub on the sandbox LAN (its "public" address) and two rigs, a
+HiveOS one at home and a plain Debian one away, each behind a home router that masquerades and lets nothing in
+(network.behind_nat; both rigs are 192.168.1.2 on their LAN).  The controller cannot reach them, so each joins from
+its site: `m2p sites invite` prints a bundle of public facts, `m2p join` runs in the router's namespace (a machine
+at the rig's site) over real SSH and Ansible, the owner puts each rig's printed key in the inventory, and `m2p sites
+apply` gives the hub its peers; from then on the controller reaches the rigs through the hub (m2p_jump_host) and
+`m2p convert` runs k3s over the tunnels (the STAND-IN k3s stops at start when flannel's interface is missing, as
+flannel does).  Also: the refusal without WireGuard's tools, userspace WireGuard under systemd, the hub forwarding
+only what arrives on the tunnel, --check changing nothing, status showing each tunnel, the away site's router
+going down (the hub names it at once, the home site mines on), `m2p remove` dropping the away rig's peer from the
+hub without cutting the home rig's tunnel, `sites remove` refused while k3s runs on a tunnel, and revert and
+remove taking everything off, the joined rig's tunnel after the run that removes it.
+
+It is also the jump-host test: m2p's probe (paramiko, direct-tcpip) and Ansible (a ProxyCommand) reach the rigs
+only through the hub, both hops' host keys checked against m2p's known_hosts.  The NAT lab
+(tests/integration/test_sites_lab.py) proves site-to-site traffic through the hub and the small-MTU path."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 import time
@@ -23,8 +29,9 @@ import yaml
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
+from m2p_sandbox.kube_api import KubeApiStandin
 
-from .conftest import M2P, m2p, outcomes, rig_entry, run, ssh
+from .conftest import M2P, m2p, outcomes, point_k3s_kubectl_at, rig_entry, run, ssh
 
 TOOLS = ("/usr/bin/wg", "/usr/bin/wireguard-go")  # Debian's wireguard-tools and wireguard-go (scripts/install)
 
@@ -53,31 +60,40 @@ def hub_journal(hub: sandbox.Rig) -> str:
         return run(client, "sudo journalctl -u m2p-tunnel --no-pager -n 40; systemctl status m2p-tunnel --no-pager")[1]
 
 
-def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(boot_rigs, tmp_path):
-    hub, home = boot_rigs(sandbox.RigSpec("st-hub", "plain", ("rtx3060",)),
-                          sandbox.RigSpec("st-home", "hiveos", ("rtx3060",)))
-    router = network.behind_nat(home.slot)
+def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boot_rigs, tmp_path):
+    hub, home, away = boot_rigs(sandbox.RigSpec("st-hub", "plain", ("rtx3060",)),
+                                sandbox.RigSpec("st-home", "hiveos", ("rtx3060",)),
+                                sandbox.RigSpec("st-away", "plain", ("rtx3070",)))
+    # Two homes, each behind its own router, both 192.168.1.2 on their LAN (as two real homes are).
+    routers = {home.name: network.behind_nat(home.slot), away.name: network.behind_nat(away.slot)}
     # Until its tunnel is up, the hub's packets for tunnel addresses would go to its default route (the machine
     # running the test): they end in the hub instead, whatever that machine forwards.
     subprocess.run(["ip", "-n", network.namespace_name(hub.slot), "route", "add", "unreachable", "10.237.0.0/24",
                     "metric", "4000"], check=True)
-    home_root = home.path / "merged"
-    # The controller's own key for the joined rig: only the join lets it in.
+    home_root, away_root = home.path / "merged", away.path / "merged"
+    # The controller's own key for the joined rigs: only the join lets it in.
     controller_key = tmp_path / "controller_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "owner@laptop", "-f", str(controller_key)],
                    check=True)
     inv = tmp_path / "rigs.yml"
-    home_entry = {"ansible_host": "10.237.0.2", "m2p_jump_host": "st-hub", "ansible_user": home.user,
-                  "ansible_ssh_private_key_file": str(controller_key), "m2p_site": "home"}
+    tunnel_address = {home.name: "10.237.0.2", away.name: "10.237.0.3"}
 
-    def write_inventory(**extra: str) -> None:
+    def joined_entry(r: sandbox.Rig, site: str, key: str | None) -> dict[str, str]:
+        entry = {"ansible_host": tunnel_address[r.name], "m2p_jump_host": "st-hub", "ansible_user": r.user,
+                 "ansible_ssh_private_key_file": str(controller_key), "m2p_site": site}
+        return {**entry, "m2p_tunnel_public_key": key} if key else entry
+
+    def write_inventory(keys: dict[str, str], rigs: tuple[sandbox.Rig, ...] = (home, away)) -> None:
+        sites = {home.name: "home", away.name: "away"}
         inv.write_text(yaml.safe_dump({"all": {"children": {
             "k3s_server": {"hosts": {"st-hub": rig_entry(hub, m2p_hub_endpoint=f"{hub.address}:51820")}},
-            "k3s_agent": {"hosts": {"st-home": {**home_entry, **extra}}}}}}))
+            # In this order (home .2, away .3): away is last, so taking it out moves no one's tunnel address.
+            "k3s_agent": {"hosts": {r.name: joined_entry(r, sites[r.name], keys.get(r.name)) for r in rigs}}}}},
+            sort_keys=False))
 
-    write_inventory()
+    write_inventory({})
     common = ["-i", str(inv), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts"), "--yes", "--json"]
-    with ssh(hub) as client:  # the rig is behind its router now: the hub cannot reach its old address
+    with ssh(hub) as client:  # the rigs are behind their routers now: the hub cannot reach their old addresses
         rc, out = run(client, f"timeout 3 bash -c 'echo > /dev/tcp/{home.address}/22' 2>&1; echo rc=$?")
         assert "rc=0" not in out, out
     bundle = tmp_path / "bundle"
@@ -92,36 +108,44 @@ def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(
     shutil.copy2(TOOLS[1], hub.path / "merged/usr/local/bin/wireguard-go")
     first = m2p("sites", "apply", *common)
     said = outcomes(first)
-    assert first.returncode == 11 and said["st-hub"]["result"] == "changed", \
+    assert first.returncode == 12 and said["st-hub"]["result"] == "changed", \
         first.stdout[-2000:] + first.stderr[-2000:] + hub_journal(hub)
-    assert said["st-home"]["result"] == "unreachable", said  # not joined yet
+    assert said["st-home"]["result"] == said["st-away"]["result"] == "unreachable", said  # not joined yet
 
-    invite = m2p("sites", "invite", "st-home", "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"),
-                 "--json")
-    assert invite.returncode == 0, invite.stderr[-2000:]
-    invited = json.loads(invite.stdout)
-    assert invited["inventory"] == {"ansible_host": "10.237.0.2", "m2p_jump_host": "st-hub"}
-    join = ["join", invited["bundle"], "--host", f"{network.HOME_LAN}.2", "--user", home.user, "--key",
-            home.key_file, "--accept-new", "--known-hosts", str(tmp_path / "site_known_hosts"), "--yes", "--json"]
-    bare = at_site(router, *join)  # HiveOS has no WireGuard tools: said, with what to install, nothing made
-    assert bare.returncode == 11, bare.stdout[-2000:] + bare.stderr[-2000:]
-    assert "has no wg (WireGuard's tools): install wireguard-tools" in json.loads(bare.stdout)["message"]
-    assert not (home_root / "etc/m2p/tunnel").exists()
-    shutil.copy2(TOOLS[0], home_root / "usr/local/bin/wg")
-    shutil.copy2(TOOLS[1], home_root / "usr/local/bin/wireguard-go")
-    joined = at_site(router, *join)
-    assert joined.returncode == 0, joined.stdout[-2000:] + joined.stderr[-3000:]
-    printed = json.loads(joined.stdout)
-    assert printed["result"] == "changed" and len(printed["public_key"]) == 44, printed
-    private = (home_root / "etc/m2p/tunnel/private.key").read_text().strip()
-    assert (home_root / "etc/m2p/tunnel/private.key").stat().st_mode & 0o777 == 0o600
+    printed: dict[str, dict] = {}
+    texts = first.stdout + first.stderr
+    for r in (home, away):
+        invite = m2p("sites", "invite", r.name, "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"),
+                     "--json")
+        assert invite.returncode == 0, invite.stderr[-2000:]
+        invited = json.loads(invite.stdout)
+        assert invited["inventory"] == {"ansible_host": tunnel_address[r.name], "m2p_jump_host": "st-hub"}
+        join = ["join", invited["bundle"], "--host", f"{network.HOME_LAN}.2", "--user", r.user, "--key",
+                r.key_file, "--accept-new", "--known-hosts", str(tmp_path / f"{r.name}_known_hosts"), "--yes", "--json"]
+        root = r.path / "merged"
+        if r is home:  # HiveOS has no WireGuard tools: said, with what to install, nothing made
+            bare = at_site(routers[r.name], *join)
+            assert bare.returncode == 11, bare.stdout[-2000:] + bare.stderr[-2000:]
+            assert "has no wg (WireGuard's tools): install wireguard-tools" in json.loads(bare.stdout)["message"]
+            assert not (root / "etc/m2p/tunnel").exists()
+        shutil.copy2(TOOLS[0], root / "usr/local/bin/wg")
+        shutil.copy2(TOOLS[1], root / "usr/local/bin/wireguard-go")
+        joined = at_site(routers[r.name], *join)
+        assert joined.returncode == 0, joined.stdout[-2000:] + joined.stderr[-3000:]
+        printed[r.name] = json.loads(joined.stdout)
+        assert printed[r.name]["result"] == "changed" and len(printed[r.name]["public_key"]) == 44, printed
+        assert (root / "etc/m2p/tunnel/private.key").stat().st_mode & 0o777 == 0o600
+        texts += invite.stdout + joined.stdout + joined.stderr
+    private = {r.name: (r.path / "merged/etc/m2p/tunnel/private.key").read_text().strip() for r in (home, away)}
 
-    write_inventory(m2p_tunnel_public_key=printed["public_key"])  # the owner's word
+    keys = {name: p["public_key"] for name, p in printed.items()}
+    write_inventory(keys)  # the owner's word
     second = m2p("sites", "apply", *common)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:] + hub_journal(hub)
     said = outcomes(second)
-    assert said["st-hub"]["result"] == "changed", said  # the peer
-    assert said["st-home"] == {**said["st-home"], "result": "converged", "message": "joined: reached through the hub"}
+    assert said["st-hub"]["result"] == "changed", said  # the peers
+    for name in (home.name, away.name):
+        assert said[name] == {**said[name], "result": "converged", "message": "joined: reached through the hub"}
     with through_hub(hub, "10.237.0.2", home.user, str(controller_key)) as client:
         rc, out = run(client, "systemctl is-active m2p-tunnel && ip -o link show m2p0 && "
                               "grep -c m2p-controller ~/.ssh/authorized_keys")
@@ -129,22 +153,67 @@ def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(
     with ssh(hub) as client:
         rc, out = run(client, "sudo wg show m2p0 latest-handshakes && cat /proc/sys/net/ipv4/conf/m2p0/forwarding "
                               "/proc/sys/net/ipv4/conf/eth0/forwarding")
-        assert rc == 0 and int(out.split()[1]) > 0 and out.split()[2:] == ["1", "0"], out  # relays the tunnel only
-    texts = first.stdout + first.stderr + invite.stdout + joined.stdout + joined.stderr + second.stdout + second.stderr
-    assert private not in texts  # the key never left the rig
+        lines = out.split()
+        assert rc == 0 and int(lines[1]) > 0 and int(lines[3]) > 0 and lines[4:] == ["1", "0"], out  # relays the tunnel
+    texts += second.stdout + second.stderr
+    assert not [name for name, key in private.items() if key in texts]  # no key ever left its rig
     check = m2p("sites", "apply", *common, "--check")
     assert check.returncode == 0 and {o["result"] for o in outcomes(check).values()} == {"converged"}, check.stdout
 
-    converted = m2p(*convert)  # over the tunnel, through the hub
+    converted = m2p(*convert)  # over the tunnels, through the hub
     assert converted.returncode == 0, converted.stdout[-2000:] + converted.stderr[-3000:]
     assert {o["result"] for o in outcomes(converted).values()} == {"changed"}
-    k3s_config = (home_root / "etc/rancher/k3s/config.yaml").read_text()
-    assert 'server: "https://10.237.0.1:6443"' in k3s_config and 'node-ip: "10.237.0.2"' in k3s_config
-    assert 'flannel-iface: "m2p0"' in k3s_config
-    shown = m2p("status", "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"), "--json")
+    for r in (home, away):
+        k3s_config = (r.path / "merged/etc/rancher/k3s/config.yaml").read_text()
+        assert 'server: "https://10.237.0.1:6443"' in k3s_config, k3s_config
+        assert f'node-ip: "{tunnel_address[r.name]}"' in k3s_config and 'flannel-iface: "m2p0"' in k3s_config
+    # Both hops' host keys were recorded by the runs with --accept-new; status, without it, checks them strictly.
+    known = (tmp_path / "known_hosts").read_text()
+    assert f"{hub.address} " in known and "10.237.0.2 " in known and "10.237.0.3 " in known, known
+    status = ["status", "-i", str(inv), "--known-hosts", str(tmp_path / "known_hosts"), "--json"]
+    shown = m2p(*status)
+    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
     tunnels = {r["rig"]: r["tunnel"] for r in json.loads(shown.stdout)}
-    assert all(t["ok"] and t["link"] == "up" and t["mtu"] == 1280 and t["peers"] == 1 for t in tunnels.values()), \
+    assert all(t["ok"] and t["link"] == "up" and t["mtu"] == 1280 and t["silent"] == [] for t in tunnels.values()), \
         tunnels
+    assert [tunnels[n]["peers"] for n in ("st-hub", "st-home", "st-away")] == [2, 1, 1], tunnels
+
+    # The away site's router loses its uplink: the hub says so at once (its knock goes unanswered; the handshake is
+    # still fresh), the away rig cannot be reached, and the home site goes on mining with its tunnel.
+    network.set_router(away.slot, up=False)
+    down = m2p(*status)
+    rows = {r["rig"]: r for r in json.loads(down.stdout)}
+    assert rows["st-away"]["state"] == "failed" and rows["st-away"]["tunnel"] is None, rows["st-away"]
+    assert rows["st-hub"]["tunnel"]["ok"] and rows["st-home"]["tunnel"]["ok"], rows
+    assert [(p["peer"], p["answers"]) for p in rows["st-hub"]["tunnel"]["silent"]] == [("st-away", False)], rows
+    plain = m2p(*status[:-1]).stdout
+    assert "silent: st-away (no answer now, last handshake" in plain, plain
+    with through_hub(hub, "10.237.0.2", home.user, str(controller_key)) as client:
+        assert run(client, "sudo screen -ls miner")[0] == 0  # the home site's miner never noticed
+
+    # The away rig is gone for good: `m2p remove` forgets its node on the server and drops its peer from the hub,
+    # while the home rig's tunnel carries on (the hub reconfigures with syncconf: the peers that stay keep their
+    # session).
+    # STAND-IN: the API the hub's stand-in `k3s kubectl` talks to (kube_api.py), holding st-away's registration.
+    api = KubeApiStandin(host=str(network.gateway()), tls=True)
+    admin = secrets.token_urlsafe(16)
+    api.admin_tokens.add(admin)
+    try:
+        point_k3s_kubectl_at(hub, api, admin)
+        api.join("st-away", secrets.token_urlsafe(8))
+        removed = m2p("remove", *common, "--limit", "st-away")
+        assert "st-away" not in api.nodes, api.nodes
+    finally:
+        api.close()
+    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-3000:]
+    assert "its peer dropped from the hub st-hub" in outcomes(removed)["st-away"]["message"], removed.stdout
+    with ssh(hub) as client:
+        rc, peers = run(client, "sudo wg show m2p0 peers")
+    assert rc == 0 and peers.split() == [keys["st-home"]], peers
+    with through_hub(hub, "10.237.0.2", home.user, str(controller_key)) as client:
+        assert run(client, "true")[0] == 0
+    write_inventory(keys, rigs=(home,))  # and out of the inventory
+
     # k3s runs on the tunnels now: taking them off first would cut both nodes off the cluster. Refused, untouched.
     early_off = m2p("sites", "remove", *common)
     assert early_off.returncode == 12, early_off.stderr[-2000:]
@@ -168,3 +237,4 @@ def test_a_rig_behind_nat_joins_from_its_site_and_the_farm_runs_over_the_tunnel(
     inside = subprocess.run(["ip", "netns", "exec", f"m2p{home.slot:05d}", "ip", "link", "show", "m2p0"],
                             capture_output=True, text=True)
     assert "does not exist" in inside.stderr, inside.stdout + inside.stderr
+    assert (away_root / "etc/m2p/tunnel/private.key").exists()  # a rig gone for good is never touched by remove

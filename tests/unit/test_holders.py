@@ -23,7 +23,11 @@ def test_a_known_miner_under_a_wrapper_in_screen_and_an_unknown_process_in_a_uni
     by_hand = Holder(5, "lolMiner", UUIDS, "", (Ancestor("bash"), Ancestor("sshd")))
     assert (by_hand.miner, by_hand.supervisors) == ("lolminer", ())
     line = render.holders_line(dataclasses.replace(facts(), holders=(trex, other, lease, by_hand)))
-    assert line == ("t-rex (pid 812, 2 GPUs; wrapper h-run.sh, screen); unknown GPU process python3.11 (pid 90, 1 GPU; "
+    # T-Rex's API by its documented default (its arguments are never read: they hold wallets); lolMiner's is off
+    # unless a flag turns it on, so none is said.
+    assert (trex.api, by_hand.api, other.api) == ("127.0.0.1:4067", "", "")
+    assert line == ("t-rex (pid 812, 2 GPUs; wrapper h-run.sh, screen; API 127.0.0.1:4067 (its default)); "
+                    "unknown GPU process python3.11 (pid 90, 1 GPU; "
                     "unit render-farm.service); container python3 (pid 77, 1 GPU; unit cri-containerd-1.scope); "
                     "lolMiner (pid 5, 2 GPUs; started by hand)")
 

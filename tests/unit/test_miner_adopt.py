@@ -60,3 +60,46 @@ def test_a_logins_environment_is_left_out(monkeypatch, tmp_path):
                                          b"CUDA_VISIBLE_DEVICES=0\0XDG_SESSION_ID=3\0")
     monkeypatch.setattr(adopt_on_rig, "PROC", proc)
     assert adopt_on_rig._environ(7) == {"WALLET": "0xabc", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_the_hashrate_is_read_where_the_owner_says_else_at_t_rexs_default(tmp_path):
+    """m2p_trex_api_port wins; a miner named t-rex is read at T-Rex's default port; any other miner is not read."""
+    from miner2provider.core.inventory import Host
+
+    plain = Host("rig07", "10.0.0.7", 22, "user", None, None, None, ("all",), {})
+    named = Host("rig07", "10.0.0.7", 22, "user", None, None, None, ("all",), {"m2p_trex_api_port": 4068})
+    assert miner.stats_port(plain, TREX) == 4067
+    assert miner.stats_port(named, UNKNOWN) == 4068
+    assert miner.stats_port(plain, UNKNOWN) == 0
+
+
+def test_t_rexs_summary_is_read_from_the_rigs_loopback_and_anything_else_is_no_hashrate(tmp_path):
+    """adopt_on_rig's reader: T-Rex's /summary (gpus[].hashrate in H/s) summed to MH/s; an API that answers
+    something else, or nothing, is no hashrate (the adoption then says it did not compare)."""
+    import http.server
+    import threading
+
+    answers = [json.dumps({"algorithm": "kawpow", "gpus": [{"hashrate": 58_000_000}, {"hashrate": 29_500_000}]}),
+               "<html>not T-Rex</html>", json.dumps({"gpus": [{"hashrate": -1}]})]
+
+    class Summary(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = answers.pop(0).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert adopt_on_rig._trex_mhs(port) == 87.5
+        assert adopt_on_rig._trex_mhs(port) is None
+        assert adopt_on_rig._trex_mhs(port) is None
+        assert adopt_on_rig._trex_mhs(0) is None
+    finally:
+        server.shutdown()
+        server.server_close()

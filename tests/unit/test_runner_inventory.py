@@ -34,3 +34,14 @@ def test_secrets_are_vaulted_and_groups_kept():
     assert vault.decrypt(hv["k3s_agent_token"][1].encode()) == b"K10abc::server:Zq7xw"
     # The timeshare_agent role's variable (m2p schedule apply with m2p_agent_token_env).
     assert vault.decrypt(hv["timeshare_agent_api_token"][1].encode()) == b"eyJhbGciOi.agent"
+
+
+def test_rigs_with_one_address_never_share_an_ssh_connection():
+    """Ansible names its SSH master by address, port and user: two rigs at 192.168.1.2 behind different jump hosts
+    would share the first one's connection (the second rig's play run on the first).  Each gets a path of its own,
+    in the run's own folder (ANSIBLE_SSH_CONTROL_PATH_DIR)."""
+    home = Host("home-rig", "192.168.1.2", 22, "user", "/k/id", None, None, ("all",), {})
+    away = Host("away-rig", "192.168.1.2", 22, "user", "/k/id", None, None, ("all",), {})
+    hosts = yaml.load(build_inventory([home, away], "one-time-key"), Loader=_Loader)["all"]["hosts"]
+    paths = [hosts[name]["ansible_control_path"] for name in ("home-rig", "away-rig")]
+    assert paths == ["%(directory)s/0", "%(directory)s/1"]

@@ -225,15 +225,24 @@ def test_the_hub_names_the_rigs_whose_site_went_silent(capsys):
     from miner2provider.detect.facts.tunnel import Handshake, Tunnel
     from miner2provider.detect.report import tunnel_row
 
-    hub = Tunnel(True, KEYS["vps"], "up", 1280, (Handshake(KEYS["rig-a1"], 1_000, "10.237.0.2"),
+    hub = Tunnel(True, KEYS["vps"], "up", 1280, (Handshake(KEYS["rig-a1"], 1_000, "10.237.0.2", True),
                                                  Handshake(KEYS["rig-b1"], 500, "10.237.0.4"),
                                                  Handshake("QhTz" + KEYS["rig-b1"][4:], 0, "10.237.0.9")), 1_010)
     row = tunnel_row(hub, {"10.237.0.2": "rig-a1", "10.237.0.4": "rig-b1"})
     assert row is not None and row["ok"] is True  # the hub itself carries traffic (rig-a1's)
-    assert row["silent"] == [{"peer": "rig-b1", "handshake_age_s": 510}, {"peer": "10.237.0.9", "handshake_age_s": None}]
+    assert row["silent"] == [{"peer": "rig-b1", "handshake_age_s": 510, "answers": None},
+                             {"peer": "10.237.0.9", "handshake_age_s": None, "answers": None}]
     line = click.unstyle(render.tunnel_line(row))
     assert line == ("tunnel: up, MTU 1280, last handshake 10 s ago (3 peers); silent: rig-b1 (last handshake 510 s "
                     "ago), 10.237.0.9 (no handshake seen)")
+    # A site that went down a moment ago: its handshake is still fresh (WireGuard shakes hands every 2 minutes), but
+    # the hub's knock on its SSH port goes unanswered, so it is said now, not 3 minutes later.
+    just_gone = Tunnel(True, KEYS["vps"], "up", 1280, (Handshake(KEYS["rig-a1"], 1_000, "10.237.0.2", True),
+                                                       Handshake(KEYS["rig-b1"], 1_005, "10.237.0.4", False)), 1_010)
+    row = tunnel_row(just_gone, {"10.237.0.2": "rig-a1", "10.237.0.4": "rig-b1"})
+    assert row is not None and row["ok"] is True
+    assert row["silent"] == [{"peer": "rig-b1", "handshake_age_s": 5, "answers": False}]
+    assert click.unstyle(render.tunnel_line(row)).endswith("; silent: rig-b1 (no answer now, last handshake 5 s ago)")
 
 
 def test_without_a_terminal_a_confirmation_says_to_pass_yes_even_in_json(tmp_path, capsys):

@@ -25,6 +25,11 @@ CRONS = {"cron", "crond", "CRON"}
 _SESSION = re.compile(r"^(session-[0-9]+\.scope|user@[0-9]+\.service|init\.scope|sshd?\.service)$")
 _UNIT = re.compile(r"^[A-Za-z0-9@._\\:-]{1,200}\.(service|scope)$")
 _UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,60}$")
+# Stats APIs a miner serves without being asked (its documented default), which m2p can read: T-Rex's HTTP API
+# (github.com/trexminer/T-Rex/wiki/API: --api-bind-http, default 127.0.0.1:4067).  The others' APIs are off
+# unless a flag turns them on (lolMiner --apiport, GMiner --api, NBMiner --api-bind, xmrig --http-port), and
+# m2p never reads a miner's arguments (they hold wallets): an owner names such a port (m2p_trex_api_port).
+DEFAULT_APIS = {"t-rex": "127.0.0.1:4067"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,11 @@ class Holder:
         """The known miner it is (mining_os.MINER_BINARIES), or "" for an unknown GPU process."""
         name = self.program.lower()
         return name if name in MINER_BINARIES and name != "miner" else ""
+
+    @property
+    def api(self) -> str:
+        """Where its stats API listens by default (DEFAULT_APIS), or "" when m2p knows none."""
+        return DEFAULT_APIS.get(self.miner, "")
 
     @property
     def supervisors(self) -> tuple[str, ...]:

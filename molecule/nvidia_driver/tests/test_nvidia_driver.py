@@ -35,13 +35,6 @@ def test_old_hiveos_driver_upgraded_through_hiveos_tool_and_rig_rebooted(host):
     assert flavours.config_changes(host, "hiveos") == []
 
 
-def test_recent_driver_is_kept(host):
-    if name(host) != "nd-keep":
-        pytest.skip("another rig")
-    assert driver(host) == "550.127.05"
-    assert not host.file(LOG).exists
-
-
 def test_old_driver_without_permission_is_refused_with_the_fix(host):
     if name(host) != "nd-old":
         pytest.skip("another rig")

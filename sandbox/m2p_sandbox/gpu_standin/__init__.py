@@ -47,11 +47,14 @@ MINER_FILE = "/usr/lib/m2p-standin/standin-cuda"  # on the rig: the GPU miner st
 
 
 def install_miner(root: Path) -> None:
-    """The GPU miner stand-in (standin-cuda), on every rig: the flavours' miner scripts become it."""
-    target = root / MINER_FILE.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(HERE / "standin-cuda", target)
-    target.chmod(0o755)
+    """The GPU miner stand-in (standin-cuda) and T-Rex's HTTP API stand-in (standin-trex-api, which a miner
+    serves with ``--serve``), on every rig: the flavours' miner scripts become them."""
+    folder = root / MINER_FILE.lstrip("/")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for name in ("standin-cuda", "standin-trex-api"):
+        target = folder.parent / name
+        shutil.copy(HERE / name, target)
+        target.chmod(0o755)
 
 
 def install(root: Path, card_names: list[str], rig_name: str = "rig") -> None:

@@ -137,7 +137,8 @@ def test_fingerprint_records_what_convert_left(host):
     unit = "k3s.service" if name(host) == "conv-hive" else "k3s-agent.service"
     assert state[unit] == "active enabled"
     assert state["nvidia-container-toolkit"] == "1.17.8-1 hi"  # installed and held
-    assert record["gpus"].startswith("driver 550.127.05; ")
+    assert record["gpus"].startswith("driver 550.127.05; ")  # a recent driver is kept (role nvidia_driver)
+    assert not host.file("/var/log/nvidia-driver-update.log").exists  # HiveOS's driver tool never ran
     assert record["inputs"] == ""  # converged by Molecule, not by m2p: the next m2p convert runs in full
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -445,6 +445,7 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
                 warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
                          f"(ansible-vault encrypt_string) or name an environment variable in {env_key}"] = None
     _check_slicing(raw.name, values, merged)
+    _check_control_node(raw.name, raw.groups, values, merged)
     port = values.get("ansible_port", DEFAULT_PORT)
     password = _secret(values, merged, LOGIN_PASSWORDS, "m2p_ssh_password_env", vault, env)
     become = _secret(values, merged, BECOME_PASSWORDS, "m2p_become_password_env", vault, env)
@@ -521,6 +522,15 @@ def _check_slicing(name: str, values: dict[str, Any], merged: dict[str, tuple[An
             f"{name}: m2p_time_slicing_replicas {replicas} on a marketplace rig: Akash would sell each slice "
             "as a whole GPU; set m2p_marketplace: none (your own workloads only) or "
             "m2p_time_slicing_on_marketplace: true to take that risk", where=merged["m2p_time_slicing_replicas"][1])
+
+
+def _check_control_node(name: str, groups: Sequence[str], values: dict[str, Any],
+                        merged: dict[str, tuple[Any, str]]) -> None:
+    """A control node (a k3s server without GPUs) serves its farm: as an agent, it would be a node without GPUs
+    joining someone else's cluster, which m2p has nothing to install on."""
+    if values.get("m2p_control_node") is True and "k3s_agent" in groups:
+        raise InventoryError(f"{name} has m2p_control_node but is in k3s_agent: a control node is its farm's k3s "
+                             "server (group k3s_server)", where=merged["m2p_control_node"][1])
 
 
 def _secret(values: dict[str, Any], merged: dict[str, tuple[Any, str]], keys: tuple[str, ...], env_key: str,

@@ -39,6 +39,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_min_free_disk_gb": ("preflight_min_free_disk_gb",),
     "m2p_min_ram_mb": ("preflight_min_ram_mb",),
     "m2p_data_dir": ("k3s_data_dir", "preflight_data_dir"),
+    # Also the controller's readiness verdict, and the plays that leave a control node out (runner.py's group).
+    "m2p_control_node": ("preflight_control_node",),
     "m2p_allow_driver_upgrade": ("nvidia_driver_allow_upgrade",),
     "m2p_miner_unit": ("mining_os_miner_unit",),
     "m2p_k3s_server_url": ("k3s_agent_server_url",),
@@ -46,6 +48,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     # Also ansible_python_interpreter (role_vars.py), and the probe's python3 (detect.py).
     "m2p_python_interpreter": ("timeshare_agent_python",),
     "m2p_trex_api_port": ("timeshare_agent_trex_api_port",),
+    # Rigs behind NAT on the owner's own tailnet instead of m2p's tunnel (docs/sites.md; never with m2p_site).
+    "m2p_vpn_auth_file": ("k3s_vpn_auth_file",),
     # Which marketplace (market/: the names it registers; none: the owner's own workloads only).
     "m2p_marketplace": ("timeshare_agent_marketplace",),
 }

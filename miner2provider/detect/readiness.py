@@ -33,6 +33,7 @@ class Thresholds:
     min_ram_mb: int = DEFAULT_MIN_RAM_MB
     data_dir: str | None = None  # m2p_data_dir: k3s data on another disk
     become_password_given: bool = False
+    control_node: bool = False  # m2p_control_node: a k3s server without GPUs (a VPS); no GPU or miner findings
     today: date = field(default_factory=date.today)  # for end-of-life dates
 
 
@@ -105,7 +106,8 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
             "sudo-password",
             "sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
 
-    _gpu_reasons(facts, blockers, warnings)
+    if not settings.control_node:
+        _gpu_reasons(facts, blockers, warnings)
     _disk_reasons(facts, settings, blockers, warnings)
 
     if facts.memory.total_mb < settings.min_ram_mb:
@@ -148,7 +150,7 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
             "unknown-os", f"unrecognised OS ({facts.os_release.pretty_name}): m2p will treat it as plain Linux")
     elif mos.refusal:  # the mining-OS record says why m2p does not convert it (detect/os_records.py)
         blockers.append_code(*mos.refusal)
-    elif not mos.has_adapter:
+    elif not mos.has_adapter and not settings.control_node:  # a control node has no miner to adapt
         warnings.append_code(
             "no-miner-adapter", f"{mos.label}: m2p has no miner adapter for it yet: convert installs k3s without "
                                 "time-share, and `schedule apply` refuses the rig (the agent could not stop its "

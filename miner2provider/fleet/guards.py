@@ -131,8 +131,10 @@ def k3s_refusal(host: Host, report: RigReport, targets: dict[str, str], derived:
     return None
 
 
-def no_adapter(report: RigReport) -> str:
+def no_adapter(report: RigReport, control_node: bool = False) -> str:
     """Said beside the rig's outcome, whatever it is: k3s goes on without the time-share."""
+    if control_node:
+        return "control node: k3s's server without GPUs"
     if report.facts is not None and not report.facts.mining_os.has_adapter:
         return f"{report.facts.mining_os.label}: no miner adapter, k3s without time-share"
     return ""

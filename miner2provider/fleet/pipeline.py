@@ -96,12 +96,16 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     derived = fleet_role_vars(fleet, how.run_inputs)
     inputs = fingerprint.expected_inputs(hosts, derived, how.bundle) if converting else {}
     targets = {h.name: guards.k3s_target(h, how.bundle) for h in fleet}
+    # A control node (a VPS) has no GPUs to time-share: schedule apply leaves it as it is.
+    skipped = {h.name: RigOutcome(h.name, "converged", message="control node: no GPUs to time-share; not touched")
+               for h in hosts if playbook == "schedule" and is_control_node(h)}
+    hosts_on = [h for h in hosts if h.name not in skipped]
     triage = {host.name: triage_rig(host, report, how, derived[host.name], inputs.get(host.name), targets)
-              for host, report in zip(hosts, detect(hosts, opts), strict=True)}
-    outcomes = {name: rig.outcome for name, rig in triage.items() if rig.outcome is not None}
-    leased = [(host, triage[host.name].leases) for host in hosts if triage[host.name].leases]
+              for host, report in zip(hosts_on, detect(hosts_on, opts), strict=True)}
+    outcomes = {name: rig.outcome for name, rig in triage.items() if rig.outcome is not None} | skipped
+    leased = [(host, triage[host.name].leases) for host in hosts_on if triage[host.name].leases]
     drained = [host for host, _ in leased] if how.drain_timeout_s is not None else []
-    to_run = [host for host in hosts if triage[host.name].runs]
+    to_run = [host for host in hosts_on if triage[host.name].runs]
     to_run += guard_leases(leased, opts, how, outcomes)
     for name, digest in inputs.items():
         derived[name]["fingerprint_inputs"] = digest
@@ -111,12 +115,17 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     return [outcomes[h.name] for h in hosts]
 
 
+def is_control_node(host: Host) -> bool:
+    """m2p_control_node: a k3s server without GPUs (a VPS), which the GPU stack and the time-share leave out."""
+    return host.var("m2p_control_node") is True
+
+
 def triage_rig(host: Host, report: RigReport, how: RunOptions, derived: dict[str, Any], inputs: str | None,
                targets: dict[str, str]) -> Triage:
     """Screen -> guard -> fingerprint for one rig (``inputs`` None: a playbook that always runs)."""
     if not report.ok:
         return Triage(RigOutcome(host.name, "unreachable", message=report.error or ""))
-    note = guards.no_adapter(report)
+    note = guards.no_adapter(report, is_control_node(host))
     reasons: tuple[str, ...] = ()
     if inputs is not None:
         refusal = guards.k3s_refusal(host, report, targets, derived) or guards.tunnel_refusal(report, derived)
@@ -215,7 +224,12 @@ def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "",
 def farm_status(reports: list[RigReport], hosts: list[Host]) -> list[dict[str, Any]]:
     """The status rows of ``hosts``' reports: each rig's node named as k3s names it, the hub's silent peers named
     by the farm's tunnel plan."""
-    return status_rows(reports, {h.name: h.node_name for h in hosts}, tunnel.member_names(hosts))
+    rows = status_rows(reports, {h.name: h.node_name for h in hosts}, tunnel.member_names(hosts))
+    control = {h.name for h in hosts if is_control_node(h)}
+    for row in rows:  # no nvidia-smi is what a control node is, not a fault
+        if row["rig"] in control and row["state"] != "failed":
+            row["gpus"] = "none (control node)"
+    return rows
 
 
 def fleet_role_vars(fleet: list[Host], run_inputs: RunInputs | None = None) -> dict[str, dict[str, Any]]:

@@ -75,6 +75,8 @@ _KINDS = {
 }
 
 
+CONTROL_NODES = "m2p_control_nodes"  # hosts with m2p_control_node: true (k3s servers without GPUs)
+
 def build_inventory(hosts: list[Host], vault_key: str,
                     role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None,
                     secret_vars: Mapping[str, Mapping[str, str]] | None = None) -> str:
@@ -83,7 +85,8 @@ def build_inventory(hosts: list[Host], vault_key: str,
     provider's wallet Secret); every secret in it is a ``!vault`` value under ``vault_key``."""
     vault = vault_lib(vault_key.encode())
     hostvars: dict[str, dict[str, Any]] = {}
-    children: dict[str, dict[str, Any]] = {}
+    # Always there (empty when no rig is one), so `all:!m2p_control_nodes` never names an unknown group.
+    children: dict[str, dict[str, Any]] = {CONTROL_NODES: {}}
     for index, host in enumerate(hosts):
         hv: dict[str, Any] = dict(host.vars)
         hv.update((role_vars or {}).get(host.name, {}))
@@ -106,6 +109,8 @@ def build_inventory(hosts: list[Host], vault_key: str,
         for group in host.groups:
             if group != "all":
                 children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
+        if host.var("m2p_control_node") is True:  # the plays that install the GPU stack leave this group out
+            children[CONTROL_NODES].setdefault("hosts", {})[host.name] = None
     return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
 
 

@@ -78,6 +78,11 @@ def plan(hosts: list[Host]) -> TunnelPlan | None:
     sited = [h for h in hosts if h.var("m2p_site")]
     if not sited:
         return None
+    tailnet = next((h for h in hosts if h.var("m2p_vpn_auth_file")), None)
+    if tailnet is not None:
+        raise InventoryError(f"{tailnet.where}: {tailnet.name} has m2p_vpn_auth_file (k3s on the owner's tailnet) in "
+                             "a farm with m2p_site (m2p's own tunnel): choose one, the two would route the same "
+                             "nodes two ways")
     servers = [h for h in hosts if "k3s_server" in h.groups]
     if len(servers) != 1:
         first = sited[0]

@@ -170,6 +170,8 @@ def point_k3s_kubectl_at(rig: sandbox.Rig, api: KubeApiStandin, admin: str) -> N
     with ssh(rig) as client:
         ca = shlex.quote(api.authority.pem.decode())
         config = json.dumps({"url": api.url, "token": admin, "ca_file": "/etc/m2p-standin/kube-api-ca.crt"})
-        rc, out = run(client, f"echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt > /dev/null && "
+        # (A rig without stand-in GPUs, a control node, has no /etc/m2p-standin yet.)
+        rc, out = run(client, f"sudo mkdir -p /etc/m2p-standin && echo {ca} | sudo tee /etc/m2p-standin/kube-api-ca.crt "
+                              "> /dev/null && "
                               f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
         assert rc == 0, out

@@ -1,4 +1,5 @@
-"""A farm across sites on sandbox rigs (issue 37): a hub on the sandbox LAN (its "public" address) and two rigs, a
+"""A farm across sites on sandbox rigs (issue 37): a hub on the sandbox LAN (its "public" address; a VPS without a
+GPU, m2p_control_node: k3s's server and the relay, no GPU stack) and two rigs, a
 HiveOS one at home and a plain Debian one away, each behind a home router that masquerades and lets nothing in
 (network.behind_nat; both rigs are 192.168.1.2 on their LAN).  The controller cannot reach them, so each joins from
 its site: `m2p sites invite` prints a bundle of public facts, `m2p join` runs in the router's namespace (a machine
@@ -61,7 +62,8 @@ def hub_journal(hub: sandbox.Rig) -> str:
 
 
 def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boot_rigs, tmp_path):
-    hub, home, away = boot_rigs(sandbox.RigSpec("st-hub", "plain", ("rtx3060",)),
+    # The hub is a VPS: no GPU (no nvidia-smi), a control node that carries k3s's server and the relay.
+    hub, home, away = boot_rigs(sandbox.RigSpec("st-hub", "plain", ()),
                                 sandbox.RigSpec("st-home", "hiveos", ("rtx3060",)),
                                 sandbox.RigSpec("st-away", "plain", ("rtx3070",)))
     # Two homes, each behind its own router, both 192.168.1.2 on their LAN (as two real homes are).
@@ -86,7 +88,8 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     def write_inventory(keys: dict[str, str], rigs: tuple[sandbox.Rig, ...] = (home, away)) -> None:
         sites = {home.name: "home", away.name: "away"}
         inv.write_text(yaml.safe_dump({"all": {"children": {
-            "k3s_server": {"hosts": {"st-hub": rig_entry(hub, m2p_hub_endpoint=f"{hub.address}:51820")}},
+            "k3s_server": {"hosts": {"st-hub": rig_entry(hub, m2p_hub_endpoint=f"{hub.address}:51820",
+                                                         m2p_control_node=True)}},
             # In this order (home .2, away .3): away is last, so taking it out moves no one's tunnel address.
             "k3s_agent": {"hosts": {r.name: joined_entry(r, sites[r.name], keys.get(r.name)) for r in rigs}}}}},
             sort_keys=False))
@@ -162,7 +165,16 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
 
     converted = m2p(*convert)  # over the tunnels, through the hub
     assert converted.returncode == 0, converted.stdout[-2000:] + converted.stderr[-3000:]
-    assert {o["result"] for o in outcomes(converted).values()} == {"changed"}
+    said = outcomes(converted)
+    assert {o["result"] for o in said.values()} == {"changed"}, said
+    assert "control node: k3s's server without GPUs" in said["st-hub"]["message"], said["st-hub"]
+    assert not (hub.path / "merged/etc/cdi").exists() and not (hub.path / "merged/var/lib/m2p/node-labels.json").exists()
+    schedule = tmp_path / "schedule.yml"
+    schedule.write_text("timezone: UTC\npolicy: lease-first\n")
+    left = m2p("schedule", "apply", str(schedule), *common, "--limit", "st-hub")  # no GPUs there to time-share
+    assert left.returncode == 0 and outcomes(left)["st-hub"] == {**outcomes(left)["st-hub"], "result": "converged",
+                                                                 "message": "control node: no GPUs to time-share; "
+                                                                            "not touched"}, left.stdout + left.stderr
     for r in (home, away):
         k3s_config = (r.path / "merged/etc/rancher/k3s/config.yaml").read_text()
         assert 'server: "https://10.237.0.1:6443"' in k3s_config, k3s_config
@@ -177,6 +189,9 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     assert all(t["ok"] and t["link"] == "up" and t["mtu"] == 1280 and t["silent"] == [] for t in tunnels.values()), \
         tunnels
     assert [tunnels[n]["peers"] for n in ("st-hub", "st-home", "st-away")] == [2, 1, 1], tunnels
+    gpus = {r["rig"]: r["gpus"] for r in json.loads(shown.stdout)}
+    assert gpus == {"st-hub": "none (control node)", "st-home": "1 x NVIDIA GeForce RTX 3060",
+                    "st-away": "1 x NVIDIA GeForce RTX 3070"}, gpus
 
     # The away site's router loses its uplink: the hub says so at once (its knock goes unanswered; the handshake is
     # still fresh), the away rig cannot be reached, and the home site goes on mining with its tunnel.

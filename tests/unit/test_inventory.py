@@ -49,6 +49,8 @@ def test_good_inventory_resolves_group_and_host_vars():
         ("negative", 5, "m2p_time_slicing_replicas must not be negative, found -2"),
         ("stray_key", 2, "group 'all' has 'rig01'; a group holds only hosts, vars and children"),
         ("slicing_marketplace", 5, "rig01: m2p_time_slicing_replicas 4 on a marketplace rig: Akash would sell"),
+        ("control_node_agent", 7, "vps has m2p_control_node but is in k3s_agent: a control node is its farm's k3s "
+                                  "server (group k3s_server)"),
     ],
 )
 def test_bad_inventories_name_file_and_line(case, line, message):

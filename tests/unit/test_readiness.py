@@ -74,6 +74,20 @@ def test_old_python_no_python_no_sudo_no_gpu():
     assert assess(no_gpu).blockers[0].sentence.startswith("no nvidia-smi")
 
 
+def test_a_control_node_without_gpus_or_a_miner_is_ready_and_still_needs_its_disk():
+    """m2p_control_node (a VPS: k3s's server and a farm's hub): no GPU, driver or miner-adapter findings; the rest
+    (disk, RAM, python, sudo, route) as for any rig."""
+    vps = RigFacts(**{**facts(os_release="ID=debian\nVERSION_ID=\"12\"\nPRETTY_NAME=\"Debian GNU/Linux 12\"\n",
+                              mining_os="", miner="").__dict__,
+                      "gpus": FACTS_BY_NAME["gpus"].parse(Output("", 127))})
+    assert assess(vps).status == "not ready"  # as a rig: no nvidia-smi
+    control = Thresholds(control_node=True)
+    verdict = assess(vps, control)
+    assert verdict.blockers == () and not {f.code for f in verdict.warnings} & {"no-miner-adapter", "old-cuda"}
+    full = dataclasses.replace(vps, disks=(Mount("/dev/vda1", "ext4", "/", 25, 3),))
+    assert [f.code for f in assess(full, control).blockers] == ["low-disk"]
+
+
 def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
     mixed = GPU_ROW + GPU_ROW.replace("0, NVIDIA GeForce RTX 3090", "1, NVIDIA GeForce RTX 3060")
     v = assess(facts(cgroup="tmpfs\n", gpus=mixed, cuda="CUDA Version: 11.4\n", sudo="password\n"))

@@ -25,7 +25,7 @@ def test_secrets_are_vaulted_and_groups_kept():
     hv = data["all"]["hosts"]["rig01"]
     assert (hv["ansible_host"], hv["ansible_port"], hv["ansible_user"]) == ("10.0.0.5", 2222, "user")
     assert hv["m2p_data_dir"] == "/mnt/ssd"
-    assert data["all"]["children"] == {"farm": {"hosts": {"rig01": None}}}
+    assert data["all"]["children"] == {"m2p_control_nodes": {}, "farm": {"hosts": {"rig01": None}}}
     vault = VaultLib([(DEFAULT_VAULT_ID_MATCH, VaultSecret(b"one-time-key"))])
     kind, blob = hv["ansible_password"]
     assert kind == "vault" and vault.decrypt(blob.encode()) == b"pw-123"
@@ -45,3 +45,10 @@ def test_rigs_with_one_address_never_share_an_ssh_connection():
     hosts = yaml.load(build_inventory([home, away], "one-time-key"), Loader=_Loader)["all"]["hosts"]
     paths = [hosts[name]["ansible_control_path"] for name in ("home-rig", "away-rig")]
     assert paths == ["%(directory)s/0", "%(directory)s/1"]
+
+
+def test_a_control_node_is_in_the_group_the_gpu_plays_leave_out():
+    vps = Host("vps", "203.0.113.10", 22, "root", "/k/id", None, None, ("all", "k3s_server"), {"m2p_control_node": True})
+    rig = Host("rig01", "10.0.0.5", 22, "user", "/k/id", None, None, ("all", "k3s_agent"), {})
+    children = yaml.load(build_inventory([vps, rig], "one-time-key"), Loader=_Loader)["all"]["children"]
+    assert children["m2p_control_nodes"] == {"hosts": {"vps": None}}

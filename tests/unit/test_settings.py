@@ -15,9 +15,10 @@ SETTINGS_PAGE = ROOT / "docs" / "commands" / "inventory-check.md"  # the setting
 DOCS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Names with the m2p_ prefix that are not inventory settings: plugins, and the variables the
-# collection's playbooks read (the offline bundle's folder, rolling batches for own runs).
+# collection's playbooks read (the offline bundle's folder, rolling batches for own runs), and the group
+# m2p's runner puts control nodes in (runner.CONTROL_NODES).
 NOT_SETTINGS = {"m2p_facts", "m2p_fingerprint_state", "m2p_bundle", "m2p_agent_pyz", "m2p_bundle_dir",
-                "m2p_bundle_vars", "m2p_batch", "m2p_max_fail_percentage", "m2p_sandbox"}
+                "m2p_bundle_vars", "m2p_batch", "m2p_max_fail_percentage", "m2p_sandbox", "m2p_control_nodes"}
 GROUPS = {"k3s_server", "k3s_agent"}  # inventory groups, not variables
 
 

@@ -83,6 +83,8 @@ def test_the_hub_allows_each_rig_only_its_own_address_and_rigs_reach_everyone_th
     (", m2p_tunnel_network: 10.237.0.0/30", "", "holds 2 addresses; the farm has 4 members"),
     (", m2p_tunnel_mtu: 1500", "", "m2p_tunnel_mtu 1500 is not a whole number from 1280"),
     (', m2p_hub_endpoint: "vps.example.net"', "", "m2p_hub_endpoint 'vps.example.net' is not HOST:PORT"),
+    # The owner's tailnet (k3s's --vpn-auth) and m2p's tunnel would route the same nodes two ways.
+    (", m2p_vpn_auth_file: /root/tailnet.auth", "", "vps has m2p_vpn_auth_file .* in a farm with m2p_site .*: choose"),
 ])
 def test_a_tunnel_mistake_names_the_hubs_line(tmp_path, hub_extra, rig_extra, said):
     text = FARM % (hub_extra, rig_extra)

@@ -37,7 +37,7 @@ def plain(value: Any) -> Any:
 
 class ActionModule(ActionBase):
     _supports_check_mode = True
-    _VALID_ARGS = frozenset({"min_free_disk_gb", "min_ram_mb", "data_dir", "label_extra"})
+    _VALID_ARGS = frozenset({"min_free_disk_gb", "min_ram_mb", "data_dir", "label_extra", "control_node"})
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -54,6 +54,7 @@ class ActionModule(ActionBase):
             min_ram_mb=int(args.get("min_ram_mb", Thresholds.min_ram_mb)),
             data_dir=args.get("data_dir") or None,
             become_password_given=True,  # Ansible got this far with become
+            control_node=str(args.get("control_node", False)).lower() in {"true", "1", "yes"},
         )
         verdict = assess(facts, settings)
         data = plain(facts)

@@ -25,6 +25,9 @@ DEFAULT_MIN_FREE_DISK_GB = int(_PREFLIGHT["preflight_min_free_disk_gb"])  # k3s 
 DEFAULT_MIN_RAM_MB = int(_PREFLIGHT["preflight_min_ram_mb"])
 RECOMMENDED_FREE_DISK_GB = 100  # Akash's figure for a worker's ephemeral storage
 MIN_CUDA_MAJOR = 12  # most lease images need CUDA 12 (driver >= 525)
+# Used share of a disk at which readiness warns: 5 points before kubelet's eviction floor (k3s_kubelet_args'
+# nodefs.available<10%), so the owner hears it before leases are evicted or the stick fills.
+NEARLY_FULL = 0.85
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Finding:
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os", "no-miner-adapter", "k3s-eol",
+    "no-default-route", "xid-errors", "unknown-os", "no-miner-adapter", "k3s-eol", "disk-nearly-full",
     "amd-gpus", "amd-gpus-left-out",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
@@ -222,3 +225,11 @@ def _disk_reasons(facts: RigFacts, settings: Thresholds, blockers: _Findings, wa
             f"{target.free_gb:g} GB free on {where}: enough to start; "
             f"lease images may need {RECOMMENDED_FREE_DISK_GB} GB"
         )
+    for mount in dict.fromkeys(m for m in (root, target) if m is not None and m.size_gb > 0):
+        used = 1 - mount.free_gb / mount.size_gb
+        if used >= NEARLY_FULL:
+            warnings.append_code(
+                "disk-nearly-full",
+                f"{mount.mountpoint} is {used:.0%} full ({mount.free_gb:g} GB free): kubelet evicts pods at 90 % "
+                "(its nodefs and imagefs floors, 10 %), and a stick that fills up stops logging and may go "
+                "read-only; free space there (old miners, logs) before it does")

@@ -178,8 +178,11 @@ def drop_peers(hosts: list[Host], gone: list[Host], opts: SshOptions, *,
     peers = {by_address[p.address]: p.peer for p in now.handshakes if p.address in by_address}
     dropping = {h.name for h in leaving if h.name in peers}
     if not dropping:
-        return {h.name: RigOutcome(h.name, "converged", message=f"no peer of it on the hub {hub.name}")
-                for h in leaving}
+        # The hub's peers need root to read (sudo -n): a hub that lists none may be one that did not let m2p look.
+        none = (f"no peer of it on the hub {hub.name}" if now.handshakes else
+                f"the hub {hub.name} lists no peers (or its login user may not run `sudo -n wg`): check with "
+                "`wg show` there")
+        return {h.name: RigOutcome(h.name, "converged", message=none) for h in leaving}
     kept = {name: key for name, key in peers.items() if name not in dropping}
     run = _configure(found, [hub], kept, {hub.name: _member_vars(found, hub.name)},
                      opts, False, on_event, keep_artifacts)

@@ -58,6 +58,21 @@ def test_small_usb_stick_needs_a_data_disk():
     assert "add an SSD and set m2p_data_dir" in v.blockers[0].sentence
 
 
+def test_a_disk_nearly_full_is_said_before_kubelet_evicts_and_the_stick_fills():
+    """Issue 33: 85 % used warns (kubelet evicts at 90 %); the USB stick (/) is watched even when k3s's data is
+    on another disk, since the OS, its logs and pod logs stay there."""
+    full_stick = dataclasses.replace(facts(), disks=(Mount("/dev/sda2", "ext4", "/", 15, 1.5),
+                                                     Mount("/dev/nvme0n1p1", "ext4", "/mnt/ssd", 233, 200)))
+    verdict = assess(full_stick, Thresholds(data_dir="/mnt/ssd/k3s"))
+    assert [f.code for f in verdict.blockers] == []
+    said = [f.sentence for f in verdict.warnings if f.code == "disk-nearly-full"]
+    assert said == ["/ is 90% full (1.5 GB free): kubelet evicts pods at 90 % (its nodefs and imagefs floors, 10 %), "
+                    "and a stick that fills up stops logging and may go read-only; free space there (old miners, "
+                    "logs) before it does"]
+    roomy = dataclasses.replace(facts(), disks=(Mount("/dev/sda2", "ext4", "/", 250, 200),))
+    assert "disk-nearly-full" not in {f.code for f in assess(roomy).warnings}
+
+
 def test_data_dir_on_a_second_disk_makes_a_small_stick_fine():
     f = dataclasses.replace(facts(), disks=(Mount("/dev/sda2", "ext4", "/", 7, 2),
                                             Mount("/dev/nvme0n1p1", "ext4", "/mnt/ssd", 233, 221)))

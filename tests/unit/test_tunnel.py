@@ -260,3 +260,38 @@ def test_without_a_terminal_a_confirmation_says_to_pass_yes_even_in_json(tmp_pat
     assert "set up the tunnels of 4 members? needs a yes, and there is no terminal to ask: pass --yes" in said["error"]
     assert main(["convert", "-i", str(path)]) == 2
     assert "convert 4 rigs (vps, rig-a1, rig-a2, rig-b1)? needs a yes" in capsys.readouterr().err
+
+
+def test_remove_drops_only_the_gone_rigs_peer_and_keeps_what_the_hub_has(tmp_path, monkeypatch):
+    """m2p remove in a farm across sites (fleet/sites.py drop_peers): the hub's configuration is written from the
+    peers it has now, less the gone rig's; a hub that does not answer leaves the peer (said, failed); a hub that
+    lists no peers is said as such (its login user may not read them)."""
+    from miner2provider.detect.ssh import Result, SshOptions
+    from miner2provider.fleet import sites
+    from miner2provider.fleet.runner import HostStats, RunReport
+
+    farm = hosts(tmp_path)
+    by_name = {h.name: h for h in farm}
+    listed = "".join(f"peer {KEYS[n]}\t1000\nallowed {KEYS[n]}\t10.237.0.{a}/32\n"
+                     for n, a in (("rig-a1", 2), ("rig-b1", 4)))
+    answers = [Result(by_name["vps"], stdout=f"key {KEYS['vps']}\nlink 0x1091 1280\n{listed}now 1010\n", rc=0)]
+    written: dict[str, str] = {}
+
+    def configure(found, members, peers, base, opts, check, on_event, keep_artifacts):
+        written[members[0].name] = tunnel.wg_config(found, members[0].name, peers)
+        return RunReport("successful", 0, {"vps": HostStats(ok=5, changed=1)})
+
+    monkeypatch.setattr(sites, "fan_out", lambda hosts, command, opts: [answers.pop(0)])
+    monkeypatch.setattr(sites, "_configure", configure)
+    opts = SshOptions(known_hosts=tmp_path / "known_hosts")
+    said = sites.drop_peers(farm, [by_name["rig-b1"]], opts)
+    assert said["rig-b1"].result == "changed" and said["rig-b1"].message == "its peer dropped from the hub vps"
+    assert KEYS["rig-a1"] in written["vps"] and KEYS["rig-b1"] not in written["vps"]
+    assert sites.drop_peers(farm, [by_name["vps"]], opts) == {}  # the hub is no peer (remove refuses a server)
+
+    answers.append(Result(by_name["vps"], failure="timeout", error="timed out"))
+    down = sites.drop_peers(farm, [by_name["rig-a1"]], opts)["rig-a1"]
+    assert down.result == "failed" and "its peer is still on the hub vps, which did not answer" in down.message
+    answers.append(Result(by_name["vps"], stdout=f"key {KEYS['vps']}\nlink 0x1091 1280\nnow 1010\n", rc=0))
+    blind = sites.drop_peers(farm, [by_name["rig-a1"]], opts)["rig-a1"]
+    assert blind.result == "converged" and "lists no peers (or its login user may not run `sudo -n wg`)" in blind.message

@@ -1,4 +1,4 @@
-"""After convert.yml (twice): real state on the HiveOS-layout server and the plain and SMOS agents."""
+"""After convert.yml (twice): real state on the HiveOS-layout server and the plain agent."""
 
 import json
 import os
@@ -103,8 +103,7 @@ def test_device_plugin_manifest_on_the_server_only(host):
 
 def test_gpu_labels_from_the_cards_the_rig_has(host):
     labels = json.loads(host.file("/var/lib/m2p/node-labels.json").content_string)
-    model, count = {"conv-hive": ("rtx3090", "2"), "conv-plain": ("rtx3060", "1"),
-                    "conv-smos": ("rtx3070", "1")}[name(host)]
+    model, count = {"conv-hive": ("rtx3090", "2"), "conv-plain": ("rtx3060", "1")}[name(host)]
     assert labels[f"akash.network/capabilities.gpu.vendor.nvidia.model.{model}"] == count
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["m2p.io/nvidia-device-plugin"] == "true"
@@ -112,7 +111,7 @@ def test_gpu_labels_from_the_cards_the_rig_has(host):
     assert f"nvidia.com/gpu.count={count}" in registration["node-label"]
 
 
-MINING_OS = {"conv-hive": ("hiveos", ["hive.service"]), "conv-smos": ("smos", [])}  # autostart units m2p records
+MINING_OS = {"conv-hive": ("hiveos", ["hive.service"])}  # autostart units m2p records
 
 
 def test_mining_config_untouched_and_miner_still_mining(host):

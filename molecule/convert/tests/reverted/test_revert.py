@@ -30,7 +30,7 @@ def test_toolkit_m2p_installed_is_purged(host):
 
 
 def test_mining_os_rigs_mine_as_before(host):
-    kind = {"conv-hive": "hiveos", "conv-smos": "smos"}.get(name(host))
+    kind = {"conv-hive": "hiveos"}.get(name(host))
     if kind is None:
         pytest.skip("a rig without a mining OS")
     assert flavours.mining_problems(host, kind) == []

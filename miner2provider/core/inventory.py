@@ -136,6 +136,11 @@ class Host:
         not the rig's hostname: HiveOS names every rig by its worker id)."""
         return str(self.var("k3s_node_name") or self.name)
 
+    @property
+    def control_node(self) -> bool:
+        """m2p_control_node: a k3s server without GPUs (a VPS), which the GPU stack and the time-share leave out."""
+        return self.var("m2p_control_node") is True
+
     def secrets(self) -> dict[str, Secret]:
         """The Ansible variable each secret goes to (vault-encrypted by the runner) -> the secret."""
         held = {var: getattr(self, attr) for attr, var in SECRET_VARIABLES.items()}

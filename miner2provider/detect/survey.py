@@ -23,7 +23,7 @@ def settings_for(host: Host) -> Thresholds:
         min_ram_mb=host.var("m2p_min_ram_mb", Thresholds.min_ram_mb),
         data_dir=host.var("m2p_data_dir"),
         become_password_given=host.become_password is not None,
-        control_node=host.var("m2p_control_node") is True,
+        control_node=host.control_node,
     )
 
 

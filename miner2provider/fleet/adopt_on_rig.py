@@ -40,6 +40,7 @@ HOME = Path(os.environ.get("M2P_ADOPT_DIR", "/etc/m2p/miner"))
 RECORD = HOME / "adopted.json"  # root only: argv and environment hold wallets and pool passwords
 RUN = HOME / "run"  # the unit's command: the captured one, root only
 UNIT_NAME = "m2p-miner.service"
+AS_FAST = 0.9  # the share of its hashrate before that the miner in the unit must reach (a reading's noise below)
 UNIT = Path("/etc/systemd/system") / UNIT_NAME
 PROC = Path("/proc")
 SUPERVISING_SHELLS = {"sh", "bash", "dash", "zsh", "python", "python3", "perl"}
@@ -221,7 +222,7 @@ def _reaches(before: float, port: int, window_s: float) -> float | None:
     deadline, last = time.monotonic() + window_s, None
     while True:
         last = _trex_mhs(port)
-        if (last is not None and last >= 0.9 * before) or time.monotonic() >= deadline:
+        if (last is not None and last >= AS_FAST * before) or time.monotonic() >= deadline:
             return last
         time.sleep(2.0)
 
@@ -289,7 +290,7 @@ def adopt(pid: int, api_port: int = 0, window_s: float = 120.0, settle_s: float 
             return {**said, "result": "changed", "message": adopted + (
                 "; hashrate not compared (no stats API answered: T-Rex's, at m2p_trex_api_port)")}
         after = _reaches(before, api_port, window_s)
-        if after is not None and after >= 0.9 * before:
+        if after is not None and after >= AS_FAST * before:
             return {**said, "result": "changed", "message": f"{adopted}, at {after:.1f} MH/s ({before:.1f} before)"}
     _remove_unit()
     RECORD.unlink()

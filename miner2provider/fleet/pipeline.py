@@ -98,7 +98,7 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     targets = {h.name: guards.k3s_target(h, how.bundle) for h in fleet}
     # A control node (a VPS) has no GPUs to time-share: schedule apply leaves it as it is.
     skipped = {h.name: RigOutcome(h.name, "converged", message="control node: no GPUs to time-share; not touched")
-               for h in hosts if playbook == "schedule" and is_control_node(h)}
+               for h in hosts if playbook == "schedule" and h.control_node}
     hosts_on = [h for h in hosts if h.name not in skipped]
     triage = {host.name: triage_rig(host, report, how, derived[host.name], inputs.get(host.name), targets)
               for host, report in zip(hosts_on, detect(hosts_on, opts), strict=True)}
@@ -115,17 +115,12 @@ def run_fleet(playbook: str, hosts: list[Host], opts: SshOptions, how: RunOption
     return [outcomes[h.name] for h in hosts]
 
 
-def is_control_node(host: Host) -> bool:
-    """m2p_control_node: a k3s server without GPUs (a VPS), which the GPU stack and the time-share leave out."""
-    return host.var("m2p_control_node") is True
-
-
 def triage_rig(host: Host, report: RigReport, how: RunOptions, derived: dict[str, Any], inputs: str | None,
                targets: dict[str, str]) -> Triage:
     """Screen -> guard -> fingerprint for one rig (``inputs`` None: a playbook that always runs)."""
     if not report.ok:
         return Triage(RigOutcome(host.name, "unreachable", message=report.error or ""))
-    note = guards.no_adapter(report, is_control_node(host))
+    note = guards.no_adapter(report, host.control_node)
     reasons: tuple[str, ...] = ()
     if inputs is not None:
         refusal = guards.k3s_refusal(host, report, targets, derived) or guards.tunnel_refusal(report, derived)
@@ -225,7 +220,7 @@ def farm_status(reports: list[RigReport], hosts: list[Host]) -> list[dict[str, A
     """The status rows of ``hosts``' reports: each rig's node named as k3s names it, the hub's silent peers named
     by the farm's tunnel plan."""
     rows = status_rows(reports, {h.name: h.node_name for h in hosts}, tunnel.member_names(hosts))
-    control = {h.name for h in hosts if is_control_node(h)}
+    control = {h.name for h in hosts if h.control_node}
     for row in rows:  # no nvidia-smi is what a control node is, not a fault
         if row["rig"] in control and row["state"] != "failed":
             row["gpus"] = "none (control node)"

@@ -109,7 +109,7 @@ def build_inventory(hosts: list[Host], vault_key: str,
         for group in host.groups:
             if group != "all":
                 children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
-        if host.var("m2p_control_node") is True:  # the plays that install the GPU stack leave this group out
+        if host.control_node:  # the plays that install the GPU stack leave this group out
             children[CONTROL_NODES].setdefault("hosts", {})[host.name] = None
     return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
 

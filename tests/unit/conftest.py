@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,34 @@ def saved_report(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def trex_api() -> Iterator[Callable[[Callable[[], str]], tuple[int, list[str]]]]:
+    """A STAND-IN T-Rex HTTP API on loopback: ``start(body)`` serves ``body()`` for every GET (the /summary fields
+    measure.py and adopt_on_rig.py read) and returns its port and the paths asked, in order."""
+    servers: list[http.server.HTTPServer] = []
+
+    def start(body: Callable[[], str]) -> tuple[int, list[str]]:
+        asked: list[str] = []
+
+        class Summary(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                asked.append(self.path)
+                text = body().encode()
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server.server_port, asked
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

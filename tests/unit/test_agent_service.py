@@ -626,43 +626,23 @@ def test_the_agent_zipapp_starts_on_the_oldest_python_it_supports(tmp_path):
     assert proc.returncode == 0 and "--config" in proc.stdout, proc.stderr
 
 
-def test_t_rex_api_is_asked_every_ten_seconds_while_the_miner_runs(api, tmp_path):
+def test_t_rex_api_is_asked_every_ten_seconds_while_the_miner_runs(api, tmp_path, trex_api):
     """A STAND-IN T-Rex API on loopback (the /summary fields measure.py reads); the agent asks it only
     while the miner runs and at most every STATS_EVERY_S."""
-    import http.server
-
-    asked = []
-
-    class Summary(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            asked.append(self.path)
-            body = json.dumps({"algorithm": "etchash", "gpus": [{"hashrate": 60e6, "power": 120},
-                                                                {"hashrate": 62e6, "power": 125}]}).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port, asked = trex_api(lambda: json.dumps({"algorithm": "etchash", "gpus": [{"hashrate": 60e6, "power": 120},
+                                                                               {"hashrate": 62e6, "power": 125}]}))
     now = [1_800_000_000.0]
-    try:
-        agent = make_agent(api, tmp_path, LEASE_FIRST, clock=lambda: now[0],
-                           trex_api=f"http://127.0.0.1:{server.server_port}/summary")
-        (tmp_path / "miner.running").touch()
-        for _ in range(6):  # 2 s ticks: asked at 0 s and 10 s
-            agent.tick()
-            now[0] += 2
-        assert asked == ["/summary", "/summary"]
-        assert agent.measured.algo == "etchash" and agent.measured.mhs == (60.0, 62.0)
-        assert json.loads((tmp_path / "state/status.json").read_text())["measured"]["watts"] == [120.0, 125.0]
-        now[0] += 60
-        agent.sample_miner(now[0], miner_running=False)
-        assert len(asked) == 2  # a stopped miner is not asked
-    finally:
-        server.shutdown()
+    agent = make_agent(api, tmp_path, LEASE_FIRST, clock=lambda: now[0], trex_api=f"http://127.0.0.1:{port}/summary")
+    (tmp_path / "miner.running").touch()
+    for _ in range(6):  # 2 s ticks: asked at 0 s and 10 s
+        agent.tick()
+        now[0] += 2
+    assert asked == ["/summary", "/summary"]
+    assert agent.measured.algo == "etchash" and agent.measured.mhs == (60.0, 62.0)
+    assert json.loads((tmp_path / "state/status.json").read_text())["measured"]["watts"] == [120.0, 125.0]
+    now[0] += 60
+    agent.sample_miner(now[0], miner_running=False)
+    assert len(asked) == 2  # a stopped miner is not asked
 
 
 def test_a_container_through_the_gate_is_a_lease_in_the_status_before_the_api_lists_its_pod(api, tmp_path):

@@ -73,33 +73,14 @@ def test_the_hashrate_is_read_where_the_owner_says_else_at_t_rexs_default(tmp_pa
     assert miner.stats_port(plain, UNKNOWN) == 0
 
 
-def test_t_rexs_summary_is_read_from_the_rigs_loopback_and_anything_else_is_no_hashrate(tmp_path):
+def test_t_rexs_summary_is_read_from_the_rigs_loopback_and_anything_else_is_no_hashrate(trex_api):
     """adopt_on_rig's reader: T-Rex's /summary (gpus[].hashrate in H/s) summed to MH/s; an API that answers
     something else, or nothing, is no hashrate (the adoption then says it did not compare)."""
-    import http.server
-    import threading
-
     answers = [json.dumps({"algorithm": "kawpow", "gpus": [{"hashrate": 58_000_000}, {"hashrate": 29_500_000}]}),
                "<html>not T-Rex</html>", json.dumps({"gpus": [{"hashrate": -1}]})]
-
-    class Summary(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            body = answers.pop(0).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
-        assert adopt_on_rig._trex_mhs(port) == 87.5
-        assert adopt_on_rig._trex_mhs(port) is None
-        assert adopt_on_rig._trex_mhs(port) is None
-        assert adopt_on_rig._trex_mhs(0) is None
-    finally:
-        server.shutdown()
-        server.server_close()
+    port, asked = trex_api(lambda: answers.pop(0))
+    assert adopt_on_rig._trex_mhs(port) == 87.5
+    assert adopt_on_rig._trex_mhs(port) is None
+    assert adopt_on_rig._trex_mhs(port) is None
+    assert adopt_on_rig._trex_mhs(0) is None
+    assert asked == ["/summary"] * 3

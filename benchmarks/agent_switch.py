@@ -77,7 +77,7 @@ CPU = ("pid=$(systemctl show -p MainPID --value m2p-agent); "
 
 
 # The previous design's gate: python3 and the agent's zipapp, started for every container at the gate.
-PYTHON_GATE = "#!/bin/sh\nexec python3 /opt/m2p/m2p-agent.pyz --config /etc/m2p/agent.json gate\n"
+PYTHON_GATE = "#!/bin/sh\nexec python3 /opt/m2p/agent --config /etc/m2p/agent.json gate\n"
 
 
 class Bench:

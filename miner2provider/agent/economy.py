@@ -4,8 +4,9 @@ cache, around the pure parts (measure.py, timeshare/profit.py).  The service ask
 
 from __future__ import annotations
 
+import http.client
 import os
-import urllib.request
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,15 @@ class ProfitQuote:
 def _loopback_get(url: str) -> str:
     """GET a miner's API on the rig's own loopback (the role only ever writes http://127.0.0.1:PORT/...);
     "" when it does not answer (a miner starting, another miner on the rig)."""
+    parts = urllib.parse.urlsplit(url)
     try:
-        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 (a fixed loopback URL)
-            return str(response.read(1_000_000).decode(errors="replace"))
-    except (OSError, ValueError):
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=1)
+        try:
+            conn.request("GET", parts.path or "/")
+            response = conn.getresponse()
+            body = response.read(1_000_000) if response.status == 200 else b""
+        finally:
+            conn.close()
+    except (OSError, ValueError, http.client.HTTPException):
         return ""
+    return body.decode(errors="replace")

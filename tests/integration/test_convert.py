@@ -10,7 +10,6 @@ import secrets
 import shlex
 import socket
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -24,7 +23,17 @@ from miner2provider.core import collection, inventory
 from miner2provider.fleet import runner
 from miner2provider.fleet.bundle.manifest import load_bundle
 
-from .conftest import M2P, give_kubelet_credential, kubeconfig_text, m2p, outcomes, point_k3s_kubectl_at, run, ssh
+from .conftest import (
+    M2P,
+    give_kubelet_credential,
+    kubeconfig_text,
+    m2p,
+    outcomes,
+    point_k3s_kubectl_at,
+    run,
+    ssh,
+    wait_for,
+)
 from .provider_flow import provider_goes_on_and_off
 
 pytestmark = pytest.mark.integration
@@ -281,6 +290,12 @@ def revert_agent_leaves_nothing_on_its_server(farm):
         with pytest.raises(NodePasswordRejected):  # the rig re-installed now (a new password) is refused
             api.join("cv-plain", secrets.token_urlsafe(8))
         give_kubelet_credential(farm["plain"], api, "cv-plain")
+        give_kubelet_credential(farm["hive"], api, "cv-hive", data_dir=DATA_DIR)
+        # Issue 33: converted with no schedule, no agent could hand the GPUs over: the market guard cordons
+        # the mining cv-hive as its own kubelet.  cv-plain's GPU is free (no miner): it stays on the market.
+        wait_for("the market guard to cordon the mining cv-hive",
+                 lambda: api.nodes["cv-hive"]["spec"].get("unschedulable") is True)
+        assert not api.nodes["cv-plain"]["spec"].get("unschedulable"), api.nodes["cv-plain"]
         (tmp / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
         ssh_args = [a for a in common if a != "--bundle" and not a.endswith("/bundle")]
         applied = m2p("schedule", "apply", *ssh_args, str(tmp / "lease-first.yml"), "--limit", "cv-plain",
@@ -296,10 +311,11 @@ def revert_agent_leaves_nothing_on_its_server(farm):
             api.apply([d for d in yaml.safe_load_all(text) if d])
         with ssh(farm["plain"]) as client:
             assert run(client, "sudo test -e /etc/m2p/agent-token")[0] == 1  # no token of m2p's on the rig
-        deadline = time.monotonic() + 30  # the agent's kubelet credential works: it publishes its mode
-        while "m2p.io/mode" not in api.nodes.get("cv-plain", {}).get("metadata", {}).get("labels", {}):
-            assert time.monotonic() < deadline, "the agent never reached the API as its kubelet"
-            time.sleep(0.5)
+        # The agent's kubelet credential works: it publishes its mode.
+        wait_for("the agent to reach the API as its kubelet",
+                 lambda: "m2p.io/mode" in api.nodes.get("cv-plain", {}).get("metadata", {}).get("labels", {}))
+        with ssh(farm["plain"]) as client:  # the agent answers for the node now: the guard has ended
+            assert run(client, "systemctl is-active m2p-market-guard")[1].strip() == "inactive"
         # What root on cv-plain holds reaches no further than cv-plain's own node.
         with ssh(farm["plain"]) as client:
             files = {n: run(client, f"sudo cat /var/lib/rancher/k3s/agent/{n}")[1]

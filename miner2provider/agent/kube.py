@@ -19,11 +19,14 @@ and follow redirects), the cluster's CA, a client certificate or the token.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import ssl
+import threading
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,20 +188,64 @@ def without_old_taint(node: dict[str, Any]) -> dict[str, Any]:
             "spec": {"taints": others}}
 
 
+_shared = threading.local()  # .connections: {(scheme, host, port, TLS context): connection} inside one_connection()
+
+
+@contextlib.contextmanager
+def one_connection() -> Iterator[None]:
+    """The requests inside share one connection per API server (HTTP/1.1 keep-alive), closed at the end: an
+    agent's tick makes two or three calls, and each new TLS connection costs a handshake's CPU (about 2 ms
+    here, every tick of every idle rig).  Outside it, every request has a connection of its own."""
+    _shared.connections = {}
+    try:
+        yield
+    finally:
+        for conn in _shared.connections.values():
+            conn.close()
+        _shared.connections = None
+
+
 def _exchange(end: Endpoint, method: str, path: str, data: bytes | None, headers: dict[str, str],
               timeout_s: float) -> tuple[int, bytes]:
-    """One request on its own connection: (status, body)."""
+    """One request: (status, body).  A kept connection the server has closed meanwhile (an idle timeout) is
+    opened again once; a kube-apiserver patch is the same whichever connection carries it."""
     url = urllib.parse.urlsplit(end.server.rstrip("/"))
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(f"not an API server URL: {end.server[:100]}")
-    conn = (http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=timeout_s, context=_tls(end))
-            if url.scheme == "https" else http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s))
+    context = _tls(end) if url.scheme == "https" else None
+    kept: dict[Any, http.client.HTTPConnection] | None = getattr(_shared, "connections", None)
+    key = (url.scheme, url.hostname, url.port, id(context))
+    target = url.path + path
+    conn = kept.get(key) if kept is not None else None
+    if conn is not None:
+        try:
+            return _send(conn, method, target, data, headers, kept, key)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            pass  # closed by the server while kept: once more, on a new connection
+    conn = (http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=timeout_s, context=context)
+            if context is not None else http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s))
+    return _send(conn, method, target, data, headers, kept, key)
+
+
+def _send(conn: http.client.HTTPConnection, method: str, target: str, data: bytes | None, headers: dict[str, str],
+          kept: dict[Any, http.client.HTTPConnection] | None, key: Any) -> tuple[int, bytes]:
+    """The request on ``conn``; the connection kept (in ``kept``) when the server keeps it open, else closed."""
     try:
-        conn.request(method, url.path + path, body=data, headers=headers)
+        conn.request(method, target, body=data, headers=headers)
         response = conn.getresponse()
-        return response.status, response.read()
-    finally:
+        answer = response.status, response.read()
+    except BaseException:
         conn.close()
+        if kept is not None:
+            kept.pop(key, None)
+        raise
+    if kept is not None and not response.will_close:
+        kept[key] = conn
+    else:
+        conn.close()
+        if kept is not None:
+            kept.pop(key, None)
+    return answer
 
 
 _contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}  # one TLS context per CA and certificate, as the files are now

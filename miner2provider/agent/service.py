@@ -324,6 +324,10 @@ class Agent:
             raise
 
     def tick(self) -> list[str]:
+        with kube.one_connection():  # the tick's calls to the API share one connection (one TLS handshake)
+            return self._tick()
+
+    def _tick(self) -> list[str]:
         self.seen.file_labels = None  # read again this tick
         now, mono = self.clock(), self.monotonic()
         self.last_error = ""  # what went wrong in this tick, each part said once (_say)

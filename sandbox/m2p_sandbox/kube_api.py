@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import io
 import json
 import os
 import re
@@ -142,6 +143,8 @@ class KubeApiStandin(Served):
         standin = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as kube-apiserver (every answer says its length)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -317,7 +320,16 @@ class KubeApiStandin(Served):
     def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         url = urllib.parse.urlsplit(handler.path)
         self.requests.append((method, url.path))
-        reply_json(handler, *self._answer(handler, method, url))
+        # HTTP/1.1 keeps the connection for the next request, as kube-apiserver does: the body is read whole
+        # first, so an answer given without reading it (a refusal) leaves no bytes behind on the connection.
+        length = int(handler.headers.get("Content-Length") or 0)
+        stream = handler.rfile
+        handler.rfile = io.BytesIO(stream.read(length) if length > 0 else b"")
+        try:
+            answer = self._answer(handler, method, url)
+        finally:
+            handler.rfile = stream
+        reply_json(handler, *answer)
 
     def _answer(self, handler: BaseHTTPRequestHandler, method: str, url: urllib.parse.SplitResult) -> tuple[int, Any]:
         if self.down:

@@ -1,0 +1,77 @@
+"""The agent's API calls in one tick share one connection (HTTP/1.1 keep-alive: one TLS handshake a tick, not
+one per call); outside a tick each call has its own; a kept connection the server closed meanwhile (an idle
+timeout) is opened again once."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from miner2provider.agent import kube
+
+
+class Counting(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    connections = 0
+    drop_after_one = False  # close the connection after each answer without saying so (an idle timeout)
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        super().setup()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.dumps({"metadata": {"name": self.path.rsplit("/", 1)[-1]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if type(self).drop_after_one:
+            self.close_connection = True
+
+
+@pytest.fixture
+def server():
+    Counting.connections, Counting.drop_after_one = 0, False
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def client(server, tmp_path) -> kube.KubeClient:
+    (tmp_path / "token").write_text("t\n")
+    return kube.KubeClient(f"http://127.0.0.1:{server.server_port}", str(tmp_path / "token"))
+
+
+def test_one_connection_a_tick_and_one_per_call_outside(server, tmp_path):
+    api = client(server, tmp_path)
+    with kube.one_connection():
+        assert [api.node(n)["metadata"]["name"] for n in ("a", "b", "c")] == ["a", "b", "c"]
+    assert Counting.connections == 1
+    for n in ("d", "e"):
+        api.node(n)
+    assert Counting.connections == 3
+
+
+def test_a_kept_connection_the_server_closed_is_opened_again(server, tmp_path):
+    api = client(server, tmp_path)
+    Counting.drop_after_one = True
+    with kube.one_connection():
+        assert [api.node(n)["metadata"]["name"] for n in ("a", "b")] == ["a", "b"]
+    assert Counting.connections == 2
+
+
+def test_a_server_gone_is_an_api_error_inside_a_tick_too(server, tmp_path):
+    api = client(server, tmp_path)
+    server.shutdown()
+    server.server_close()
+    with kube.one_connection(), pytest.raises(kube.ApiError, match="GET /api/v1/nodes/a"):
+        api.node("a")

@@ -57,7 +57,6 @@ from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider import cli
-from miner2provider.core.checks import STANDIN_PLAIN_HTTP
 
 HOOK = yaml.safe_load((Path(__file__).parents[1] / "ansible_collections/m2p/rigs/roles/nvidia_container_toolkit"
                        / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
@@ -179,7 +178,8 @@ def main() -> int:
     print("booting a HiveOS sandbox rig (2 stand-in RTX 3090s) ...", flush=True)
     rigs = sandbox.boot([sandbox.RigSpec("bench-agent", "hiveos", ("rtx3090", "rtx3090"))], owner_pid=os.getpid())
     rig = rigs[0]
-    api = KubeApiStandin(host=str(network.gateway()))
+    # TLS, as every k3s API is: the agent pays a TLS handshake per connection, as on a real rig.
+    api = KubeApiStandin(host=str(network.gateway()), tls=True)
     token = secrets.token_urlsafe(24)
     api.add_node(rig.name, token, gpus=2)
     work = Path(tempfile.mkdtemp(prefix="m2p-bench-agent-"))
@@ -187,9 +187,10 @@ def main() -> int:
         (work / "lease-first.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
         (work / "rigs.yml").write_text(yaml.safe_dump({"all": {"hosts": {rig.name: {
             "ansible_host": rig.address, "ansible_user": rig.user, "ansible_ssh_private_key_file": rig.key_file,
-            "m2p_agent_token_env": "M2P_BENCH_AGENT_TOKEN"}}}}))
+            "m2p_agent_token_env": "M2P_BENCH_AGENT_TOKEN", "m2p_agent_ca_file": str(work / "ca.crt")}}}}))
+        assert api.authority is not None
+        (work / "ca.crt").write_bytes(api.authority.pem)
         os.environ["M2P_BENCH_AGENT_TOKEN"] = token
-        os.environ[STANDIN_PLAIN_HTTP] = "1"  # the STAND-IN API speaks plain HTTP
         bench = Bench(rig, api)
         bench.wait("the miner (hive.service)", bench.miner_running, 60)
         # The stand-in miner frees its cards at once: m2p's own hand-over is what is timed.

@@ -92,9 +92,10 @@ class GateDir:
         return self._live(".request", "hook_pid", "hook_started")
 
     def any_waiting(self) -> bool:
-        """Cheap (no reads): for the agent's wake-up check between ticks."""
+        """Cheap (no reads, one directory scan, no pathlib): the agent's wake-up check, ten times a second."""
         try:
-            return any(self.path.glob("*.request"))
+            with os.scandir(self.path) as entries:
+                return any(entry.name.endswith(".request") for entry in entries)
         except OSError:
             return False
 

@@ -230,22 +230,21 @@ def _exchange(end: Endpoint, method: str, path: str, data: bytes | None, headers
 def _send(conn: http.client.HTTPConnection, method: str, target: str, data: bytes | None, headers: dict[str, str],
           kept: dict[Any, http.client.HTTPConnection] | None, key: Any) -> tuple[int, bytes]:
     """The request on ``conn``; the connection kept (in ``kept``) when the server keeps it open, else closed."""
+    keep = False
     try:
         conn.request(method, target, body=data, headers=headers)
         response = conn.getresponse()
         answer = response.status, response.read()
-    except BaseException:
-        conn.close()
+        keep = kept is not None and not response.will_close
+        return answer
+    finally:
         if kept is not None:
-            kept.pop(key, None)
-        raise
-    if kept is not None and not response.will_close:
-        kept[key] = conn
-    else:
-        conn.close()
-        if kept is not None:
-            kept.pop(key, None)
-    return answer
+            if keep:
+                kept[key] = conn
+            else:
+                kept.pop(key, None)
+        if not keep:
+            conn.close()
 
 
 _contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}  # one TLS context per CA and certificate, as the files are now
@@ -267,6 +266,7 @@ def _tls(end: Endpoint) -> ssl.SSLContext:
 
 
 def _stamp(path: str | None) -> tuple[float, int]:
+    """A file as it is now (mtime, size): k3s rewrites its kubeconfig and certificates when it renews them."""
     if not path:
         return (0.0, 0)
     info = os.stat(path)
@@ -287,8 +287,7 @@ def _kubeconfig_endpoint(path: str) -> Endpoint:
     import yaml  # in the zipapp; imported here so that the gate, which needs no API, starts faster
 
     try:
-        info = os.stat(path)
-        stamp = (info.st_mtime, info.st_size)
+        stamp = _stamp(path)
         cached = _read.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]

@@ -41,12 +41,12 @@ pytestmark = pytest.mark.integration
 DATA_DIR = "/srv/k3s-data"  # the server's m2p_data_dir
 
 
-@pytest.fixture
-def farm(boot_rigs, tmp_path):
-    """A HiveOS-layout k3s server, a plain agent logging in with a password, and a rig whose password is wrong."""
-    hive, plain, locked = boot_rigs(sandbox.RigSpec("cv-hive", "hiveos", ("rtx3090", "rtx3090")),
-                                    sandbox.RigSpec("cv-plain", "plain", ("rtx3060",)),
-                                    sandbox.RigSpec("cv-locked", "hiveos", ("rtx3070",)))
+def _farm(boot_rigs, tmp_path, with_locked: bool) -> dict:
+    """A HiveOS-layout k3s server and a plain agent logging in with a password; ``with_locked``: and a rig
+    whose password is wrong."""
+    specs = [sandbox.RigSpec("cv-hive", "hiveos", ("rtx3090", "rtx3090")), sandbox.RigSpec("cv-plain", "plain", ("rtx3060",))]
+    rigs = boot_rigs(*specs, *([sandbox.RigSpec("cv-locked", "hiveos", ("rtx3070",))] if with_locked else []))
+    hive, plain = rigs[:2]
     password = "m2p-" + secrets.token_urlsafe(18)
     with ssh(plain) as client:
         rc, out = run(client, f"echo 'rigadmin:{password}' | sudo chpasswd")
@@ -54,23 +54,34 @@ def farm(boot_rigs, tmp_path):
     bundle = tmp_path / "bundle"
     build_test_bundle(bundle)
     inv = tmp_path / "rigs.yml"
-    inv.write_text(yaml.safe_dump({"all": {
-        "vars": {"m2p_min_free_disk_gb": 5},
-        "children": {
-            # k3s's data on a data disk: the agent must read its join token from there.
-            "k3s_server": {"hosts": {"cv-hive": {"ansible_host": hive.address, "ansible_user": hive.user,
-                                                 "ansible_ssh_private_key_file": hive.key_file,
-                                                 "m2p_data_dir": DATA_DIR}}},
-            "k3s_agent": {"hosts": {"cv-plain": {"ansible_host": plain.address, "ansible_user": "rigadmin",
-                                                 "m2p_ssh_password_env": "CV_PLAIN_PW",
-                                                 "m2p_become_password_env": "CV_PLAIN_PW"}}},
-            "broken": {"hosts": {"cv-locked": {"ansible_host": locked.address, "ansible_user": "user",
-                                               "m2p_ssh_password_env": "CV_LOCKED_PW"}}},
-        }}}))
+    children = {
+        # k3s's data on a data disk: the agent must read its join token from there.
+        "k3s_server": {"hosts": {"cv-hive": {"ansible_host": hive.address, "ansible_user": hive.user,
+                                             "ansible_ssh_private_key_file": hive.key_file,
+                                             "m2p_data_dir": DATA_DIR}}},
+        "k3s_agent": {"hosts": {"cv-plain": {"ansible_host": plain.address, "ansible_user": "rigadmin",
+                                             "m2p_ssh_password_env": "CV_PLAIN_PW",
+                                             "m2p_become_password_env": "CV_PLAIN_PW"}}}}
+    if with_locked:
+        children["broken"] = {"hosts": {"cv-locked": {"ansible_host": rigs[2].address, "ansible_user": "user",
+                                                      "m2p_ssh_password_env": "CV_LOCKED_PW"}}}
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"m2p_min_free_disk_gb": 5}, "children": children}}))
     env = {"CV_PLAIN_PW": password, "CV_LOCKED_PW": "not-the-password", "PYTHONUNBUFFERED": "1"}
     common = ["-i", str(inv), "--bundle", str(bundle), "--accept-new", "--known-hosts", str(tmp_path / "known_hosts")]
     return {"hive": hive, "plain": plain, "password": password, "env": env, "common": common, "tmp": tmp_path,
             "inventory": inv}
+
+
+@pytest.fixture
+def farm(boot_rigs, tmp_path):
+    """The two-rig farm and a rig whose password is wrong."""
+    return _farm(boot_rigs, tmp_path, with_locked=True)
+
+
+@pytest.fixture
+def pair(boot_rigs, tmp_path):
+    """The two-rig farm alone (a second farm, so the long convert scenario runs as two tests side by side)."""
+    return _farm(boot_rigs, tmp_path, with_locked=False)
 
 
 def verify_playbook(farm) -> runner.RunReport:
@@ -150,6 +161,29 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
         leaks = [where for where, text in texts.items() if secret in text]
         assert not leaks, f"a secret leaked into {leaks}"
 
+    leave_what_k3s_leaves(farm["plain"])
+    revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
+    assert revert.returncode == 0, revert.stdout[-3000:] + revert.stderr[-3000:]
+    with ssh(farm["plain"]) as client:  # k3s's leftovers ended, as k3s-killall.sh would
+        rc, out = run(client, "ls -l /proc/[0-9]*/exe 2>/dev/null | grep -c /var/lib/rancher/k3s/data/; "
+                              "grep -c ' /run/k3s' /proc/mounts; ip link show cni0; cat /sys/fs/cgroup/kubepods/cgroup.procs")
+        assert out.split()[:2] == ["0", "0"] and "does not exist" in out, out
+    again = outcomes(m2p("revert", *common, *good, "--yes", "--json", env=env))
+    assert {o["result"] for o in again.values()} == {"converged"}, again  # a second revert changes nothing
+    pending = m2p("plan", *common, "--limit", "cv-plain", env=env)  # one rig says it: a check-mode run each
+    assert pending.returncode == 1, pending.stdout[-3000:]
+    assert "changes pending" in pending.stderr
+
+
+def test_drift_is_repaired_an_upgrade_restarts_k3s_and_an_agent_reverts_alone(pair):
+    """Drift, an upgrade, and the time-shared agent's revert and removal, on a second converged farm (the
+    first test's rigs are busy with the provider: the two halves run side by side)."""
+    farm = pair
+    env, common = farm["env"], farm["common"]
+    first = m2p("convert", *common, "--yes", "--json", env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    good = ["--limit", "cv-hive,cv-plain"]
+    status_args = [*[a for a in common if a != "--bundle" and not a.endswith("/bundle")], *good]
     # Drift on one rig (a hand-edited k3s config, a stopped agent) is caught by the probe and
     # repaired by a run on that rig alone; a swapped card on the other changes its labels.
     with ssh(farm["plain"]) as client:
@@ -169,7 +203,8 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert verified.changed == 0 and set(verified.failures) == {"cv-hive", "cv-plain"}, verified
     assert "drift: unit k3s-agent.service: inactive enabled (was active enabled)" in verified.failures["cv-plain"]
     assert "GPUs changed: " in verified.failures["cv-hive"]
-    planned = outcomes(m2p("plan", *common, *good, "--json", env=env))  # the stopped unit is in the plan
+    # The stopped unit is in the plan (cv-plain's alone: a check-mode run of the whole playbook per rig).
+    planned = outcomes(m2p("plan", *common, "--limit", "cv-plain", "--json", env=env))
     assert "Start k3s now and at boot" in planned["cv-plain"]["tasks"], planned["cv-plain"]
     repaired = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
     assert repaired["cv-plain"]["result"] == "changed" and "drift: file" in repaired["cv-plain"]["message"], repaired
@@ -185,19 +220,6 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
 
     upgrade_restarts_k3s_on_the_new_version(farm)
     revert_agent_leaves_nothing_on_its_server(farm)
-
-    leave_what_k3s_leaves(farm["plain"])
-    revert = m2p("revert", *common, *good, "--yes", "--json", env=env)
-    assert revert.returncode == 0, revert.stdout[-3000:] + revert.stderr[-3000:]
-    with ssh(farm["plain"]) as client:  # k3s's leftovers ended, as k3s-killall.sh would
-        rc, out = run(client, "ls -l /proc/[0-9]*/exe 2>/dev/null | grep -c /var/lib/rancher/k3s/data/; "
-                              "grep -c ' /run/k3s' /proc/mounts; ip link show cni0; cat /sys/fs/cgroup/kubepods/cgroup.procs")
-        assert out.split()[:2] == ["0", "0"] and "does not exist" in out, out
-    again = outcomes(m2p("revert", *common, *good, "--yes", "--json", env=env))
-    assert {o["result"] for o in again.values()} == {"converged"}, again  # a second revert changes nothing
-    pending = m2p("plan", *common, *good, env=env)
-    assert pending.returncode == 1, pending.stdout[-3000:]
-    assert "changes pending" in pending.stderr
 
 
 def test_rig_that_loses_power_mid_convert_converges_next_run(boot_rigs, tmp_path):

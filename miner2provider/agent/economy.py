@@ -100,14 +100,17 @@ class ProfitQuote:
         return self._file[1]
 
     def price(self, now: float, schedule: Schedule, cards: dict[str, int],
-              hashrates: profit.Hashrates | None) -> bool:
-        """Quote the rig and move the offer (profit.py); True when the offer changed (state to write)."""
+              hashrates: profit.Hashrates | None, leased_gpus: int = 0) -> bool:
+        """Quote the rig and move the offer (profit.py); True when the offer changed (state to write).
+        ``leased_gpus``: the GPUs the running leases hold, said beside the quote (profit.leased)."""
         figures = self.load()
         if figures is None:
             self.quote = profit.Quote(None, None, self._file[2])
         else:
-            self.quote = profit.priced(profit.quote(cards, figures, hashrates), schedule.hysteresis,
-                                       schedule.reclamation_window_s, schedule.min_switch_interval_s)
+            self.quote = profit.leased(
+                profit.priced(profit.quote(cards, figures, hashrates), schedule.hysteresis,
+                              schedule.reclamation_window_s, schedule.min_switch_interval_s),
+                leased_gpus, sum(cards.values()))
         offer = profit.decide_offer(self.offer, self.quote, now, schedule.hysteresis, schedule.min_switch_interval_s)
         changed = offer != self.offer
         self.offer = offer

@@ -201,10 +201,15 @@ class Agent:
             return False
         # The labels gpu_attributes wrote on the rig, else the node's (as last read from the API).
         cards = profit.cards_from_labels(self.file_labels() or self.seen.node_labels)
-        if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now)):
+        if self.profit.price(now, self.schedule, cards, self.stats.hashrates(now), self.leased_gpus()):
             self._next = (datetime.min.replace(tzinfo=timezone.utc), None)  # the windows' next change, anew
             self._save()
         return self.profit.offer.offered
+
+    def leased_gpus(self) -> int:
+        """The GPUs the leases hold (their pods' limits, as last read), not the rig's: a 1-GPU lease on an
+        8-GPU rig is one."""
+        return min(self.config.gpu_count, sum(int(lease.get("gpus") or 0) for lease in self.seen.leases))
 
     @property
     def lease_rule(self) -> kube.LeaseRule:
@@ -366,9 +371,7 @@ class Agent:
             self._ledger_last = entries[-1] if entries else ledger.Entry(0.0, "")
         last = self._ledger_last
         leases = tuple(lease["pod"] for lease in self.seen.leases) if not blind else last.leases
-        # The GPUs the leases hold (their pods' limits), not the rig's: a 1-GPU lease on an 8-GPU rig is one.
-        leased = (min(self.config.gpu_count, sum(int(lease.get("gpus") or 0) for lease in self.seen.leases))
-                  if not blind else last.leased)
+        leased = self.leased_gpus() if not blind else last.leased
         m = self.stats.measured
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
                              *((m.algo, m.mhs) if m is not None else ("", ())), leased=leased)
@@ -508,7 +511,7 @@ class Agent:
                 "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace,
                 "last_error": self.last_error,
                 "agent_version": __version__,
-                # A lease stops the miner on every card (no adapter mines on a subset of cards yet).
+                # A lease stops the miner on every card (profit.py's docstring says why no subset).
                 "hand_over": "whole rig",
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),

@@ -53,6 +53,11 @@ class AgentStatus:
     quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
     mine_at: str = ""  # ISO 8601: when the rig must next mine unoffered (the farm's reclaimer reads it)
     reclaim_per_hour: float | None = None  # policy profit with a reclamation window: its price (timeshare/profit.py)
+    # Policy profit while leased: the GPUs the leases hold of the rig's (all stopped: whole-rig hand-over), and
+    # what they pay an hour (timeshare/profit.py, "What is really leased").
+    leased_gpus: int = 0
+    leased_of: int = 0
+    leased_per_hour: float | None = None
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -71,12 +76,24 @@ def agent_status_from(raw: object) -> AgentStatus:
     found = raw.get("profit")
     profit: dict[str, Any] = found if isinstance(found, dict) else {}
     lease_pays = profit.get("lease_pays")
+    leased = _leased(profit.get("leased"))
     return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
                        _field(raw, "next_change"), _field(raw, "schedule"),
                        _field(raw, "last_error", 300), leases, raw.get("drain") is True,
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
                        _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
-                       _number(profit.get("reclaim_per_hour")))
+                       _number(profit.get("reclaim_per_hour")), *leased)
+
+
+def _leased(raw: object) -> tuple[int, int, float | None]:
+    """``profit.leased`` ({gpus, of, per_hour}), checked: k of N GPUs, 0 < k <= N <= MAX_GPUS; else none."""
+    if not isinstance(raw, dict):
+        return 0, 0, None
+    gpus, of, per_hour = raw.get("gpus"), raw.get("of"), _number(raw.get("per_hour"))
+    if (isinstance(gpus, bool) or isinstance(of, bool) or not isinstance(gpus, int) or not isinstance(of, int)
+            or not 0 < gpus <= of <= MAX_GPUS or per_hour is None):
+        return 0, 0, None
+    return gpus, of, per_hour
 
 
 def _field(raw: dict[str, Any], key: str, cut: int = 100) -> str:

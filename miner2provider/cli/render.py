@@ -228,6 +228,9 @@ def agent_line(agent: dict[str, Any]) -> str:
                  + (f", floor {floor:g}/h" if floor is not None else "")
                  + (f" + {reclaim:g}/h for the reclamation window" if reclaim else "")
                  + f" ({agent.get('quote_source') or '?'})")
+        if agent.get("leased_gpus"):  # whole-rig hand-over: what the leases pay against the whole rig's floor
+            line += (f"; leased {agent['leased_gpus']} of {agent['leased_of']} GPUs for "
+                     f"{agent['leased_per_hour']:g}/h (the miner stops on every card)")
     measured = agent.get("measured")
     if measured:
         line += f"; miner {measured['algo']} {' + '.join(f'{v:g}' for v in measured['mhs'])} MH/s"

@@ -154,6 +154,8 @@ def economy(agent: AgentStatus, economics: Economics) -> dict[str, Any]:
                    if measured and measured.mhs and per_mhs is not None else None)
     return {"lease_pays": agent.lease_pays, "floor_per_hour": agent.floor_per_hour, "quote_source": agent.quote_source,
             "reclaim_per_hour": agent.reclaim_per_hour,
+            "leased": ({"gpus": agent.leased_gpus, "of": agent.leased_of, "per_hour": agent.leased_per_hour}
+                       if agent.leased_gpus else None),
             "measured": None if measured is None else {"algo": measured.algo, "mhs": list(measured.mhs),
                                                        "watts": list(measured.watts)},
             "measured_per_gpu_day": _money(per_gpu_day)}

@@ -30,6 +30,12 @@ The offer never changes sooner than ``min_switch_interval`` after its last chang
 figure decides nothing: the offer stays as it is and the agent reports what is missing (a rig with
 no decision yet mines, as it did before m2p).  Whatever the offer, a running lease is never cut:
 decide.py drains, it does not evict.
+
+What is really leased (``leased``): a lease stops the miner on every card (whole-rig hand-over: no mining OS
+m2p adapts mines on a subset of cards it can be told of without changing the owner's mining configuration),
+so a lease of k of the rig's N GPUs earns ``lease x k / N`` while the whole rig's mining is forgone.  The
+quote says so while it lasts (``leased_per_hour`` against the whole rig's ``floor``).  The offer is not
+withdrawn for it: withdrawing cuts no lease, it only keeps the rig's idle cards from being leased too.
 """
 
 from __future__ import annotations
@@ -53,11 +59,23 @@ class Quote:
     missing: str = ""  # "lease_price_per_gpu_hour for rtx3090": why a figure is None
     source: str = "economics file"  # or "measured kawpow hashrate"
     reclaim_per_hour: float = 0.0  # the reclamation window's price, added to the offer's threshold (priced)
+    leased_gpus: int = 0  # the GPUs the running leases hold (leased)
+    gpus: int = 0  # the rig's GPUs, all stopped for any lease (whole-rig hand-over)
+
+    @property
+    def leased_per_hour(self) -> float | None:
+        """What the running leases pay: their share of ``lease_per_hour`` (the module's docstring)."""
+        if self.lease_per_hour is None or not self.leased_gpus or not self.gpus:
+            return None
+        return self.lease_per_hour * min(self.leased_gpus, self.gpus) / self.gpus
 
     def as_status(self) -> dict[str, object]:
+        leased = self.leased_per_hour
         return {"lease_per_hour": _cents(self.lease_per_hour), "floor_per_hour": _cents(self.floor_per_hour),
                 "source": self.source, **({"missing": self.missing} if self.missing else {}),
-                **({"reclaim_per_hour": _cents(self.reclaim_per_hour)} if self.reclaim_per_hour else {})}
+                **({"reclaim_per_hour": _cents(self.reclaim_per_hour)} if self.reclaim_per_hour else {}),
+                **({"leased": {"gpus": min(self.leased_gpus, self.gpus), "of": self.gpus,
+                               "per_hour": _cents(leased)}} if leased is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,11 @@ def priced(rig_quote: Quote, hysteresis: float, window_s: float | None, min_swit
         return replace(rig_quote, reclaim_per_hour=0.0)
     return replace(rig_quote, reclaim_per_hour=max(floor, 0.0) * hysteresis * window_s
                    / max(window_s, min_switch_interval_s))
+
+
+def leased(rig_quote: Quote, leased_gpus: int, gpus: int) -> Quote:
+    """``rig_quote`` saying what the running leases hold: ``leased_gpus`` of the rig's ``gpus``."""
+    return replace(rig_quote, leased_gpus=max(leased_gpus, 0), gpus=max(gpus, 0))
 
 
 def decide_offer(offer: Offer, rig_quote: Quote, now: float, hysteresis: float,

@@ -4,6 +4,7 @@ NVML that reports the miner's PID while the miner runs (no GPU here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from miner2provider.agent import gate, rig
 from miner2provider.agent import kube as kube_api
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
 from miner2provider.agent.status import agent_status_from
+from miner2provider.cli import render
 from miner2provider.timeshare import model
 
 NODE = "rig01"
@@ -530,6 +532,42 @@ def test_profit_offers_while_a_lease_pays_and_follows_the_economics_file_as_it_c
     assert agent.state.mode == "mining" and (tmp_path / "miner.running").exists()
     restarted = make_agent(api, tmp_path, PROFIT, clock=lambda: now[0], economics=str(figures))
     assert restarted.offer == agent.offer  # the offer survives a restart with the state
+
+
+def test_a_one_gpu_lease_on_the_two_gpu_rig_is_priced_as_one_gpu_against_the_whole_rigs_floor(api, tmp_path):
+    """Whole-rig hand-over: the lease of 1 of the 2 GPUs stops the miner on both; the quote says it pays 0.12/h
+    (not the rig's 0.24/h) against the whole rig's floor of 0.20/h, and the status's readers say the same.  The
+    offer stays: withdrawing would cut no lease, only keep the idle card from a second one."""
+    figures = tmp_path / "economics.yml"
+    economics_file(figures, 0.12)
+    agent = make_agent(api, tmp_path, PROFIT, economics=str(figures))
+    (tmp_path / "labels.json").write_text(json.dumps(RTX3090_LABELS))
+    (tmp_path / "miner.running").touch()
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert agent.state.mode == "idle-mining" and "leased" not in status["profit"], status["profit"]
+    assert agent_status_from(status).leased_gpus == 0
+    api.add_pod("lease-1", NODE, 1)
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert agent.state.mode == "leasing" and not (tmp_path / "miner.running").exists()  # both cards stopped
+    assert status["hand_over"] == "whole rig" and status["profit"]["lease_pays"] is True
+    assert status["profit"]["leased"] == {"gpus": 1, "of": 2, "per_hour": 0.12}, status["profit"]
+    read = agent_status_from(status)
+    assert (read.leased_gpus, read.leased_of, read.leased_per_hour, read.floor_per_hour) == (1, 2, 0.12, 0.2)
+    line = render.agent_line({"service": "active", **dataclasses.asdict(read)})
+    assert "; leased 1 of 2 GPUs for 0.12/h (the miner stops on every card)" in line, line
+    api.add_pod("lease-2", NODE, 1)  # the idle card leased too
+    agent.tick()
+    assert json.loads((tmp_path / "state/status.json").read_text())["profit"]["leased"]["per_hour"] == 0.24
+
+
+@pytest.mark.parametrize("leased", [{"gpus": 3, "of": 2, "per_hour": 0.1}, {"gpus": 0, "of": 2, "per_hour": 0.1},
+                                    {"gpus": True, "of": 2, "per_hour": 0.1}, {"gpus": 1, "of": 2, "per_hour": -1},
+                                    {"gpus": 1, "of": 999, "per_hour": 0.1}, "1 of 2"])
+def test_a_rigs_odd_leased_figures_read_as_none(leased):
+    read = agent_status_from({"mode": "leasing", "profit": {"lease_pays": True, "leased": leased}})
+    assert (read.leased_gpus, read.leased_of, read.leased_per_hour) == (0, 0, None)
 
 
 def test_a_reclamation_window_is_priced_into_the_offer(api, tmp_path):

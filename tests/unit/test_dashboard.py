@@ -503,17 +503,17 @@ def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api()
     econ = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 1.20}\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
     swept = AgentStatus(True, "idle-mining", measured=Measured("kawpow", (58.0, 56.0), (240.0, 240.0)),
                         lease_pays=True, floor_per_hour=0.187, quote_source="measured kawpow hashrate of 2 GPUs",
-                        reclaim_per_hour=0.0187)
+                        reclaim_per_hour=0.0187, leased_gpus=1, leased_of=2, leased_per_hour=0.12)
     assert views.economy(swept, econ) == {
         "lease_pays": True, "floor_per_hour": 0.187, "quote_source": "measured kawpow hashrate of 2 GPUs",
-        "reclaim_per_hour": 0.0187,
+        "reclaim_per_hour": 0.0187, "leased": {"gpus": 1, "of": 2, "per_hour": 0.12},
         "measured": {"algo": "kawpow", "mhs": [58.0, 56.0], "watts": [240.0, 240.0]}, "measured_per_gpu_day": 2.85}
     raw = {"mode": "idle-mining", "profit": {"lease_pays": True, "floor_per_hour": 0.187, "source": "x",
-                                             "reclaim_per_hour": "lots"},
+                                             "reclaim_per_hour": "lots", "leased": {"gpus": 9, "of": 2}},
            "measured": {"algo": "kawpow", "mhs": [58.0, "lots"], "watts": []}}
     assert views.economy(agent_status_from(raw), econ) == {"lease_pays": True, "floor_per_hour": 0.187,
                                                           "quote_source": "x", "reclaim_per_hour": None,
-                                                          "measured": None,
+                                                          "leased": None, "measured": None,
                                                           "measured_per_gpu_day": None}
     unpriced = views.economy(dataclasses.replace(swept, measured=Measured("etchash", (58.0,), ())), econ)
     assert unpriced["measured_per_gpu_day"] is None

@@ -38,6 +38,16 @@ def test_the_rig_quote_sums_its_cards_and_names_what_is_missing():
     assert "no m2p.io/gpu.model labels" in profit.quote({}, ECONOMICS).missing
 
 
+def test_a_partial_lease_is_priced_as_the_gpus_it_holds():
+    """Whole-rig hand-over: 1 of 3 GPUs leased pays a third of the rig's lease income, against the whole floor."""
+    q = profit.leased(profit.quote({"rtx3090": 3}, ECONOMICS), 1, 3)
+    assert q.leased_per_hour == pytest.approx(0.30) and q.floor_per_hour == pytest.approx(0.315)
+    assert q.as_status()["leased"] == {"gpus": 1, "of": 3, "per_hour": 0.3}
+    assert profit.leased(q, 5, 3).leased_per_hour == pytest.approx(0.90)  # never more than the rig
+    assert "leased" not in profit.leased(q, 0, 3).as_status()
+    assert profit.leased(profit.Quote(None, None, "x"), 1, 3).leased_per_hour is None
+
+
 def test_cards_come_from_m2ps_own_model_labels_only():
     labels = {"m2p.io/gpu.model.rtx3090": "2", "m2p.io/gpu.model.cmp90hx": "1", "m2p.io/gpu.model.x": "two",
               "m2p.io/gpu-models": "2",

@@ -184,6 +184,11 @@ def drop_peers(hosts: list[Host], gone: list[Host], opts: SshOptions, *,
                 "`wg show` there")
         return {h.name: RigOutcome(h.name, "converged", message=none) for h in leaving}
     kept = {name: key for name, key in peers.items() if name not in dropping}
+    garbled = sorted(name for name, key in kept.items() if not tunnel.is_public_key(key))
+    if garbled:  # the hub's own answer, not trusted: a configuration written from it could cut every peer off
+        return {h.name: RigOutcome(h.name, "failed", message=(
+            f"its peer is still on the hub {hub.name}: the hub lists {', '.join(garbled)} with a key that is not a "
+            "WireGuard public key; nothing changed there (check `wg show` on the hub)")) for h in leaving}
     run = _configure(found, [hub], kept, {hub.name: _member_vars(found, hub.name)},
                      opts, False, on_event, keep_artifacts)
     hub_outcome = outcome_of(hub.name, run, why="peer dropped")

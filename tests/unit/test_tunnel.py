@@ -295,3 +295,9 @@ def test_remove_drops_only_the_gone_rigs_peer_and_keeps_what_the_hub_has(tmp_pat
     answers.append(Result(by_name["vps"], stdout=f"key {KEYS['vps']}\nlink 0x1091 1280\nnow 1010\n", rc=0))
     blind = sites.drop_peers(farm, [by_name["rig-a1"]], opts)["rig-a1"]
     assert blind.result == "converged" and "lists no peers (or its login user may not run `sudo -n wg`)" in blind.message
+    garbled = listed.replace(KEYS["rig-a1"], "not-a-key", 2)  # the hub answers with a garbled key for a peer that stays
+    answers.append(Result(by_name["vps"], stdout=f"key {KEYS['vps']}\nlink 0x1091 1280\n{garbled}now 1010\n", rc=0))
+    written.clear()
+    refused = sites.drop_peers(farm, [by_name["rig-b1"]], opts)["rig-b1"]
+    assert refused.result == "failed" and "the hub lists rig-a1 with a key that is not a WireGuard public key" in \
+        refused.message and written == {}, refused

@@ -16,7 +16,7 @@ from miner2provider.detect.drift import reasons_to_run
 from miner2provider.detect.facts.node import LEDGER_TAIL
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.facts.reclaimer import ReclaimerStatus
-from miner2provider.detect.facts.tunnel import Tunnel
+from miner2provider.detect.facts.tunnel import Tunnel, age_s
 from miner2provider.detect.readiness import Verdict
 
 # WireGuard shakes hands again every 2 minutes while packets flow (REKEY_AFTER_TIME, 120 s), and the rigs' 25 s
@@ -105,8 +105,16 @@ def status_row(report: RigReport, node: str = "", reclaimer: ReclaimerStatus | N
 
 
 def handshake_said(age_s: int | None) -> str:
-    """A tunnel row's handshake age as status and convert's refusal say it."""
-    return "no handshake seen" if age_s is None else f"last handshake {age_s} s ago"
+    """A tunnel row's handshake age as status and convert's refusal say it (negative: facts/tunnel.age_s)."""
+    if age_s is None:
+        return "no handshake seen"
+    if age_s < 0:
+        return "last handshake dated after the rig's clock (it stepped back): its age is unknown"
+    return f"last handshake {age_s} s ago"
+
+
+def _fresh(age: int | None) -> bool:
+    return age is not None and 0 <= age <= TUNNEL_STALE_S
 
 
 def silent_peer_said(peer: dict[str, Any]) -> str:
@@ -121,12 +129,12 @@ def tunnel_row(tunnel: Tunnel, names: dict[str, str] | None = None) -> dict[str,
     if not tunnel.present:
         return None
     age = tunnel.handshake_age_s()
-    ok = tunnel.link == "up" and age is not None and age <= TUNNEL_STALE_S
+    ok = tunnel.link == "up" and _fresh(age)
     silent = []
     for peer in tunnel.handshakes:
-        peer_age = None if peer.at <= 0 or tunnel.now is None else max(0, tunnel.now - peer.at)
+        peer_age = age_s(tunnel.now, peer.at)
         # The knock says a site is gone at once; a handshake only 3 minutes later.
-        if peer_age is None or peer_age > TUNNEL_STALE_S or peer.answers is False:
+        if not _fresh(peer_age) or peer.answers is False:
             named = (names or {}).get(peer.address) or peer.address or peer.peer[:8]
             silent.append({"peer": named, "handshake_age_s": peer_age, "answers": peer.answers})
     return {"ok": ok, "link": tunnel.link or "missing", "mtu": tunnel.mtu, "handshake_age_s": age,

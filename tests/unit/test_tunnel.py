@@ -216,8 +216,14 @@ def test_status_says_each_tunnel_and_marks_one_that_carries_nothing(capsys):
     assert tunnel_row(stale)["ok"] is False  # older than TUNNEL_STALE_S (180 s)
     assert render.tunnel_line(tunnel_row(fresh)) == "tunnel: up, MTU 1280, last handshake 12 s ago (1 peer)"
     assert "not carrying traffic" in render.tunnel_line(tunnel_row(stale))
-    clock_back = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 2_000),), 1_000)
-    assert tunnel_row(clock_back)["handshake_age_s"] == 0  # a rig clock stepped back never reads as negative
+    same_moment = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 1_003),), 1_000)
+    assert tunnel_row(same_moment)["handshake_age_s"] == 0  # two clocks' reading of one moment: fresh
+    # The rig's clock stepped back 2 h after the handshake: its age is unknown, never fresh (it may be hours old).
+    clock_back = Tunnel(True, KEYS["rig-a1"], "up", 1280, (Handshake(KEYS["vps"], 8_200, "10.237.0.1"),), 1_000)
+    row = tunnel_row(clock_back)
+    assert row["ok"] is False and row["handshake_age_s"] == -7_200 and row["silent"][0]["peer"] == "10.237.0.1"
+    assert "last handshake dated after the rig's clock (it stepped back): its age is unknown" in click.unstyle(
+        render.tunnel_line(row))
 
 
 def test_the_hub_names_the_rigs_whose_site_went_silent(capsys):

@@ -41,9 +41,22 @@ class Tunnel:
     now: int | None = None
 
     def handshake_age_s(self) -> int | None:
-        """Seconds since the freshest handshake with any peer; None when none ever happened (or none is said)."""
+        """Seconds since the freshest handshake with any peer; None when none ever happened (or none is said);
+        negative when it is dated after the rig's clock (age_s says how that reads)."""
         done = [h.at for h in self.handshakes if h.at > 0]
-        return None if not done or self.now is None else max(0, self.now - max(done))
+        return None if not done or self.now is None else age_s(self.now, max(done))
+
+
+CLOCK_SLACK_S = 5  # a handshake this much "ahead" is the same moment read from two clocks (wireguard-go, date)
+
+
+def age_s(now: int | None, at: int) -> int | None:
+    """Seconds from ``at`` (a handshake on the rig's wall clock, 0: never) to ``now``.  A handshake dated more than
+    CLOCK_SLACK_S after ``now`` is kept negative: the rig's clock stepped back since, so its age is unknown, and
+    a reader must never take it for a fresh one (it may be hours old)."""
+    if at <= 0 or now is None:
+        return None
+    return max(0, now - at) if now - at >= -CLOCK_SLACK_S else now - at
 
 
 class TunnelFact(Fact[Tunnel]):

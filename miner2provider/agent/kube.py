@@ -192,16 +192,19 @@ _shared = threading.local()  # .connections: {(scheme, host, port, TLS context):
 
 
 @contextlib.contextmanager
-def one_connection() -> Iterator[None]:
-    """The requests inside share one connection per API server (HTTP/1.1 keep-alive), closed at the end: an
-    agent's tick makes two or three calls, and each new TLS connection costs a handshake's CPU (about 2 ms
-    here, every tick of every idle rig).  Outside it, every request has a connection of its own."""
-    _shared.connections = {}
+def one_connection(kept: dict[Any, http.client.HTTPConnection] | None = None) -> Iterator[None]:
+    """The requests inside share one connection per API server (HTTP/1.1 keep-alive): an agent's tick makes
+    two or three calls, and each new TLS connection costs a handshake's CPU (about 2 ms here, every tick of
+    every idle rig).  ``kept``: the caller's own pool, left open at the end for its next block (the agent's
+    ticks, every 2 s: one handshake while the server keeps the connection, not one a tick); without it the
+    connections close at the end.  Outside it, every request has a connection of its own."""
+    _shared.connections = {} if kept is None else kept
     try:
         yield
     finally:
-        for conn in _shared.connections.values():
-            conn.close()
+        if kept is None:
+            for conn in _shared.connections.values():
+                conn.close()
         _shared.connections = None
 
 
@@ -222,6 +225,9 @@ def _exchange(end: Endpoint, method: str, path: str, data: bytes | None, headers
             return _send(conn, method, target, data, headers, kept, key)
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             pass  # closed by the server while kept: once more, on a new connection
+    if kept is not None:  # a kept connection of a context no longer current (k3s renewed its certificate): closed
+        for other in [k for k in kept if k[:3] == key[:3] and k != key]:
+            kept.pop(other).close()
     conn = (http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=timeout_s, context=context)
             if context is not None else http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout_s))
     return _send(conn, method, target, data, headers, kept, key)

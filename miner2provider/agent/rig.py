@@ -43,7 +43,7 @@ class Miner:
     own_scope: bool = True
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
-        return _shell(cmd, self.timeout_s)
+        return _probe(cmd, self.timeout_s)
 
     def running(self) -> bool:
         if self.running_cmd:
@@ -204,6 +204,25 @@ def _shell(cmd: str, timeout_s: float, scope: bool = False) -> subprocess.Comple
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
         raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
+
+
+_SHELL_SYNTAX = frozenset("|&;<>()$`\\\"'*?[]#~={}%!\n")
+
+
+def _probe(cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """A check the agent runs every tick (``screen -ls miner``, ``systemctl is-active ...``): plain words run
+    without a shell in between (one process started a tick, not two: an idle agent's CPU); anything a shell
+    would read differently (quotes, pipes, variables, globs, redirections) goes to ``/bin/sh -c`` as before.
+    A program that is not there answers as sh would (127)."""
+    if any(c in _SHELL_SYNTAX for c in cmd) or not cmd.split():
+        return _shell(cmd, timeout_s)
+    argv = cmd.split()
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {exc.strerror}")
 
 
 def _tail(proc: subprocess.CompletedProcess[str]) -> str:

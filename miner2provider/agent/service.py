@@ -133,6 +133,7 @@ class Agent:
     _stopped_for_lease: bool = False  # the agent stopped the miner for this hand-over and has not started it since
     respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
+    _api_connections: dict[Any, Any] = field(default_factory=dict)  # kept from tick to tick (kube.one_connection)
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -329,7 +330,8 @@ class Agent:
             raise
 
     def tick(self) -> list[str]:
-        with kube.one_connection():  # the tick's calls to the API share one connection (one TLS handshake)
+        # The ticks' calls to the API share one kept connection (one TLS handshake while the server keeps it).
+        with kube.one_connection(self._api_connections):
             return self._tick()
 
     def _tick(self) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from miner2provider.agent import rig
 from miner2provider.agent.rig import Clocks, Miner, _programs
 
 
@@ -221,3 +222,21 @@ def test_the_miner_starts_in_a_scope_of_its_own_where_systemd_runs_the_host(monk
     assert argv[-3:] == ["/bin/sh", "-c", "/hive/bin/miner start"]
     monkeypatch.setattr(rig, "Path", lambda p: tmp_path / "absent" if p == "/run/systemd/system" else Path(p))
     assert rig.in_own_scope(["/bin/sh", "-c", "x"]) == ["/bin/sh", "-c", "x"]  # no systemd: as it is
+
+
+def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_path):
+    """The tick's `running` check: plain words start one process (no sh in between); quotes, variables, pipes and
+    redirections still go to sh; a program that is not there answers 127 as sh would."""
+    marker = tmp_path / "miner.running"
+    plain = rig.Miner(running_cmd=f"test -e {marker}", start_cmd="", stop_cmd="")
+    assert plain.running() is False
+    marker.touch()
+    assert plain.running() is True
+    assert rig._probe(f"test -e {marker}", 5).args == ["test", "-e", str(marker)]
+    for shell_syntax in (f"test -e '{marker}'", f"M={marker}; test -e $M", f"ls {tmp_path} | grep -q running",
+                         f"test -e {tmp_path}/*.running", f"test -e {marker} 2>/dev/null"):
+        probe = rig._probe(shell_syntax, 5)
+        assert probe.args[:2] == ["/bin/sh", "-c"] and probe.returncode == 0, shell_syntax
+    missing = rig._probe("no-such-program-m2p --flag", 5)
+    assert missing.returncode == 127 and "no-such-program-m2p" in missing.stderr
+    assert rig.Miner(running_cmd="no-such-program-m2p", start_cmd="", stop_cmd="").running() is False

@@ -1,6 +1,6 @@
-"""The agent's API calls in one tick share one connection (HTTP/1.1 keep-alive: one TLS handshake a tick, not
-one per call); outside a tick each call has its own; a kept connection the server closed meanwhile (an idle
-timeout) is opened again once."""
+"""The agent's API calls share one connection (HTTP/1.1 keep-alive: one TLS handshake while the server keeps
+it, not one per call), kept from tick to tick in the agent's own pool; outside a tick each call has its own; a
+kept connection the server closed meanwhile (an idle timeout) is opened again once."""
 
 from __future__ import annotations
 
@@ -61,6 +61,20 @@ def test_one_connection_a_tick_and_one_per_call_outside(server, tmp_path):
     assert Counting.connections == 3
 
 
+def test_the_agents_pool_keeps_one_connection_from_tick_to_tick(server, tmp_path):
+    api, pool = client(server, tmp_path), {}
+    for tick in range(3):
+        with kube.one_connection(pool):
+            assert api.node(f"t{tick}")["metadata"]["name"] == f"t{tick}"
+    assert Counting.connections == 1 and len(pool) == 1
+    Counting.drop_after_one = True  # from now on the server closes it after each answer, unsaid (an idle timeout)
+    with kube.one_connection(pool):
+        api.node("a")  # on the kept connection, which the server then closes
+    with kube.one_connection(pool):
+        assert api.node("b")["metadata"]["name"] == "b"  # the kept one is found closed: opened again, once
+    assert Counting.connections == 2 and len(pool) == 1
+
+
 def test_a_kept_connection_the_server_closed_is_opened_again(server, tmp_path):
     api = client(server, tmp_path)
     Counting.drop_after_one = True
@@ -75,3 +89,18 @@ def test_a_server_gone_is_an_api_error_inside_a_tick_too(server, tmp_path):
     server.server_close()
     with kube.one_connection(), pytest.raises(kube.ApiError, match="GET /api/v1/nodes/a"):
         api.node("a")
+
+
+def test_a_kept_connection_of_an_older_tls_context_is_closed_when_a_new_one_opens(server, tmp_path):
+    """k3s renewed the kubelet's certificate: a new TLS context, so a new connection; the old one is closed."""
+    closed = []
+
+    class Old:
+        def close(self) -> None:
+            closed.append(True)
+
+    api = client(server, tmp_path)
+    pool = {("http", "127.0.0.1", server.server_port, 12345): Old()}
+    with kube.one_connection(pool):
+        api.node("a")
+    assert closed == [True] and [k[3] for k in pool] == [id(None)]

@@ -212,11 +212,12 @@ _SHELL_SYNTAX = frozenset("|&;<>()$`\\\"'*?[]#~={}%!\n")
 def _probe(cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     """A check the agent runs every tick (``screen -ls miner``, ``systemctl is-active ...``): plain words run
     without a shell in between (one process started a tick, not two: an idle agent's CPU); anything a shell
-    would read differently (quotes, pipes, variables, globs, redirections) goes to ``/bin/sh -c`` as before.
-    A program that is not there answers as sh would (127)."""
-    if any(c in _SHELL_SYNTAX for c in cmd) or not cmd.split():
-        return _shell(cmd, timeout_s)
+    would read differently (quotes, pipes, variables, globs, redirections) goes to ``/bin/sh -c`` as before,
+    and so does a first word that is no program on PATH (a shell builtin such as ``command``, or nothing: sh
+    answers for it, 127)."""
     argv = cmd.split()
+    if not argv or any(c in _SHELL_SYNTAX for c in cmd) or shutil.which(argv[0]) is None:
+        return _shell(cmd, timeout_s)
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

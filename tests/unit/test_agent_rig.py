@@ -225,8 +225,8 @@ def test_the_miner_starts_in_a_scope_of_its_own_where_systemd_runs_the_host(monk
 
 
 def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_path):
-    """The tick's `running` check: plain words start one process (no sh in between); quotes, variables, pipes and
-    redirections still go to sh; a program that is not there answers 127 as sh would."""
+    """The tick's `running` check: plain words start one process (no sh in between); quotes, variables, pipes,
+    redirections and shell builtins still go to sh; a program that is not there answers 127 as sh does."""
     marker = tmp_path / "miner.running"
     plain = rig.Miner(running_cmd=f"test -e {marker}", start_cmd="", stop_cmd="")
     assert plain.running() is False
@@ -239,4 +239,6 @@ def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_
         assert probe.args[:2] == ["/bin/sh", "-c"] and probe.returncode == 0, shell_syntax
     missing = rig._probe("no-such-program-m2p --flag", 5)
     assert missing.returncode == 127 and "no-such-program-m2p" in missing.stderr
+    builtin = rig._probe("command -v sh", 5)  # no program of that name: sh's builtin answers
+    assert builtin.args[:2] == ["/bin/sh", "-c"] and builtin.returncode == 0
     assert rig.Miner(running_cmd="no-such-program-m2p", start_cmd="", stop_cmd="").running() is False

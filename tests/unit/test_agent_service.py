@@ -51,6 +51,9 @@ class LoggedClocks(rig.Clocks):
             f.write("reset\n")
 
 
+NO_SUCH_PID = 4_194_304 + 4242  # above the kernel's PID_MAX_LIMIT (2^22): kill() answers ESRCH, never ends a process
+
+
 def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, economics: str = "",
                hashrate_file: str = "", trex_api: str = "", system_namespaces: tuple[str, ...] = (),
                lease_label: str = "") -> Agent:
@@ -68,7 +71,10 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces,
                     lease_label=lease_label)
     # One clock for the wall and the intervals here (a stepped wall clock has a test of its own); one boot.
-    return Agent(config, client(api, tmp_path), gpu_processes=lambda: [4242] if running.exists() else [],
+    # The stand-in miner's GPU process is a pid no process can have: the agent ends what still holds a GPU after
+    # a failed stop (TERM, then KILL, by pid), and a real pid here (it was 4242) ended whatever process of this
+    # machine had it (a sandbox rig's supervisor, mid-boot, in a CI run).
+    return Agent(config, client(api, tmp_path), gpu_processes=lambda: [NO_SUCH_PID] if running.exists() else [],
                  clock=clock, monotonic=clock, boot="boot-1")
 
 

@@ -23,6 +23,7 @@ import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import threading
 import urllib.parse
@@ -223,8 +224,10 @@ def _exchange(end: Endpoint, method: str, path: str, data: bytes | None, headers
     if conn is not None:
         try:
             return _send(conn, method, target, data, headers, kept, key)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            pass  # closed by the server while kept: once more, on a new connection
+        except socket.timeout:
+            raise  # the server does not answer: a new connection would wait as long again
+        except (OSError, http.client.HTTPException):
+            pass  # closed by the server while kept (a reset, a TLS close, no status line): once more, anew
     if kept is not None:  # a kept connection of a context no longer current (k3s renewed its certificate): closed
         for other in [k for k in kept if k[:3] == key[:3] and k != key]:
             kept.pop(other).close()

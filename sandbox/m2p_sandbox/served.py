@@ -3,16 +3,48 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    """Its open connections known, so that an end ends them too: a real server that goes away (kube-apiserver
+    stopped, its machine gone) takes every connection with it, where ThreadingHTTPServer's close would leave
+    each kept-alive connection's thread answering from the closed stand-in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.open_lock:
+            self.open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.open_lock:
+            self.open.discard(request)
+        super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        with self.open_lock:
+            ending, self.open = list(self.open), set()
+        for conn in ending:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
 class Served:
-    server: ThreadingHTTPServer
+    server: _Server
 
     def _serve_on(self, host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server = _Server((host, port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -24,6 +56,7 @@ class Served:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.server.end_connections()
 
 
 def reply_json(handler: BaseHTTPRequestHandler, code: int, body: Any) -> None:

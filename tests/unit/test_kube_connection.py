@@ -104,3 +104,29 @@ def test_a_kept_connection_of_an_older_tls_context_is_closed_when_a_new_one_open
     with kube.one_connection(pool):
         api.node("a")
     assert closed == [True] and [k[3] for k in pool] == [id(None)]
+
+
+def test_the_agents_kept_tls_connection_survives_the_api_server_ending_it_and_dies_with_the_server(tmp_path):
+    """Over TLS, as every k3s API is: the server ends the kept connection (kube-apiserver restarting drops every
+    connection; the stand-in ends its open ones): the next tick opens one anew, once, and reads.  A stand-in that
+    is closed answers nothing more on a connection it had kept (a real server gone takes them all with it)."""
+    from m2p_sandbox.kube_api import KubeApiStandin
+
+    api = KubeApiStandin(tls=True)
+    try:
+        api.add_node("rig01", "tok")
+        assert api.authority is not None
+        (tmp_path / "ca.crt").write_bytes(api.authority.pem)
+        (tmp_path / "token").write_text("tok\n")
+        client_ = kube.KubeClient(api.url, str(tmp_path / "token"), str(tmp_path / "ca.crt"))
+        pool: dict = {}
+        with kube.one_connection(pool):
+            assert client_.node("rig01")["metadata"]["name"] == "rig01"
+        api.server.end_connections()
+        with kube.one_connection(pool):
+            assert client_.node("rig01")["metadata"]["name"] == "rig01"
+        assert len(pool) == 1
+    finally:
+        api.close()
+    with kube.one_connection(pool), pytest.raises(kube.ApiError):
+        client_.node("rig01")

@@ -199,9 +199,12 @@ def in_own_scope(argv: list[str]) -> list[str]:
 
 def _shell(cmd: str, timeout_s: float, scope: bool = False) -> subprocess.CompletedProcess[str]:
     argv = ["/bin/sh", "-c", cmd]
+    return _run(in_own_scope(argv) if scope else argv, cmd, timeout_s)
+
+
+def _run(argv: list[str], cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(in_own_scope(argv) if scope else argv, capture_output=True, text=True,
-                              timeout=timeout_s)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
         raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
 
@@ -219,9 +222,7 @@ def _probe(cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
     if not argv or any(c in _SHELL_SYNTAX for c in cmd) or shutil.which(argv[0]) is None:
         return _shell(cmd, timeout_s)
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
+        return _run(argv, cmd, timeout_s)
     except OSError as exc:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {exc.strerror}")
 

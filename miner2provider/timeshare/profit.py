@@ -59,7 +59,7 @@ class Quote:
     missing: str = ""  # "lease_price_per_gpu_hour for rtx3090": why a figure is None
     source: str = "economics file"  # or "measured kawpow hashrate"
     reclaim_per_hour: float = 0.0  # the reclamation window's price, added to the offer's threshold (priced)
-    leased_gpus: int = 0  # the GPUs the running leases hold (leased)
+    leased_gpus: int = 0  # the GPUs the running leases hold, at most ``gpus`` (leased)
     gpus: int = 0  # the rig's GPUs, all stopped for any lease (whole-rig hand-over)
 
     @property
@@ -67,15 +67,15 @@ class Quote:
         """What the running leases pay: their share of ``lease_per_hour`` (the module's docstring)."""
         if self.lease_per_hour is None or not self.leased_gpus or not self.gpus:
             return None
-        return self.lease_per_hour * min(self.leased_gpus, self.gpus) / self.gpus
+        return self.lease_per_hour * self.leased_gpus / self.gpus
 
     def as_status(self) -> dict[str, object]:
         leased = self.leased_per_hour
         return {"lease_per_hour": _cents(self.lease_per_hour), "floor_per_hour": _cents(self.floor_per_hour),
                 "source": self.source, **({"missing": self.missing} if self.missing else {}),
                 **({"reclaim_per_hour": _cents(self.reclaim_per_hour)} if self.reclaim_per_hour else {}),
-                **({"leased": {"gpus": min(self.leased_gpus, self.gpus), "of": self.gpus,
-                               "per_hour": _cents(leased)}} if leased is not None else {})}
+                **({"leased": {"gpus": self.leased_gpus, "of": self.gpus, "per_hour": _cents(leased)}}
+                   if leased is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,9 @@ def priced(rig_quote: Quote, hysteresis: float, window_s: float | None, min_swit
 
 
 def leased(rig_quote: Quote, leased_gpus: int, gpus: int) -> Quote:
-    """``rig_quote`` saying what the running leases hold: ``leased_gpus`` of the rig's ``gpus``."""
-    return replace(rig_quote, leased_gpus=max(leased_gpus, 0), gpus=max(gpus, 0))
+    """``rig_quote`` saying what the running leases hold: ``leased_gpus`` of the rig's ``gpus`` (never more)."""
+    gpus = max(gpus, 0)
+    return replace(rig_quote, leased_gpus=min(max(leased_gpus, 0), gpus), gpus=gpus)
 
 
 def decide_offer(offer: Offer, rig_quote: Quote, now: float, hysteresis: float,

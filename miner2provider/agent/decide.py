@@ -17,6 +17,13 @@ Modes of a rig:
   and offers the node again: it never cuts a lease (its identity may only read pods and
   patch its own node, so it could not evict one anyway).
 
+Per card (a mining OS whose miner can be started on chosen cards, ``Observation.cards``): while leases
+hold some of the cards and the schedule wants mining (a mining window, or idle mining), the miner runs on
+the others, started with only those cards visible (``State.mine_on``).  A card is never mined and leased
+at once: a miner seen on a leased card (the OS restarted it on every card) is stopped at once and started
+on the free cards again; the second time, the rig hands over whole until its leases end.  A lease whose
+cards are unknown (its pod bound, its container not yet at the gate) makes the whole rig the unit.
+
 A lease is a marketplace lease's pod bound to the node with GPUs (from the API; kube.LeaseRule)
 or a lease's container the gate let through that still runs (from the rig itself: this holds
 while the API is unreachable).  The miner is never started while either exists.
@@ -41,6 +48,7 @@ START_MINER = "start-miner"
 OFFER = "offer"  # uncordon the node (the marketplace may place leases)
 UNOFFER = "unoffer"  # cordon the node (running leases stay)
 GRANT = "grant"  # let the containers waiting at the gate start: the GPUs are free of the miner
+CAME_BACK_LIMIT = 2
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,12 @@ class Observation:
     miner_running: bool
     gpus_busy: bool  # NVML: a process outside every container holds a GPU (the miner, letting go)
     wall: float | None = None  # the wall clock at ``now``: when a mode began, as said (None: ``now`` is it)
+    # Per card.  cards: the rig's GPUs (UUIDs) where the miner can be started on some of them; () where the
+    # whole rig is the unit.  held: the cards the leases' containers hold or wait for (None: a lease whose
+    # cards are unknown).  busy_cards: the cards a process outside every container holds (NVML).
+    cards: tuple[str, ...] = ()
+    held: frozenset[str] | None = frozenset()
+    busy_cards: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -66,15 +80,48 @@ class State:
     drain_started: float | None = None  # (Observation.now's clock)
     gave_up: tuple[bool, bool] | None = None  # Desired.key of the mining window given up
     offered: bool = False  # the agent has uncordoned the node (OFFER) and not cordoned it since
+    mine_on: tuple[str, ...] = ()  # the cards the agent last started the miner on (): every card
+    last_was_stop: bool = False  # the agent's last switch stopped the miner (a restart on the free cards may follow)
+    # Times the miner came back on a leased card after the agent started it on the free ones (the OS restarted
+    # it on every card: HiveOS ``hello``, a dashboard push; or its own script names the cards): from the second,
+    # the rig hands over whole until no lease holds a card.
+    came_back: int = 0
+
+    @property
+    def whole_rig(self) -> bool:
+        return self.came_back >= CAME_BACK_LIMIT
 
 
 def decide(state: State, obs: Observation, lease_grace_s: float | None,
            min_switch_interval_s: float) -> tuple[State, list[str]]:
+    new, actions = _decide(state, obs, lease_grace_s, min_switch_interval_s)
+    if START_MINER in actions:
+        new = replace(new, last_was_stop=False, mine_on=new.mine_on if _in_part(new, obs) else ())
+    elif STOP_MINER in actions:
+        new = replace(new, last_was_stop=True)
+    if obs.api_ok and not _leased(obs) and new.came_back:
+        new = replace(new, came_back=0)
+    return new, actions
+
+
+def _in_part(state: State, obs: Observation) -> bool:
+    """Leases hold some cards, all of them known, and the others may mine.  Blind too (the API unreachable): the
+    cards are the rig's own records' (the gate's), and a lease the API has not shown comes through the gate."""
+    held = obs.held
+    return (bool(obs.cards) and held is not None and bool(held) and not state.whole_rig
+            and any(card not in held for card in obs.cards)
+            and (not obs.desired.offered or obs.desired.idle_mining))
+
+
+def _decide(state: State, obs: Observation, lease_grace_s: float | None,
+            min_switch_interval_s: float) -> tuple[State, list[str]]:
     def to(mode: str, **changes: object) -> State:
         since = (obs.now if obs.wall is None else obs.wall) if mode != state.mode else state.since
         return replace(state, mode=mode, since=since, **changes)  # type: ignore[arg-type]
 
     interval_ok = obs.now - state.last_switch >= min_switch_interval_s
+    if _in_part(state, obs):
+        return _per_card(state, obs, to, interval_ok)
 
     # A container waits at the gate: it is on this node whatever the mode (bound before a
     # cordon, or a lease's container restarting), so the miner stops now and the container
@@ -90,6 +137,15 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
         if obs.gpus_busy:
             return state, cordon  # the miner still letting go (the gate waits, bounded)
         return state, [*cordon, GRANT]
+    # The leases that held some cards have all ended (before the re-assertion below, which a draining window's
+    # miner on the free cards would otherwise meet).
+    if state.mine_on and not _leased(obs):
+        if not obs.miner_running:
+            state = replace(state, mine_on=())
+        else:
+            widened = _widen(state, obs, to, interval_ok)
+            if widened is not None:
+                return widened
     # The mining OS fights back (HiveOS `hello`, a dashboard push, a reboot): re-assert at once
     # where a lease may hold the GPUs (or may not be seen: the API is down) or the window is strict.
     if state.mode in {"leasing", "draining"} and obs.miner_running and (
@@ -109,6 +165,45 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
 
 
 ToMode = Callable[..., State]
+
+
+def _per_card(state: State, obs: Observation, to: ToMode, interval_ok: bool) -> tuple[State, list[str]]:
+    """Leases hold some cards; the miner mines on the rest (a mining window, or idle mining)."""
+    held = obs.held or frozenset()
+    free = tuple(card for card in obs.cards if card not in held)
+    mode = "leasing" if obs.desired.offered else "draining"
+    started = state.drain_started if state.drain_started is not None else obs.now
+    state = to(mode, drain_started=started if mode == "draining" else None)
+    state, actions = _offer(state, mode == "leasing")
+    mined = set(state.mine_on) if state.mine_on else set(obs.cards)
+    on_held = bool(obs.busy_cards & held) or (obs.miner_running and bool(mined & held))
+    if on_held:
+        # Started by the agent on free cards and now on a leased one: stopped at once, and started on the free
+        # cards again (the next ticks); the second time, the rig hands over whole until its leases end.
+        came_back = state.came_back + (bool(state.mine_on) and not (set(state.mine_on) & held))
+        return replace(state, last_switch=obs.now, mine_on=(), came_back=came_back), [*actions, STOP_MINER]
+    if obs.gate_waiting:
+        actions.append(GRANT)  # its cards are free of every process outside a container
+    if obs.miner_running:
+        if set(state.mine_on) != set(free) and interval_ok:  # a lease ended: the miner on the cards now free
+            return replace(state, last_switch=obs.now), [*actions, STOP_MINER]
+        return state, actions
+    if obs.busy_cards or not (interval_ok or state.last_was_stop):
+        return state, actions  # the miner letting go; or a start that failed, tried again after the interval
+    return replace(state, last_switch=obs.now, mine_on=free), [*actions, START_MINER]
+
+
+def _widen(state: State, obs: Observation, to: ToMode, interval_ok: bool) -> tuple[State, list[str]] | None:
+    """The leases that held some cards have ended while the miner mines on the rest: it starts again on every
+    card (None: the whole-rig rules decide: a strict lease window wants it off; blind, they keep the mode and
+    ``mine_on`` stays until the API answers)."""
+    if (obs.desired.offered and not obs.desired.idle_mining) or not obs.api_ok:
+        return None
+    if not interval_ok:
+        return state, []
+    mode = "idle-mining" if obs.desired.offered else "mining"
+    new, actions = _offer(to(mode, drain_started=None, last_switch=obs.now, mine_on=()), obs.desired.offered)
+    return new, [*actions, STOP_MINER, START_MINER]
 
 
 def _leased(obs: Observation) -> bool:

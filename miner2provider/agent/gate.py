@@ -147,7 +147,33 @@ def request(state: dict[str, Any], hook_pid: int) -> dict[str, Any]:
     return {"id": str(state.get("id", "")), "pid": pid, "started": start_time(pid),
             "hook_pid": hook_pid, "hook_started": start_time(hook_pid),
             "pod": f"{annotations.get(POD_NAMESPACE, '')}/{annotations.get(POD_NAME, '')}",
-            "container": str(annotations.get(CONTAINER_NAME, "")), "since": round(time.time(), 3)}
+            "container": str(annotations.get(CONTAINER_NAME, "")), "since": round(time.time(), 3),
+            "gpus": gpu_minors(state)}
+
+
+# The driver's character devices /dev/nvidiaN (nvidiactl is minor 255): the kernel's admin-guide/devices.txt.
+NVIDIA_MAJOR = 195
+_GPU_NODE = re.compile(r"^/dev/nvidia([0-9]+)$")
+
+
+def gpu_minors(state: dict[str, Any]) -> list[int] | None:
+    """The cards the container is given: the ``/dev/nvidiaN`` nodes in its OCI spec's ``linux.devices``
+    (``<bundle>/config.json``; what CDI's device edits put there, and what the runtime lets it open), as
+    minor numbers.  None where that cannot be read or names no card: the whole rig is the unit then."""
+    try:
+        spec = json.loads(Path(str(state["bundle"]), "config.json").read_text())
+        devices = spec["linux"]["devices"]
+    except (KeyError, TypeError, OSError, ValueError):
+        return None
+    minors = set()
+    for device in devices if isinstance(devices, list) else []:
+        match = _GPU_NODE.match(str(device.get("path", ""))) if isinstance(device, dict) else None
+        if match and device.get("type", "c") == "c" and device.get("major", NVIDIA_MAJOR) == NVIDIA_MAJOR:
+            minor = device.get("minor", int(match.group(1)))
+            if not isinstance(minor, int) or isinstance(minor, bool):
+                return None  # a spec m2p cannot read is no spec to hand a card over by
+            minors.add(minor)
+    return sorted(minors) or None
 
 
 def wait_for_hand_over(gate_dir: Path, state: dict[str, Any], timeout_s: float = TIMEOUT_S,

@@ -41,6 +41,10 @@ class Miner:
     # HiveOS's `miner start` runs `screen -dm`, which stays in its caller's cgroup, so an agent restart
     # (a new config, an upgrade, a crash) would kill the miner and the agent's MemoryMax would cap it.
     own_scope: bool = True
+    # The OS's start command passes its caller's environment on to the miner (HiveOS: ``miner start`` runs it
+    # in screen, which keeps the environment), so the miner can be started on some cards only (per-card
+    # hand-over, decide.py): with ``CUDA_VISIBLE_DEVICES`` naming them, CUDA makes no context on the others.
+    per_card: bool = False
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
         return _probe(cmd, self.timeout_s)
@@ -50,14 +54,16 @@ class Miner:
             return self._sh(self.running_cmd).returncode == 0
         return bool(self.miner_pids())
 
-    def start(self) -> None:
-        """Judged by the miner's state afterwards, not by the script's exit code: HiveOS's real `miner
+    def start(self, cards: tuple[str, ...] = ()) -> None:
+        """``cards``: the cards' UUIDs the miner may use (): every card.
+
+        Judged by the miner's state afterwards, not by the script's exit code: HiveOS's real `miner
         start` exits 1 whenever its watchdog is off (hiveos-linux hive/bin/miner ends with
         ``[[ $WD_ENABLED == 1 ]] && wd start``).  A start that exits 0 with no miner yet is believed: some
         OSes start it from their own loop a little later (msOS's console), and the next ticks see it."""
         if not self.start_cmd:
             return
-        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope)
+        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope, env=visible_only(cards))
         if self._settles(True, self.start_settle_s) or proc.returncode == 0:
             return
         raise RuntimeError(f"miner start ({self.start_cmd}) exited {proc.returncode} and no miner runs: "
@@ -197,14 +203,26 @@ def in_own_scope(argv: list[str]) -> list[str]:
             *argv]
 
 
-def _shell(cmd: str, timeout_s: float, scope: bool = False) -> subprocess.CompletedProcess[str]:
+def visible_only(cards: tuple[str, ...]) -> dict[str, str] | None:
+    """The environment that shows CUDA only ``cards`` (UUIDs; CUDA's documented CUDA_VISIBLE_DEVICES accepts
+    them, in any device order); None: the agent's own, every card visible.  CUDA_DEVICE_ORDER=PCI_BUS_ID too,
+    so a miner that numbers the cards itself numbers them as nvidia-smi does."""
+    if not cards:
+        return None
+    env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    return {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(cards)}
+
+
+def _shell(cmd: str, timeout_s: float, scope: bool = False,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     argv = ["/bin/sh", "-c", cmd]
-    return _run(in_own_scope(argv) if scope else argv, cmd, timeout_s)
+    return _run(in_own_scope(argv) if scope else argv, cmd, timeout_s, env)
 
 
-def _run(argv: list[str], cmd: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+def _run(argv: list[str], cmd: str, timeout_s: float,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:  # a hung mining-OS command fails like one that exits non-zero
         raise RuntimeError(f"{cmd} did not finish within {timeout_s:g} s") from None
 
@@ -313,6 +331,64 @@ def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) ->
         return sorted(pids)
     finally:
         nvml.nvmlShutdown()
+
+
+def gpu_processes_by_card(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> dict[str, list[int]]:
+    """Each card's compute processes, by the card's UUID (gpu_processes, card by card)."""
+    try:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        nvml.nvmlInit()
+    except Exception:
+        proc = run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
+                   capture_output=True, text=True, timeout=20)
+        if proc.returncode != 0:
+            raise RuntimeError(  # noqa: B904 - nvidia-smi failing is the news, not NVML missing
+                f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
+        by_card: dict[str, list[int]] = {}
+        for line in proc.stdout.splitlines():
+            pid, _, uuid = (part.strip() for part in line.partition(","))
+            if pid.isdigit() and uuid:
+                by_card.setdefault(uuid, []).append(int(pid))
+        return by_card
+    try:
+        out: dict[str, list[int]] = {}
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            out[uuid] = sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
+GPU_INFO_DIR = "/proc/driver/nvidia/gpus"
+
+
+def card_uuids(info_dir: str = GPU_INFO_DIR) -> dict[int, str]:
+    """Each card's device minor (``/dev/nvidiaN``: what a container is given) to its UUID, from the driver's
+    own ``<info_dir>/<PCI address>/information`` (lines ``Device Minor: 0``, ``GPU UUID: GPU-...``).  The
+    minor is not nvidia-smi's index: the driver numbers cards as it probes them, nvidia-smi by PCI address,
+    and rigs have been seen where nvidia-smi's index 3 is /dev/nvidia0.  {} where the driver says nothing."""
+    out: dict[int, str] = {}
+    try:
+        entries = sorted(os.listdir(info_dir))
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            text = Path(info_dir, entry, "information").read_text()
+        except OSError:
+            continue
+        fields = dict((key.strip(), value.strip()) for key, _, value in
+                      (line.partition(":") for line in text.splitlines()) if _)
+        minor, uuid = fields.get("Device Minor", ""), fields.get("GPU UUID", "")
+        if minor.isdigit() and uuid.startswith("GPU-"):
+            out[int(minor)] = uuid
+    return out
 
 
 # kubelet's pod hierarchy at the cgroup root: /kubepods/... (cgroupfs driver), /kubepods.slice/... (systemd).

@@ -74,12 +74,14 @@ class Config:
     lease_label: str = ""  # the label key only the marketplace's lease pods carry (market/); empty: no marketplace
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
     schedule_name: str = ""  # the owner's name for the schedule (its file's, on the controller); said in the status
+    gpu_info_dir: str = rig.GPU_INFO_DIR  # the driver's cards (device minor -> UUID): per-card hand-over
 
     @classmethod
     def load(cls, path: str) -> Config:
         raw = json.loads(Path(path).read_text())
         miner_raw = raw.pop("miner")
-        miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ()))})
+        miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ())),
+                             "per_card": str(miner_raw.get("per_card", False)).lower() == "true"})
         raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
@@ -100,6 +102,10 @@ class Sight:
     # at the gate whose pod is listed and is no lease is not handed the GPUs while the miner runs.
     listed: set[str] | None = None
     lease_names: set[str] = field(default_factory=set)  # the lease pods' names among them
+    waiting: list[dict[str, Any]] = field(default_factory=list)  # the leases' requests at the gate, this tick
+    # The cards each lease pod's containers were given (learnt at the gate): a container that restarts (or
+    # crash-loops) gets the same cards again, which stay the lease's between its runs.
+    pod_cards: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
@@ -115,6 +121,7 @@ class Agent:
     config: Config
     client: kube.KubeClient
     gpu_processes: Any = rig.gpu_processes
+    gpu_processes_by_card: Any = rig.gpu_processes_by_card
     clock: Any = time.time  # the wall clock: what is said (status, ledger) and the schedule's windows
     # Intervals (switching, the drain's grace, rechecks) run on the monotonic clock, which no step of the
     # wall clock moves (a rig without an RTC battery boots in the past; NTP steps it later).
@@ -134,6 +141,7 @@ class Agent:
     respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
     _api_connections: dict[Any, Any] = field(default_factory=dict)  # kept from tick to tick (kube.one_connection)
+    _card_map: dict[int, str] = field(default_factory=dict)  # device minor -> UUID (the driver's; read once)
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -148,12 +156,14 @@ class Agent:
             state = dict(saved.get("state", {}))
             if state.get("gave_up") is not None:
                 state["gave_up"] = tuple(state["gave_up"])
+            state["mine_on"] = tuple(str(card) for card in state.get("mine_on") or ())
             self.state = State(**state)
             if saved.get("boot") != self.boot or not self.boot:
                 # Saved in another boot (or by an agent that kept the wall clock): its monotonic readings mean
                 # nothing now.  The switching interval is served; a drain's grace starts again.
+                # The miner the agent started on some cards did not outlive the boot (the OS starts its own).
                 self.state = replace(self.state, last_switch=float("-inf"), drain_started=(
-                    None if self.state.drain_started is None else self.monotonic()))
+                    None if self.state.drain_started is None else self.monotonic()), mine_on=())
             self.profit.restore(saved.get("offer"))
             self.stats.restore(saved.get("measured"))
             self.publisher.applied_labels = dict(saved.get("applied_labels", {}))
@@ -261,19 +271,68 @@ class Agent:
         busy = self.gpus_busy(mono, running, waiting)
         if others:
             self.answer_others(others, running or busy)
+        cards = self.cards()
+        held = self.held_cards() if cards else frozenset()
         obs = Observation(
             now=mono, desired=desired, api_ok=node is not None,
             leases=gpu_leases if node is not None else len(self.seen.leases), gated=len(self.seen.gated),
             gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
+            cards=cards, held=held, busy_cards=self.busy_cards() if held else frozenset(),
         )
         return obs, node
+
+    # -- per card ----------------------------------------------------------------------
+    def cards(self) -> tuple[str, ...]:
+        """The rig's cards (UUIDs, by device minor) where its mining OS can start the miner on some of them;
+        (): the whole rig is the unit (an OS that cannot, or a driver that names no card)."""
+        if not self.config.miner.per_card:
+            return ()
+        if not self._card_map:
+            self._card_map = rig.card_uuids(self.config.gpu_info_dir)
+        return tuple(self._card_map[minor] for minor in sorted(self._card_map))
+
+    def held_cards(self) -> frozenset[str] | None:
+        """The cards the leases hold: their containers' through the gate (running) or at it (waiting), and
+        those a lease pod's container was given before (between two runs of it).  None where one is unknown:
+        a container whose spec names no card m2p knows, or a lease pod with GPUs whose container has not
+        reached the gate yet (the device plugin picks its cards when the container is created)."""
+        held: set[str] = set()
+        for record in [*self.seen.gated, *self.seen.waiting]:
+            minors = record.get("gpus")
+            if not isinstance(minors, list) or not minors or any(m not in self._card_map for m in minors):
+                return None
+            cards = frozenset(self._card_map[m] for m in minors)
+            self.seen.pod_cards[str(record.get("pod") or "")] = cards
+            held |= cards
+        if self.seen.listed is not None:  # the API answered: forget the pods that are gone
+            self.seen.pod_cards = {pod: cards for pod, cards in self.seen.pod_cards.items()
+                                   if pod in self.seen.listed}
+        for lease in self.seen.leases:
+            if int(lease.get("gpus") or 0) > 0:
+                if lease["pod"] not in self.seen.pod_cards:
+                    return None
+                held |= self.seen.pod_cards[lease["pod"]]
+        return frozenset(held)
+
+    def busy_cards(self) -> frozenset[str]:
+        """The cards a process outside every container holds (NVML, card by card): read each tick while
+        leases hold some cards, so a miner the OS restarted on every card is seen at once."""
+        try:
+            by_card = self.gpu_processes_by_card()
+        except (RuntimeError, OSError) as exc:
+            self._say(f"GPU processes: {exc}")
+            return frozenset(self._card_map.values())  # unknown: every card counts as held by something
+        return frozenset(uuid for uuid, pids in by_card.items() if rig.outside_containers(pids))
 
     def _waiting(self) -> tuple[list[Path], list[Path]]:
         """The requests waiting at the gate: (the leases', the other containers')."""
         leases: list[Path] = []
         others: list[Path] = []
+        self.seen.waiting = []
         for entry, record in self.gates.waiting_records():
             (leases if self.for_a_lease(record) else others).append(entry)
+            if self.for_a_lease(record):
+                self.seen.waiting.append(record)
         return leases, others
 
     def answer_others(self, entries: list[Path], mining: bool) -> None:
@@ -292,18 +351,25 @@ class Agent:
             if action == decide.STOP_MINER:
                 self._stop_miner()
             elif action == decide.START_MINER:
-                self._clocks_reset = False
-                try:
-                    self.config.clocks.reapply()
-                except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
-                    self._say(f"clocks: {exc}")
-                self._stopped_for_lease = False
-                self.config.miner.start()
+                self._start_miner(self.state.mine_on)
             elif action == decide.GRANT:
                 self._hand_over_clocks()
                 self.gates.grant(self._waiting()[0])
                 self.seen.gated = self.lease_gated()  # named in this tick's status: the lease guard reads it
             # OFFER and UNOFFER live in the state (State.offered): keep_cordon() makes the node agree.
+
+    def _start_miner(self, cards: tuple[str, ...]) -> None:
+        """On every card (the OS's clocks re-applied first), or on ``cards`` beside leases: there the OS's
+        clocks are not re-applied, since its command tunes every card (HiveOS's nvidia-oc), the leased ones
+        too; the miner mines on the defaults the hand-over set until the leases end."""
+        self._clocks_reset = False
+        if not cards:
+            try:
+                self.config.clocks.reapply()
+            except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
+                self._say(f"clocks: {exc}")
+        self._stopped_for_lease = False
+        self.config.miner.start(cards)
 
     def _hand_over_clocks(self) -> None:
         """The cards on their defaults before the first container of a hand-over runs."""
@@ -513,11 +579,16 @@ class Agent:
                 "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace,
                 "last_error": self.last_error,
                 "agent_version": __version__,
-                # A lease stops the miner on every card (profit.py's docstring says why no subset).
-                "hand_over": "whole rig",
+                "hand_over": self.hand_over(),
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),
                 **({"measured": {**shown.as_status(), "at": _iso(shown.at)}} if shown else {})}
+
+    def hand_over(self) -> str:
+        """What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig"."""
+        if self.config.miner.per_card and self._card_map and not self.state.whole_rig:
+            return "per card"
+        return "whole rig"
 
     def leases_seen(self) -> list[dict[str, str]]:
         """The tenant pods the API lists, and the containers the gate let through that the API does not list

@@ -53,11 +53,13 @@ class AgentStatus:
     quote_source: str = ""  # "economics file" or "measured kawpow hashrate of 2 GPUs"
     mine_at: str = ""  # ISO 8601: when the rig must next mine unoffered (the farm's reclaimer reads it)
     reclaim_per_hour: float | None = None  # policy profit with a reclamation window: its price (timeshare/profit.py)
-    # Policy profit while leased: the GPUs the leases hold of the rig's (all stopped: whole-rig hand-over), and
+    # Policy profit while leased: the GPUs the leases hold of the rig's (see hand_over for what mines meanwhile), and
     # what they pay an hour (timeshare/profit.py, "What is really leased").
     leased_gpus: int = 0
     leased_of: int = 0
     leased_per_hour: float | None = None
+    # What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig" ("": unsaid).
+    hand_over: str = ""
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -77,12 +79,23 @@ def agent_status_from(raw: object) -> AgentStatus:
     profit: dict[str, Any] = found if isinstance(found, dict) else {}
     lease_pays = profit.get("lease_pays")
     leased = _leased(profit.get("leased"))
+    hand_over = raw.get("hand_over")
     return AgentStatus(True, _field(raw, "mode") or "unknown", _field(raw, "since"),
                        _field(raw, "next_change"), _field(raw, "schedule"),
                        _field(raw, "last_error", 300), leases, raw.get("drain") is True,
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
                        _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
-                       _number(profit.get("reclaim_per_hour")), *leased)
+                       _number(profit.get("reclaim_per_hour")), *leased,
+                       hand_over=hand_over if hand_over in HAND_OVERS else "")
+
+
+HAND_OVERS = ("per card", "whole rig")
+
+
+def hand_over_said(hand_over: str) -> str:
+    """What a lease does to the miner, in words (m2p status, the dashboard)."""
+    return ("the miner mines on the cards no lease holds" if hand_over == "per card"
+            else "the miner stops on every card")
 
 
 def _leased(raw: object) -> tuple[int, int, float | None]:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 import yaml
 
+from miner2provider.agent.status import hand_over_said
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.report import RigReport, handshake_said, silent_peer_said
@@ -228,9 +229,9 @@ def agent_line(agent: dict[str, Any]) -> str:
                  + (f", floor {floor:g}/h" if floor is not None else "")
                  + (f" + {reclaim:g}/h for the reclamation window" if reclaim else "")
                  + f" ({agent.get('quote_source') or '?'})")
-        if agent.get("leased_gpus"):  # whole-rig hand-over: what the leases pay against the whole rig's floor
+        if agent.get("leased_gpus"):  # what the leases pay against the whole rig's floor
             line += (f"; leased {agent['leased_gpus']} of {agent['leased_of']} GPUs for "
-                     f"{agent['leased_per_hour']:g}/h (the miner stops on every card)")
+                     f"{agent['leased_per_hour']:g}/h ({hand_over_said(agent.get('hand_over', ''))})")
     measured = agent.get("measured")
     if measured:
         line += f"; miner {measured['algo']} {' + '.join(f'{v:g}' for v in measured['mhs'])} MH/s"

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
-from miner2provider.agent.status import AgentStatus, agent_status_from
+from miner2provider.agent.status import AgentStatus, agent_status_from, hand_over_said
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
@@ -154,8 +154,8 @@ def economy(agent: AgentStatus, economics: Economics) -> dict[str, Any]:
                    if measured and measured.mhs and per_mhs is not None else None)
     return {"lease_pays": agent.lease_pays, "floor_per_hour": agent.floor_per_hour, "quote_source": agent.quote_source,
             "reclaim_per_hour": agent.reclaim_per_hour,
-            "leased": ({"gpus": agent.leased_gpus, "of": agent.leased_of, "per_hour": agent.leased_per_hour}
-                       if agent.leased_gpus else None),
+            "leased": ({"gpus": agent.leased_gpus, "of": agent.leased_of, "per_hour": agent.leased_per_hour,
+                        "hand_over": hand_over_said(agent.hand_over)} if agent.leased_gpus else None),
             "measured": None if measured is None else {"algo": measured.algo, "mhs": list(measured.mhs),
                                                        "watts": list(measured.watts)},
             "measured_per_gpu_day": _money(per_gpu_day)}

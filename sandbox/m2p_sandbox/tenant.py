@@ -27,20 +27,32 @@ def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:
     return stdout.channel.recv_exit_status(), out
 
 
-def container_at_the_gate(rig: Rig, pod: str, hook: dict[str, Any]) -> tuple[int, str, int]:
+def container_at_the_gate(rig: Rig, pod: str, hook: dict[str, Any],
+                          cards: tuple[int, ...] = ()) -> tuple[int, str, int]:
     """(the hook's exit code, its output, the PID standing for the container).  ``pod``: the lease's pod,
     ``namespace/name`` as the stand-in Kubernetes API lists it (containerd puts the same names in the
     CRI annotations); its container is ``main``.  ``hook``: the role's ``nvidia_container_toolkit_gate_hook``
-    (path, args)."""
+    (path, args).  ``cards``: the device minors the container is given, written in its OCI bundle's
+    config.json (``linux.devices``, as CDI's device edits put them; root's alone, as containerd's bundles
+    are); none: no bundle in the state (the runtime's state always names one; the agent then cannot tell
+    the container's cards and hands the whole rig over)."""
     namespace, _, name = pod.partition("/")
     container = f"{name}-main"
     client = ssh(rig)
     try:
         pid = run(client, "sudo setsid sleep 3600 > /dev/null 2>&1 < /dev/null & echo $!")[1].strip()
-        state = json.dumps({"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
-                            "annotations": {"io.kubernetes.cri.sandbox-namespace": namespace,
-                                            "io.kubernetes.cri.sandbox-name": name,
-                                            "io.kubernetes.cri.container-name": "main"}})
+        raw: dict[str, Any] = {"ociVersion": "1.0.2", "id": container, "status": "creating", "pid": int(pid),
+                               "annotations": {"io.kubernetes.cri.sandbox-namespace": namespace,
+                                               "io.kubernetes.cri.sandbox-name": name,
+                                               "io.kubernetes.cri.container-name": "main"}}
+        if cards:
+            bundle = f"/run/m2p-standin-tenant/{container}"
+            spec = json.dumps({"ociVersion": "1.0.2", "linux": {"devices": [
+                {"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": int(minor)} for minor in cards]}})
+            run(client, f"sudo install -d -m 0700 {bundle} && echo '{spec}' | sudo tee {bundle}/config.json "
+                        "> /dev/null")
+            raw["bundle"] = bundle
+        state = json.dumps(raw)
         args = " ".join("'" + a.replace("'", "'\\''") + "'" for a in hook["args"][1:])
         code, out = run(client, f"echo '{state}' | sudo env -i {hook['path']} {args} 2>&1")
         return code, out, int(pid)

@@ -38,10 +38,10 @@ GATE_HOOK = yaml.safe_load((Path(__file__).parents[2] / "ansible_collections/m2p
                             / "defaults/main.yml").read_text())["nvidia_container_toolkit_gate_hook"]
 
 
-def through_the_gate(r, pod: str) -> tuple[int, str, int]:
-    """The container of the lease's pod (namespace/name) reaches the gate (the harness's STAND-IN tenant).
-    Returns (exit, output, its pid)."""
-    return tenant.container_at_the_gate(r, pod, GATE_HOOK)
+def through_the_gate(r, pod: str, cards: tuple[int, ...] = ()) -> tuple[int, str, int]:
+    """The container of the lease's pod (namespace/name) reaches the gate (the harness's STAND-IN tenant),
+    given ``cards`` (device minors; none: its cards unknown to the agent).  Returns (exit, output, its pid)."""
+    return tenant.container_at_the_gate(r, pod, GATE_HOOK, cards)
 
 
 def gpu_log(r) -> list[str]:
@@ -268,10 +268,48 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         finally:
             with ssh(r) as client:
                 run(client, f"sudo rm /etc/m2p-standin/miner.json; sudo kill {pid}")
+        per_card_hand_over(r, api)
     except AssertionError as exc:
         raise with_the_agents_account(exc, r, api) from None
     finally:
         api.close()
+
+
+def per_card_hand_over(r, api) -> None:
+    """HiveOS starts its miner with its caller's environment (screen keeps it): a 1-GPU lease stops mining on its
+    card only.  The lease's container is given /dev/nvidia1 (its bundle's spec); the agent maps the minor to the
+    card through the driver's /proc/driver/nvidia/gpus (the sandbox's STAND-IN), and `miner start` runs the miner
+    with CUDA_VISIBLE_DEVICES naming the other card; `hello` restarting it on both cards is undone at once (the
+    second time, the rig hands over whole until the lease ends).  Then both cards mine again."""
+    with ssh(r) as client:
+        uuids = run(client, "nvidia-smi --query-gpu=uuid --format=csv,noheader")[1].split()
+
+    def mining_on() -> set[str]:
+        with ssh(r) as client:
+            rows = run(client, "sudo nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader")[1]
+        return {row.split(", ")[1] for row in rows.splitlines() if ", " in row}
+
+    def hand_over() -> str:
+        return json.loads(api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])["hand_over"]
+    wait_for("idle mining on both cards", lambda: mining_on() == set(uuids) and hand_over() == "per card")
+    api.add_pod("lease-4", r.name, 1)
+    code, out, pid = through_the_gate(r, "lease/lease-4", cards=(1,))
+    try:
+        assert code == 0, out
+        wait_for("the miner on the card no lease holds", lambda: mining_on() == {uuids[0]}, timeout=30)
+        assert api.nodes[r.name]["metadata"]["labels"]["m2p.io/mode"] == "leasing"
+        with ssh(r) as client:
+            run(client, "sudo /hive/bin/hello")  # the miner on both cards: stopped, and started on its card again
+        wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=30)
+        with ssh(r) as client:
+            run(client, "sudo /hive/bin/hello")  # twice: the rig hands over whole until the lease ends
+        wait_for("the miner hello started on both cards stopped", lambda: not mining_on(), timeout=30)
+        wait_for("whole-rig hand-over said", lambda: hand_over() == "whole rig", timeout=10)
+    finally:
+        with ssh(r) as client:
+            run(client, f"sudo kill {pid}")
+        api.delete_pod("lease-4")
+    wait_for("both cards mining again", lambda: mining_on() == set(uuids) and hand_over() == "per card", timeout=30)
 
 
 def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_drained(boot_rigs, tmp_path, monkeypatch):

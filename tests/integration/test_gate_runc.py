@@ -76,10 +76,11 @@ def world(tmp_path):
              "stop_cmd": f"kill $(cat {pidfile}) && rm {pidfile}"}
     agent = {"process": None}
 
-    def start_agent(**adapter: object) -> None:
+    def start_agent(gpu_info_dir: str = "", **adapter: object) -> None:
         config = {"node": NODE, "schedule": str(tmp_path / "schedule.yml"), "api_server": api.url,
                   "token_file": str(tmp_path / "token"), "gpu_count": 2, "state_dir": str(tmp_path / "state"),
-                  "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5, "miner": {**miner, **adapter}}
+                  "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5, "miner": {**miner, **adapter},
+                  **({"gpu_info_dir": gpu_info_dir} if gpu_info_dir else {})}
         (tmp_path / "agent.json").write_text(json.dumps(config))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json"),
                "M2P_STANDIN_MINER": MINER}
@@ -113,7 +114,7 @@ def world(tmp_path):
                 (controller / parent).rmdir()
 
 
-def bundle(tmp_path: Path, name: str, gate: str = "gate") -> Path:
+def bundle(tmp_path: Path, name: str, gate: str = "gate", cards: tuple[int, ...] = (), seconds: int = 0) -> Path:
     """An OCI bundle: busybox as the root filesystem, the run dir of the test bound read-only at
     /m2p (the container reports whether the miner's pid file was there when it started), the
     CDI spec's hooks, and a cgroup under kubepods/ as kubelet gives a pod's container."""
@@ -124,7 +125,11 @@ def bundle(tmp_path: Path, name: str, gate: str = "gate") -> Path:
     subprocess.run(["runc", "spec", "--bundle", str(b)], check=True)
     config = json.loads((b / "config.json").read_text())
     config["process"].update(terminal=False, args=[
-        "/bin/sh", "-c", "if [ -e /m2p/miner.pid ]; then echo MINER-RUNNING; else echo MINER-STOPPED; fi"])
+        "/bin/sh", "-c", "if [ -e /m2p/miner.pid ]; then echo MINER-RUNNING; else echo MINER-STOPPED; fi; "
+        f"sleep {seconds}"])
+    # The cards the container is given: their device nodes, as CDI's device edits add them (what the gate reads).
+    config["linux"]["devices"] = [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor,
+                                   "fileMode": 0o666, "uid": 0, "gid": 0} for minor in cards]
     config["root"]["readonly"] = True
     config["mounts"].append({"destination": "/m2p", "type": "bind", "source": str(tmp_path),
                              "options": ["rbind", "ro"]})
@@ -137,9 +142,13 @@ def bundle(tmp_path: Path, name: str, gate: str = "gate") -> Path:
     return b
 
 
+def runc_argv(tmp_path: Path, name: str, gate: str = "gate", **kwargs: object) -> list[str]:
+    return ["runc", "--root", str(tmp_path / "runc"), "run", "--bundle", str(bundle(tmp_path, name, gate, **kwargs)),
+            name]
+
+
 def runc(tmp_path: Path, name: str, gate: str = "gate") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runc", "--root", str(tmp_path / "runc"), "run", "--bundle",
-                           str(bundle(tmp_path, name, gate)), name], capture_output=True, text=True, timeout=150)
+    return subprocess.run(runc_argv(tmp_path, name, gate), capture_output=True, text=True, timeout=150)
 
 
 def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_closed(world):
@@ -213,3 +222,40 @@ def test_runc_starts_a_gpu_container_only_after_the_miner_stopped_and_fails_clos
     (tmp_path / "nvidia-smi").unlink()
     missing = runc(tmp_path, "lease-7", gate="no-agent-here")
     assert missing.returncode != 0 and "(exit 127)" in missing.stderr, missing.stderr
+
+
+def test_runc_a_one_gpu_container_stops_the_miner_on_its_card_only(world):
+    """Per-card hand-over (a mining OS whose start passes the environment on, HiveOS): runc creates a container
+    given /dev/nvidia1; the agent reads that from its OCI spec through the gate, maps the minor to the card's
+    UUID through the driver's cards (STAND-IN of /proc/driver/nvidia/gpus), stops the miner, lets the container
+    through and starts the miner again with CUDA_VISIBLE_DEVICES naming the other card; the stand-in nvidia-smi
+    then shows it on that card only, as CUDA would.  When the container ends the miner mines on both again."""
+    api, tmp_path, start_agent, stop_agent = world
+    config = json.loads((tmp_path / "gpus.json").read_text())
+    leased, other = (gpu["uuid"] for gpu in reversed(config["gpus"]))  # minor 1 is the second card
+    driver = gpu_standin.driver_info(config, tmp_path / "driver-gpus")
+    start_agent(gpu_info_dir=str(driver), per_card=True)
+    miner_pid = tmp_path / "miner.pid"
+    env = {**os.environ, "M2P_STANDIN_GPUS": str(tmp_path / "gpus.json"), "M2P_STANDIN_MINER": MINER}
+    smi = [str(tmp_path / "bin/nvidia-smi"), "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]
+
+    def mining_on() -> set[str]:
+        rows = subprocess.run(smi, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+        return {row.split(", ")[1] for row in rows}
+    wait_for("idle mining on both cards", lambda: miner_pid.exists() and mining_on() == {leased, other})
+    container = subprocess.Popen(runc_argv(tmp_path, "card-1", cards=(1,), seconds=8), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("the container through the gate", lambda: any((tmp_path / "state/gate").glob("*.granted")))
+        wait_for("the miner on the other card", lambda: miner_pid.exists() and mining_on() == {other}, timeout=20)
+        environ = Path(f"/proc/{miner_pid.read_text().strip()}/environ").read_bytes().split(b"\0")
+        assert f"CUDA_VISIBLE_DEVICES={other}".encode() in environ and b"CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ
+        status = json.loads((tmp_path / "state/status.json").read_text())
+        assert status["hand_over"] == "per card" and status["mode"] == "leasing", status
+        out, err = container.communicate(timeout=60)
+    finally:
+        if container.poll() is None:
+            container.kill()
+            container.wait()
+    assert container.returncode == 0, err
+    wait_for("mining on both cards again", lambda: miner_pid.exists() and mining_on() == {leased, other}, timeout=30)

@@ -3,6 +3,8 @@ itself, TERM then KILL, after the OS's own hold command.  Real processes, starte
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.agent import rig
+from miner2provider.agent import gate, rig
 from miner2provider.agent.rig import Clocks, Miner, _programs
 
 
@@ -242,3 +244,84 @@ def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_
     builtin = rig._probe("command -v sh", 5)  # no program of that name: sh's builtin answers
     assert builtin.args[:2] == ["/bin/sh", "-c"] and builtin.returncode == 0
     assert rig.Miner(running_cmd="no-such-program-m2p", start_cmd="", stop_cmd="").running() is False
+
+
+# -- per card ------------------------------------------------------------------------------------------------
+def test_a_miner_started_on_some_cards_sees_only_them_and_one_started_on_all_sees_what_the_agent_sees(tmp_path):
+    seen = tmp_path / "seen"
+    miner = Miner(running_cmd="", start_cmd=f'echo "${{CUDA_DEVICE_ORDER-}}|${{CUDA_VISIBLE_DEVICES-unset}}" > {seen}',
+                  stop_cmd="", own_scope=False)
+    miner.start(("GPU-a", "GPU-b"))
+    assert seen.read_text().strip() == "PCI_BUS_ID|GPU-a,GPU-b"
+    os.environ["CUDA_VISIBLE_DEVICES"] = "GPU-stale"
+    try:
+        miner.start(("GPU-c",))
+        assert seen.read_text().strip() == "PCI_BUS_ID|GPU-c"  # never the agent's own, appended to
+        miner.start()
+        assert seen.read_text().strip() == "|GPU-stale"  # every card: the agent's environment as it is
+    finally:
+        del os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+def test_the_drivers_cards_are_read_by_device_minor_and_odd_entries_are_skipped(tmp_path):
+    folder = tmp_path / "gpus"
+    for pci, text in {
+        "0000:01:00.0": "Model: \t\t NVIDIA GeForce RTX 3070\nGPU UUID: \t GPU-aaa\nBus Location: \t 0000:01:00.0\n"
+                        "Device Minor: \t 3\n",
+        "0000:02:00.0": "Model: \t\t NVIDIA GeForce RTX 3070\nGPU UUID: \t GPU-bbb\nDevice Minor: \t 0\n",
+        "0000:03:00.0": "Model: \t\t NVIDIA GeForce RTX 3070\nGPU UUID: \t ???\nDevice Minor: \t 1\n",  # no UUID
+        "0000:04:00.0": "GPU UUID: \t GPU-ddd\nDevice Minor: \t -1\n",  # no minor
+    }.items():
+        (folder / pci).mkdir(parents=True)
+        (folder / pci / "information").write_text(text)
+    (folder / "0000:05:00.0").mkdir()  # a card whose file cannot be read
+    assert rig.card_uuids(str(folder)) == {3: "GPU-aaa", 0: "GPU-bbb"}
+    assert rig.card_uuids(str(tmp_path / "absent")) == {}
+
+
+def test_gpu_processes_by_card_through_nvml_and_nvidia_smi():
+    class Nvml(FakeNvml):
+        def nvmlDeviceGetUUID(self, handle):
+            return (b"GPU-aaa", "GPU-bbb")[handle]  # older pynvml answers bytes
+
+        def nvmlDeviceGetComputeRunningProcesses(self, handle):
+            class Proc:
+                def __init__(self, pid):
+                    self.pid = pid
+            return [Proc(77)] if handle == 0 else [Proc(78), Proc(77)]
+
+    assert rig.gpu_processes_by_card(Nvml()) == {"GPU-aaa": [77], "GPU-bbb": [77, 78]}
+
+    class NoDriver(Nvml):
+        def nvmlInit(self):
+            raise OSError("NVML Shared Library Not Found")
+
+    class Done:
+        returncode, stdout = 0, "123, GPU-aaa\n123, GPU-bbb\n456, GPU-bbb\nNo running processes found\n"
+
+    calls = []
+    assert rig.gpu_processes_by_card(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done()) == {
+        "GPU-aaa": [123], "GPU-bbb": [123, 456]}
+    assert calls == [["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]]
+
+
+@pytest.mark.parametrize(("devices", "minors"), [
+    ([{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+      {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}], [1]),
+    ([{"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
+      {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}], [0, 3]),
+    ([{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}], None),  # no card: the whole rig
+    ([{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": "1"}], None),  # not the runtime's shape
+    ([{"path": "/dev/nvidia1", "type": "b", "major": 8, "minor": 1}], []),  # a block device of that name
+    ("devices", None),
+])
+def test_a_containers_cards_are_the_card_nodes_of_its_oci_spec(tmp_path, devices, minors):
+    (tmp_path / "config.json").write_text(json.dumps({"linux": {"devices": devices}}))
+    assert gate.gpu_minors({"bundle": str(tmp_path)}) == (minors or None)
+
+
+def test_a_container_without_a_readable_spec_has_unknown_cards(tmp_path):
+    assert gate.gpu_minors({}) is None
+    assert gate.gpu_minors({"bundle": str(tmp_path / "gone")}) is None
+    (tmp_path / "config.json").write_text("{not json")
+    assert gate.gpu_minors({"bundle": str(tmp_path)}) is None

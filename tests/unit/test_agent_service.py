@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from m2p_sandbox import gpu_standin
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.agent import gate, rig
 from miner2provider.agent import kube as kube_api
@@ -144,6 +145,17 @@ def at_the_gate(tmp_path, state, timeout=10.0):
         answer=gate.wait_for_hand_over(tmp_path / "state/gate", state, timeout)))
     thread.start()
     return thread, result
+
+
+def handed_over(agent, tmp_path, state, ticks=(["stop-miner"], ["grant"])) -> tuple[bool, str]:
+    """The container at the gate while the agent ticks ``ticks`` (each tick's actions as expected); the gate's
+    answer."""
+    thread, result = at_the_gate(tmp_path, state)
+    wait_waiting(agent, thread)
+    for expected in ticks:
+        assert agent.tick() == expected
+    thread.join(5)
+    return result["answer"]
 
 
 def wait_waiting(agent, thread):
@@ -695,11 +707,7 @@ def test_a_container_through_the_gate_is_a_lease_in_the_status_before_the_api_li
     agent = idle_mining(api, tmp_path)
     proc, state = container(tmp_path)
     try:
-        thread, result = at_the_gate(tmp_path, state)
-        wait_waiting(agent, thread)
-        assert agent.tick() == ["stop-miner"]
-        assert agent.tick() == ["grant"]
-        thread.join(5)
+        assert handed_over(agent, tmp_path, state) == (True, "")
         leases = json.loads((tmp_path / "state/status.json").read_text())["leases"]
         assert [lease["pod"] for lease in leases] == ["lease/job"] and leases[0]["since"].startswith("20")
         api.add_pod("job", NODE, 2, namespace="lease")  # the API lists it now: named once
@@ -780,3 +788,98 @@ def test_the_agents_own_stop_and_start_are_no_strike(api, tmp_path):
         agent.schedule = model.load(str(tmp_path / "schedule.yml"))
         assert any(action in agent.tick() for _ in range(3))  # leaving the market first takes a tick
     assert agent.respawns == 0
+
+
+CARD_UUIDS = ("GPU-0b6d7c2e-1111-2222-3333-444444444444", "GPU-9f3a1e55-5555-6666-7777-888888888888")
+
+
+def driver_cards(folder: Path) -> str:
+    """The driver's cards (the sandbox's STAND-IN of /proc/driver/nvidia/gpus), minors in reverse PCI order: the
+    driver numbers cards as it probes them, and rigs have been seen where nvidia-smi's index 3 is /dev/nvidia0."""
+    cards = [{"name": "NVIDIA GeForce RTX 3090", "uuid": CARD_UUIDS[1], "pci.bus_id": "00000000:02:00.0"},
+             {"name": "NVIDIA GeForce RTX 3090", "uuid": CARD_UUIDS[0], "pci.bus_id": "00000000:01:00.0"}]
+    return str(gpu_standin.driver_info({"gpus": cards}, folder))
+
+
+def per_card_agent(api, tmp_path) -> Agent:
+    """make_agent on a rig whose OS can start the miner on some cards: the stand-in miner (a file) records
+    the CUDA_VISIBLE_DEVICES it was started with, and the stand-in NVML shows it on those cards only (as CUDA
+    makes no context on a card it does not see)."""
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    running, events = tmp_path / "miner.running", tmp_path / "events"
+    miner = dataclasses.replace(agent.config.miner, per_card=True,
+                                start_cmd=f'echo "${{CUDA_VISIBLE_DEVICES-all}}" > {running}; echo start >> {events}')
+    agent.config = dataclasses.replace(agent.config, miner=miner, gpu_info_dir=driver_cards(tmp_path / "gpus"))
+
+    def by_card():
+        if not running.exists():
+            return {}
+        seen = running.read_text().strip()
+        return {uuid: [NO_SUCH_PID] for uuid in CARD_UUIDS if seen == "all" or uuid in seen.split(",")}
+    agent.gpu_processes_by_card = by_card
+    return agent
+
+
+def bundle_with(tmp_path, *minors) -> str:
+    """The container's OCI bundle as the runtime leaves it: config.json's linux.devices with the card nodes
+    CDI's device edits added (and the control nodes every GPU container gets)."""
+    bundle = tmp_path / f"bundle-{'-'.join(map(str, minors))}"
+    bundle.mkdir()
+    devices = [{"path": f"/dev/nvidia{m}", "type": "c", "major": 195, "minor": m} for m in minors]
+    devices += [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+                {"path": "/dev/nvidia-uvm", "type": "c", "major": 508, "minor": 0}]
+    (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "linux": {"devices": devices}}))
+    return str(bundle)
+
+
+def test_per_card_a_one_gpu_lease_stops_mining_on_its_card_only_and_a_restart_on_every_card_is_caught(
+        api, tmp_path):
+    agent = per_card_agent(api, tmp_path)
+    running = tmp_path / "miner.running"
+    assert agent.tick() == ["offer"]
+    assert agent.tick() == ["start-miner"] and running.read_text().strip() == "all"
+    api.add_pod("job", NODE, 1, phase="Pending")
+    proc, state = container(tmp_path)
+    state["bundle"] = bundle_with(tmp_path, 1)  # /dev/nvidia1: the card at 0000:01:00.0, CARD_UUIDS[0]
+    try:
+        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
+        assert agent.state.mode == "leasing"
+        assert running.read_text().strip() == CARD_UUIDS[1]  # mining on the card no lease holds
+        status = json.loads((tmp_path / "state/status.json").read_text())
+        assert status["hand_over"] == "per card" and status["mode"] == "leasing"
+        read = agent_status_from(status)
+        assert read.hand_over == "per card"
+        assert agent.tick() == []  # settled: the miner on one card, the lease on the other
+        # The mining OS restarts the miner on every card (HiveOS hello, a dashboard push): stopped at once and
+        # started on the free card again; the second time the rig hands over whole until the lease ends.
+        running.write_text("all\n")
+        assert agent.tick() == ["stop-miner"] and not agent.state.whole_rig
+        assert agent.tick() == ["start-miner"] and running.read_text().strip() == CARD_UUIDS[1]
+        running.write_text("all\n")
+        assert agent.tick() == ["stop-miner"] and agent.state.whole_rig
+        assert agent.tick() == [] and not running.exists()
+        assert json.loads((tmp_path / "state/status.json").read_text())["hand_over"] == "whole rig"
+    finally:
+        proc.kill()
+        proc.wait()
+    api.delete_pod("job")
+    assert agent.tick() == ["start-miner"] and running.read_text().strip() == "all"
+    assert not agent.state.whole_rig and agent.state.mode == "idle-mining"
+    # The OS's clocks: re-applied before mining on every card, never before mining beside a lease (its command
+    # tunes every card, the leased one too), reset before the lease's container ran.
+    assert (tmp_path / "events").read_text().split() == ["reapply", "start", "reset", "start", "start", "reapply",
+                                                         "start"]
+
+
+def test_per_card_a_container_whose_cards_cannot_be_read_hands_the_whole_rig_over(api, tmp_path):
+    agent = per_card_agent(api, tmp_path)
+    agent.tick()
+    agent.tick()
+    api.add_pod("job", NODE, 1, phase="Pending")
+    proc, state = container(tmp_path)  # no bundle in its state: the cards it is given are unknown
+    try:
+        assert handed_over(agent, tmp_path, state) == (True, "") and not (tmp_path / "miner.running").exists()
+        assert agent.tick() == []
+    finally:
+        proc.kill()
+        proc.wait()

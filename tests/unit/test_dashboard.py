@@ -503,10 +503,12 @@ def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api()
     econ = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 1.20}\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
     swept = AgentStatus(True, "idle-mining", measured=Measured("kawpow", (58.0, 56.0), (240.0, 240.0)),
                         lease_pays=True, floor_per_hour=0.187, quote_source="measured kawpow hashrate of 2 GPUs",
-                        reclaim_per_hour=0.0187, leased_gpus=1, leased_of=2, leased_per_hour=0.12)
+                        reclaim_per_hour=0.0187, leased_gpus=1, leased_of=2, leased_per_hour=0.12,
+                        hand_over="per card")
     assert views.economy(swept, econ) == {
         "lease_pays": True, "floor_per_hour": 0.187, "quote_source": "measured kawpow hashrate of 2 GPUs",
-        "reclaim_per_hour": 0.0187, "leased": {"gpus": 1, "of": 2, "per_hour": 0.12},
+        "reclaim_per_hour": 0.0187, "leased": {"gpus": 1, "of": 2, "per_hour": 0.12,
+                                               "hand_over": "the miner mines on the cards no lease holds"},
         "measured": {"algo": "kawpow", "mhs": [58.0, 56.0], "watts": [240.0, 240.0]}, "measured_per_gpu_day": 2.85}
     raw = {"mode": "idle-mining", "profit": {"lease_pays": True, "floor_per_hour": 0.187, "source": "x",
                                              "reclaim_per_hour": "lots", "leased": {"gpus": 9, "of": 2}},

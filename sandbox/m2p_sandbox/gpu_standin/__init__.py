@@ -43,6 +43,23 @@ def rig_config(rig_name: str, card_names: list[str], driver: str = DRIVER_VERSIO
     return {"driver_version": driver, "cuda_version": cuda, "gpus": gpus}
 
 
+def driver_info(config: dict[str, object], folder: Path, minors: list[int] | None = None) -> Path:
+    """A STAND-IN of the NVIDIA driver's ``/proc/driver/nvidia/gpus``: one folder per card named by its PCI
+    address, its ``information`` in the driver's own shape (the fields nvidia-container-cli info prints from
+    it).  ``minors``: the device minor of each card (the driver numbers them as it probes; not always PCI order)."""
+    gpus = config["gpus"]
+    assert isinstance(gpus, list)
+    for position, gpu in enumerate(gpus):
+        pci = gpu["pci.bus_id"][4:].lower()  # nvidia-smi's 8-digit domain; the driver's folder has 4
+        (folder / pci).mkdir(parents=True, exist_ok=True)
+        minor = position if minors is None else minors[position]
+        (folder / pci / "information").write_text(
+            f"Model: \t\t {gpu['name']}\nIRQ:   \t\t {130 + position}\nGPU UUID: \t {gpu['uuid']}\n"
+            f"Video BIOS: \t 94.02.42.00.a9\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\n"
+            f"Bus Location: \t {pci}\nDevice Minor: \t {minor}\nGPU Excluded:\t No\n")
+    return folder
+
+
 MINER_FILE = "/usr/lib/m2p-standin/standin-cuda"  # on the rig: the GPU miner stand-in the flavours' miners exec
 
 
@@ -63,10 +80,43 @@ def install(root: Path, card_names: list[str], rig_name: str = "rig") -> None:
     target.chmod(0o755)
     conf = root / RIG_FILE.lstrip("/")
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(json.dumps(rig_config(rig_name, card_names), indent=2))
+    config = rig_config(rig_name, card_names)
+    conf.write_text(json.dumps(config, indent=2))
+    install_driver_info(root, config)
     # What the cards saw (nvidia-smi's clock and power calls, miners attaching): every stand-in miner
     # writes to it, whichever user runs it.
     log = root / GPU_LOG.lstrip("/")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     log.chmod(0o666)
+
+
+DRIVER_INFO = "/usr/lib/m2p-standin/driver"  # on the rig: the stand-in's /proc/driver, bound there at boot
+DRIVER_UNIT = """[Unit]
+Description=STAND-IN of the NVIDIA driver's /proc/driver/nvidia (m2p sandbox rig: no GPU, no driver)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/mount -o bind,ro {folder} /proc/driver
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def install_driver_info(root: Path, config: dict[str, object]) -> None:
+    """What the loaded driver shows in /proc/driver/nvidia/gpus (driver_info), on the rig: written under
+    DRIVER_INFO read-only as procfs is, and bound over the rig's /proc/driver at each boot by a unit (procfs
+    takes no files; the rig's /proc/driver is empty without a driver)."""
+    folder = root / DRIVER_INFO.lstrip("/")
+    driver_info(config, folder / "nvidia/gpus")
+    for path in sorted(folder.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    unit = root / "etc/systemd/system/m2p-standin-nvidia-proc.service"
+    unit.write_text(DRIVER_UNIT.format(folder=DRIVER_INFO))
+    wants = root / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / unit.name).symlink_to(f"../{unit.name}")

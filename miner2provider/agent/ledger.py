@@ -41,6 +41,7 @@ class Entry:
     algo: str = ""  # the miner's measured average when the line was written (measure.py), if any
     mhs: tuple[float, ...] = ()
     leased: int = 0  # the GPUs the leases hold (their pods' limits); lines before it: all ``gpus`` when leased
+    mining: int = 0  # the GPUs the miner mines on beside the leases (per-card hand-over); 0: none mine
 
     def line(self) -> str:
         data: dict[str, object] = {"at": round(self.at, 3), "mode": self.mode, "gpus": self.gpus}
@@ -49,13 +50,15 @@ class Entry:
         if self.leases:
             data["leases"] = list(self.leases)
             data["leased"] = self.leased
+            if self.mining:
+                data["mining"] = self.mining
         if self.mhs:
             data["algo"], data["mhs"] = self.algo, [round(v, 3) for v in self.mhs]
         return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
 
     def same_state(self, other: Entry | None) -> bool:
-        return other is not None and (self.mode, self.blind, self.leases, self.leased) == (
-            other.mode, other.blind, other.leases, other.leased)
+        return other is not None and (self.mode, self.blind, self.leases, self.leased, self.mining) == (
+            other.mode, other.blind, other.leases, other.leased, other.mining)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Span:
     gpus: int
     leases: tuple[str, ...]
     leased: int = 0
+    mining: int = 0
 
     @property
     def seconds(self) -> float:
@@ -135,12 +139,15 @@ def _entry(raw: str) -> Entry | None:
     leased = data.get("leased", gpus if leases else 0)  # a line from before the count: the whole rig
     if isinstance(leased, bool) or not isinstance(leased, int) or not 0 <= leased <= max(gpus, 0):
         leased = gpus if leases else 0
+    mining = data.get("mining", 0)  # never more than the cards no lease holds
+    if isinstance(mining, bool) or not isinstance(mining, int) or not leases or not 0 <= mining <= gpus - leased:
+        mining = 0
     mhs, algo = data.get("mhs", []), data.get("algo", "")
     if (not isinstance(mhs, list) or len(mhs) > MAX_GPUS or not isinstance(algo, str)
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in mhs)):
         mhs, algo = [], ""  # a measurement the line cannot vouch for: the line itself still counts
     return Entry(float(at), mode[:32], data.get("blind") is True, gpus, tuple(x[:300] for x in leases),
-                 algo[:ALGO_CHARS] if mhs else "", tuple(float(v) for v in mhs), leased if leases else 0)
+                 algo[:ALGO_CHARS] if mhs else "", tuple(float(v) for v in mhs), leased if leases else 0, mining)
 
 
 def read(directory: Path) -> tuple[list[Entry], int]:
@@ -161,7 +168,7 @@ def spans(entries: Iterable[Entry], now: float) -> list[Span]:
     out: list[Span] = []
     for entry, following in zip(listed, listed[1:] + [None]):
         end = following.at if following is not None else max(now, entry.at)
-        out.append(Span(entry.mode, entry.at, end, entry.blind, entry.gpus, entry.leases, entry.leased))
+        out.append(Span(entry.mode, entry.at, end, entry.blind, entry.gpus, entry.leases, entry.leased, entry.mining))
     return out
 
 

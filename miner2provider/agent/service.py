@@ -441,8 +441,11 @@ class Agent:
         leases = tuple(lease["pod"] for lease in self.seen.leases) if not blind else last.leases
         leased = self.leased_gpus() if not blind else last.leased
         m = self.stats.measured
+        # Per-card hand-over: the cards the agent started the miner on beside the leases.
+        mining = min(len(self.state.mine_on), self.config.gpu_count - leased) if leases and not blind else (
+            last.mining if blind else 0)
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
-                             *((m.algo, m.mhs) if m is not None else ("", ())), leased=leased)
+                             *((m.algo, m.mhs) if m is not None else ("", ())), leased=leased, mining=mining)
         if entry.same_state(self._ledger_last):
             return
         try:

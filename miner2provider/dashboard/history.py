@@ -64,6 +64,10 @@ MIGRATIONS = (
     ALTER TABLE ledger ADD COLUMN leased INTEGER NOT NULL DEFAULT 0;
     UPDATE ledger SET leased = gpus WHERE leases != '[]';
     """,
+    # 7: the GPUs the miner mined on beside the leases (agent/ledger.py ``mining``: per-card hand-over).
+    """
+    ALTER TABLE ledger ADD COLUMN mining INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
 
@@ -136,12 +140,13 @@ class History:
     # -- ingestion ------------------------------------------------------------------------
     def add_ledger(self, rig: str, entries: Iterable[Entry], seen_at: float) -> int:
         """Store a rig's ledger lines; returns how many were new."""
-        rows = [(rig, e.at, e.mode, int(e.blind), e.gpus, json.dumps(list(e.leases)), e.leased) for e in entries]
+        rows = [(rig, e.at, e.mode, int(e.blind), e.gpus, json.dumps(list(e.leases)), e.leased, e.mining)
+                for e in entries]
         with self._transaction():
             self._seen(rig, seen_at)
             before = self.db.total_changes
-            self.db.executemany("INSERT OR IGNORE INTO ledger (rig, at, mode, blind, gpus, leases, leased) "
-                                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self.db.executemany("INSERT OR IGNORE INTO ledger (rig, at, mode, blind, gpus, leases, leased, mining) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             added = self.db.total_changes - before
             if added:
                 self._link(rig, min(row[1] for row in rows))
@@ -214,13 +219,14 @@ class History:
 
     def windows(self, since: float, until: float) -> dict[str, Window]:
         """Every rig's ``Window`` over [since, until)."""
-        closed: dict[str, list[tuple[str, int, int, float]]] = {}
+        closed: dict[str, list[tuple[str, int, int, float, int]]] = {}
         last: dict[str, Entry] = {}
-        for rig, mode, leased, gpus, value, leases in self.db.execute(WINDOW_SQL, {"since": since, "until": until}):
+        for rig, mode, leased, gpus, mining, value, leases in self.db.execute(
+                WINDOW_SQL, {"since": since, "until": until}):
             if leases is None:
-                closed.setdefault(rig, []).append((mode, leased, gpus, value))
+                closed.setdefault(rig, []).append((mode, leased, gpus, value, mining))
             else:
-                last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)), leased=leased)
+                last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)), leased=leased, mining=mining)
         return {rig: Window(tuple(closed.get(rig, ())), last.get(rig)) for rig in {*closed, *last}}
 
     def seconds_per_day(self, rig: str, days: int, now: float,
@@ -241,24 +247,25 @@ class History:
 
 
 WINDOW_SQL = """
-SELECT rig, mode, leased, gpus, sum(min(until, :until) - max(at, :since)), NULL FROM ledger
-    WHERE until > :since AND at < :until GROUP BY rig, mode, leased, gpus
+SELECT rig, mode, leased, gpus, mining, sum(min(until, :until) - max(at, :since)), NULL FROM ledger
+    WHERE until > :since AND at < :until GROUP BY rig, mode, leased, gpus, mining
 UNION ALL
-SELECT rig, mode, leased, gpus, at, leases FROM ledger WHERE until IS NULL AND at < :until
+SELECT rig, mode, leased, gpus, mining, at, leases FROM ledger WHERE until IS NULL AND at < :until
 """
-LINE = "at, mode, blind, gpus, leases, leased"
+LINE = "at, mode, blind, gpus, leases, leased, mining"
 ORDER = "ORDER BY at, mode, blind, leases"  # the primary key's order: lines at one instant in a fixed order
 
 
 @dataclass(frozen=True)
 class Window:
     """A rig's ledger summed over a window in SQL (the fleet page's 1,000 rigs x 30 days): seconds per
-    (mode, GPUs the leases held, GPU count) of the spans that ended, and the line still in force."""
+    (mode, GPUs the leases held, GPU count; with the GPUs mined beside them) of the spans that ended, and the
+    line still in force."""
 
-    closed: tuple[tuple[str, int, int, float], ...]
+    closed: tuple[tuple[str, int, int, float, int], ...]
     last: Entry | None
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:
-    at, mode, blind, gpus, leases, leased = row
-    return Entry(at, mode, bool(blind), gpus, tuple(json.loads(leases)), leased=leased)
+    at, mode, blind, gpus, leases, leased, mining = row
+    return Entry(at, mode, bool(blind), gpus, tuple(json.loads(leases)), leased=leased, mining=mining)

@@ -62,24 +62,26 @@ class Totals:
     gpu_seconds_mined: float = 0.0
 
 
-def _totals(pieces: Iterable[tuple[str, int, int, float]], gpu_count: int) -> Totals:
-    """From (mode, GPUs the leases on the node held, GPUs the line named, seconds) pieces.  The miner stops on
-    every card for a lease (a whole-rig hand-over): the cards no lease holds then neither mine nor earn."""
+def _totals(pieces: Iterable[tuple[str, int, int, float, int]], gpu_count: int) -> Totals:
+    """From (mode, GPUs the leases on the node held, GPUs the line named, seconds, GPUs mined beside the leases)
+    pieces.  Beside a lease the miner mines on the cards no lease holds where the rig hands over per card, and
+    on none where it hands over whole (those cards then neither mine nor earn)."""
     seconds: dict[str, float] = {}
     leased = mined = 0.0
-    for mode, leased_gpus, gpus, length in pieces:
+    for mode, leased_gpus, gpus, length, mining in pieces:
         if length <= 0:
             continue
         seconds[mode] = seconds.get(mode, 0.0) + length
         if leased_gpus:
             leased += length * leased_gpus
+            mined += length * mining
         elif mode in MINING_MODES:
             mined += length * (gpus or gpu_count)
     return Totals(seconds, leased, mined)
 
 
 def span_totals(window_spans: Iterable[Span], gpu_count: int) -> Totals:
-    return _totals(((s.mode, s.leased, s.gpus, s.seconds) for s in window_spans), gpu_count)
+    return _totals(((s.mode, s.leased, s.gpus, s.seconds, s.mining) for s in window_spans), gpu_count)
 
 
 def window_totals(window: Window, seen_at: float | None, since: float, until: float, gpu_count: int) -> Totals:
@@ -89,7 +91,7 @@ def window_totals(window: Window, seen_at: float | None, since: float, until: fl
     last = window.last
     if last is not None:
         end = min(until, seen_at if seen_at is not None else since)
-        pieces.append((last.mode, last.leased, last.gpus, end - max(last.at, since)))
+        pieces.append((last.mode, last.leased, last.gpus, end - max(last.at, since), last.mining))
     return _totals(pieces, gpu_count)
 
 
@@ -116,7 +118,7 @@ def rig_spans(rig: RigInput, since: float, until: float) -> list[Span]:
         start = max(span.start, since)
         stop = min(span.end, until) if n < len(listed) - 1 else min(until, seen)
         if stop > start:
-            out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases, span.leased))
+            out.append(Span(span.mode, start, stop, span.blind, span.gpus, span.leases, span.leased, span.mining))
     return out
 
 

@@ -849,6 +849,9 @@ def test_per_card_a_one_gpu_lease_stops_mining_on_its_card_only_and_a_restart_on
         assert status["hand_over"] == "per card" and status["mode"] == "leasing"
         read = agent_status_from(status)
         assert read.hand_over == "per card"
+        # The ledger counts the lease's card leased and the other mined.
+        last = json.loads((tmp_path / "state/ledger.jsonl").read_text().splitlines()[-1])
+        assert (last["mode"], last.get("leased"), last.get("mining")) == ("leasing", 1, 1), last
         assert agent.tick() == []  # settled: the miner on one card, the lease on the other
         # The mining OS restarts the miner on every card (HiveOS hello, a dashboard push): stopped at once and
         # started on the free card again; the second time the rig hands over whole until the lease ends.

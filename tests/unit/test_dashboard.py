@@ -81,14 +81,27 @@ def test_earnings_count_lease_hours_and_mining_hours_by_the_rigs_models():
     assert views.earnings(views.span_totals(spans, 2), ["cmp90hx", "cmp90hx"], ECON)["total"] is None  # no mining figure: unknown
 
 
+def test_a_per_card_lease_counts_its_gpu_leased_and_the_others_mined():
+    """A 1-GPU lease on a 3-GPU rig that hands over per card: 1 GPU-hour leased and 2 mined an hour; handed over
+    whole (no mining count), the 2 idle cards earn nothing."""
+    t0 = 1_800_000_000.0
+    ledger = [Entry(t0, "leasing", gpus=3, leases=("lease/a",), leased=1, mining=2),
+              Entry(t0 + 2 * HOUR, "leasing", gpus=3, leases=("lease/a",), leased=1)]
+    spans = views.rig_spans(rig(ledger, t0 + 3 * HOUR), t0, t0 + DAY)
+    e = views.earnings(views.span_totals(spans, 3), ["rtx3090"] * 3, ECON)
+    assert (e["gpu_hours_leased"], e["gpu_hours_mined"]) == (3.0, 4.0), e
+
+
 def test_a_rig_not_seen_since_earns_nothing_after_its_last_sweep():
     t0 = 1_800_000_000.0
     spans = views.rig_spans(rig([Entry(t0, "mining", gpus=1)], seen_at=t0 + HOUR), t0, t0 + 30 * DAY)
     assert sum(s.seconds for s in spans) == HOUR
 
 
+# The lease of a change: 0 none, 1 the whole rig's GPUs (a whole-rig hand-over), 2 one GPU with the miner on the
+# others (per card).
 CHANGES = st.lists(st.tuples(st.floats(0, 10 * DAY, allow_nan=False),
-                             st.sampled_from(views.MODES), st.booleans()), max_size=40)
+                             st.sampled_from(views.MODES), st.integers(0, 2)), max_size=40)
 
 
 T0 = 1_800_000_000.0
@@ -98,7 +111,9 @@ WORLDS = st.tuples(CHANGES, st.floats(0, 12 * DAY, allow_nan=False), st.floats(0
 def world_of(drawn, gpus):
     """(ledger, the last read, since, until) from drawn changes, read time and window end."""
     changes, seen, window_end = drawn
-    ledger = [Entry(T0 + at, mode, gpus=gpus, leases=("l/p",) if leased else ()) for at, mode, leased in sorted(changes)]
+    ledger = [Entry(T0 + at, mode, gpus=gpus, leases=("l/p",) if lease else (),
+                    leased={0: 0, 1: gpus, 2: min(1, gpus)}[lease], mining=max(0, gpus - 1) if lease == 2 else 0)
+              for at, mode, lease in sorted(changes)]
     return ledger, T0 + seen, T0 + window_end / 3, T0 + window_end
 
 

@@ -302,7 +302,8 @@ class Agent:
             if not isinstance(minors, list) or not minors or any(m not in self._card_map for m in minors):
                 return None
             cards = frozenset(self._card_map[m] for m in minors)
-            self.seen.pod_cards[str(record.get("pod") or "")] = cards
+            pod = str(record.get("pod") or "")
+            self.seen.pod_cards[pod] = self.seen.pod_cards.get(pod, frozenset()) | cards  # each container's
             held |= cards
         if self.seen.listed is not None:  # the API answered: forget the pods that are gone
             self.seen.pod_cards = {pod: cards for pod, cards in self.seen.pod_cards.items()

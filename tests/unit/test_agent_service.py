@@ -886,3 +886,30 @@ def test_per_card_a_container_whose_cards_cannot_be_read_hands_the_whole_rig_ove
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_per_card_a_lease_container_that_restarts_keeps_its_card_and_passes_the_gate_beside_the_miner(
+        api, tmp_path):
+    """Between two runs of a lease's container (a restart, a crash loop) its card stays the lease's: the miner
+    mines on the other card throughout, and the container passes the gate again without a stop."""
+    agent = per_card_agent(api, tmp_path)
+    running = tmp_path / "miner.running"
+    agent.tick()
+    agent.tick()
+    api.add_pod("job", NODE, 1, phase="Pending")
+    proc, state = container(tmp_path)
+    state["bundle"] = bundle_with(tmp_path, 1)
+    try:
+        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert agent.tick() == [] and running.read_text().strip() == CARD_UUIDS[1]  # the container is gone, its pod not
+    again, state = container(tmp_path, name="c2")
+    state["bundle"] = str(tmp_path / "bundle-1")
+    try:
+        assert handed_over(agent, tmp_path, state, (["grant"],)) == (True, "")
+        assert running.read_text().strip() == CARD_UUIDS[1]
+    finally:
+        again.kill()
+        again.wait()

@@ -46,6 +46,7 @@ WATCHDOG_RECHECK_S = 10.0
 # watchdog) is ended each time; after this many, the rig refuses new leases rather than fight it.
 RESPAWN_STRIKES = 3
 RESPAWN_SENTENCE = "another supervisor restarts the miner"
+BESIDE_GRACE_S = 60.0  # a real miner takes its cards within seconds (a DAG build is longer, but holds the card)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class Agent:
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
     _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
     _stopped_for_lease: bool = False  # the agent stopped the miner for this hand-over and has not started it since
+    _beside_since: float | None = None  # when the agent last started the miner on some cards (monotonic)
     respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
     _api_connections: dict[Any, Any] = field(default_factory=dict)  # kept from tick to tick (kube.one_connection)
@@ -279,6 +281,7 @@ class Agent:
             gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
             cards=cards, held=held, busy_cards=self.busy_cards() if held else frozenset(),
         )
+        self._say_an_idle_miner(obs)
         return obs, node
 
     # -- per card ----------------------------------------------------------------------
@@ -314,6 +317,16 @@ class Agent:
                     return None
                 held |= self.seen.pod_cards[lease["pod"]]
         return frozenset(held)
+
+    def _say_an_idle_miner(self, obs: Observation) -> None:
+        """A miner started beside a lease that holds none of its cards a while later: most likely its flight sheet
+        names devices by index (T-Rex ``-d 0,1``), which counts among the visible cards only, and it does not
+        start.  The lease is safe; the rig mines nothing, as if it handed over whole: said."""
+        mine_on = set(self.state.mine_on)
+        if (mine_on and obs.held and obs.miner_running and self._beside_since is not None
+                and obs.now - self._beside_since >= BESIDE_GRACE_S and not obs.busy_cards & mine_on):
+            self._say(f"the miner started on the {len(mine_on)} card(s) no lease holds runs on none of them after "
+                      f"{BESIDE_GRACE_S:g} s (does its flight sheet name devices by index?)")
 
     def busy_cards(self) -> frozenset[str]:
         """The cards a process outside every container holds (NVML, card by card): read each tick while
@@ -370,6 +383,7 @@ class Agent:
             except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
                 self._say(f"clocks: {exc}")
         self._stopped_for_lease = False
+        self._beside_since = self.monotonic() if cards else None
         self.config.miner.start(cards)
 
     def _hand_over_clocks(self) -> None:

@@ -801,11 +801,11 @@ def driver_cards(folder: Path) -> str:
     return str(gpu_standin.driver_info({"gpus": cards}, folder))
 
 
-def per_card_agent(api, tmp_path) -> Agent:
+def per_card_agent(api, tmp_path, clock=lambda: 1_800_000_000.0) -> Agent:
     """make_agent on a rig whose OS can start the miner on some cards: the stand-in miner (a file) records
     the CUDA_VISIBLE_DEVICES it was started with, and the stand-in NVML shows it on those cards only (as CUDA
     makes no context on a card it does not see)."""
-    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    agent = make_agent(api, tmp_path, LEASE_FIRST, clock=clock)
     running, events = tmp_path / "miner.running", tmp_path / "events"
     miner = dataclasses.replace(agent.config.miner, per_card=True,
                                 start_cmd=f'echo "${{CUDA_VISIBLE_DEVICES-all}}" > {running}; echo start >> {events}')
@@ -913,3 +913,31 @@ def test_per_card_a_lease_container_that_restarts_keeps_its_card_and_passes_the_
     finally:
         again.kill()
         again.wait()
+
+
+def test_per_card_a_miner_that_takes_none_of_its_cards_beside_a_lease_is_said(api, tmp_path):
+    """A flight sheet naming devices by index (T-Rex -d 0,1) counts among the visible cards: such a miner starts
+    on none.  The lease is safe; the status says why the rig mines nothing."""
+    now = [1_800_000_000.0]
+    agent = per_card_agent(api, tmp_path, clock=lambda: now[0])
+    running = tmp_path / "miner.running"
+    agent.tick()
+    agent.tick()
+    api.add_pod("job", NODE, 1, phase="Pending")
+    proc, state = container(tmp_path)
+    state["bundle"] = bundle_with(tmp_path, 1)
+    try:
+        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
+        running.write_text("GPU-none\n")  # it runs (its screen does), on no card
+        now[0] += 30
+        agent.tick()
+        assert agent.last_error == ""
+        now[0] += 31
+        agent.tick()
+        assert "runs on none of them after 60 s (does its flight sheet name devices by index?)" in agent.last_error
+        running.write_text(f"{CARD_UUIDS[1]}\n")  # it took its card (a long DAG build): nothing to say
+        agent.tick()
+        assert agent.last_error == ""
+    finally:
+        proc.kill()
+        proc.wait()

@@ -820,6 +820,24 @@ def per_card_agent(api, tmp_path, clock=lambda: 1_800_000_000.0) -> Agent:
     return agent
 
 
+def per_card_lease(api, tmp_path, clock=lambda: 1_800_000_000.0):
+    """per_card_agent idle mining, then a 1-GPU lease whose container (given /dev/nvidia1) is handed over: the
+    miner mines on the other card.  Returns the agent and the container's process."""
+    agent = per_card_agent(api, tmp_path, clock)
+    agent.tick()
+    agent.tick()
+    api.add_pod("job", NODE, 1, phase="Pending")
+    proc, state = container(tmp_path)
+    state["bundle"] = bundle_with(tmp_path, 1)
+    try:
+        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return agent, proc
+
+
 def bundle_with(tmp_path, *minors) -> str:
     """The container's OCI bundle as the runtime leaves it: config.json's linux.devices with the card nodes
     CDI's device edits added (and the control nodes every GPU container gets)."""
@@ -892,18 +910,10 @@ def test_per_card_a_lease_container_that_restarts_keeps_its_card_and_passes_the_
         api, tmp_path):
     """Between two runs of a lease's container (a restart, a crash loop) its card stays the lease's: the miner
     mines on the other card throughout, and the container passes the gate again without a stop."""
-    agent = per_card_agent(api, tmp_path)
+    agent, proc = per_card_lease(api, tmp_path)
     running = tmp_path / "miner.running"
-    agent.tick()
-    agent.tick()
-    api.add_pod("job", NODE, 1, phase="Pending")
-    proc, state = container(tmp_path)
-    state["bundle"] = bundle_with(tmp_path, 1)
-    try:
-        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
-    finally:
-        proc.kill()
-        proc.wait()
+    proc.kill()
+    proc.wait()
     assert agent.tick() == [] and running.read_text().strip() == CARD_UUIDS[1]  # the container is gone, its pod not
     again, state = container(tmp_path, name="c2")
     state["bundle"] = str(tmp_path / "bundle-1")
@@ -919,15 +929,9 @@ def test_per_card_a_miner_that_takes_none_of_its_cards_beside_a_lease_is_said(ap
     """A flight sheet naming devices by index (T-Rex -d 0,1) counts among the visible cards: such a miner starts
     on none.  The lease is safe; the status says why the rig mines nothing."""
     now = [1_800_000_000.0]
-    agent = per_card_agent(api, tmp_path, clock=lambda: now[0])
+    agent, proc = per_card_lease(api, tmp_path, clock=lambda: now[0])
     running = tmp_path / "miner.running"
-    agent.tick()
-    agent.tick()
-    api.add_pod("job", NODE, 1, phase="Pending")
-    proc, state = container(tmp_path)
-    state["bundle"] = bundle_with(tmp_path, 1)
     try:
-        assert handed_over(agent, tmp_path, state, (["stop-miner"], ["grant", "start-miner"])) == (True, "")
         running.write_text("GPU-none\n")  # it runs (its screen does), on no card
         now[0] += 30
         agent.tick()

@@ -258,7 +258,9 @@ class Agent:
         self.seen.gated = self.lease_gated()
         leases_waiting, others = self._waiting()
         waiting = bool(leases_waiting)
-        if not waiting:  # a container waiting for the GPUs is not kept waiting on a miner's API
+        # A container waiting for the GPUs is not kept waiting on a miner's API; a miner on some cards beside a
+        # lease (per card) is not the rig's mining: its figures would start the rig's average anew on fewer GPUs.
+        if not waiting and not self.state.mine_on:
             self.sample_miner(now, running)
         at = datetime.fromtimestamp(now, timezone.utc)
         desired = policy.desired_at(self.schedule, at, self.price_offer(now))

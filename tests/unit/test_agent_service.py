@@ -945,3 +945,28 @@ def test_per_card_a_miner_that_takes_none_of_its_cards_beside_a_lease_is_said(ap
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_per_card_the_miner_beside_a_lease_is_not_measured_as_the_rigs_mining(api, tmp_path):
+    """The rig's measured average (policy profit's quote) is of every card: a miner on some cards beside a lease
+    reports fewer GPUs, which would start the average anew on them."""
+    agent, proc = per_card_lease(api, tmp_path)
+    sampled = []
+    agent.sample_miner = lambda now, running: sampled.append(running)
+    try:
+        agent.tick()
+        assert sampled == [] and agent.state.mine_on == (CARD_UUIDS[1],)
+    finally:
+        proc.kill()
+        proc.wait()
+    api.delete_pod("job")
+    agent.tick()  # the lease gone: the miner on every card again, measured again
+    agent.tick()
+    assert agent.state.mine_on == () and sampled and sampled[-1] is True
+
+
+def test_m2p_status_says_what_a_per_card_lease_leaves_mining():
+    golden = json.loads((Path(__file__).parent / "facts/agent_status/per-card-lease.json").read_text())
+    read = agent_status_from(json.loads(golden["output"]))
+    line = render.agent_line({"service": "active", **dataclasses.asdict(read)})
+    assert "; leased 1 of 2 GPUs for 0.12/h (the miner mines on the cards no lease holds)" in line, line

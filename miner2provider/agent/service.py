@@ -304,7 +304,8 @@ class Agent:
         held: set[str] = set()
         for record in [*self.seen.gated, *self.seen.waiting]:
             minors = record.get("gpus")
-            if not isinstance(minors, list) or not minors or any(m not in self._card_map for m in minors):
+            if (not isinstance(minors, list) or not minors
+                    or any(not isinstance(m, int) or m not in self._card_map for m in minors)):
                 return None
             cards = frozenset(self._card_map[m] for m in minors)
             pod = str(record.get("pod") or "")

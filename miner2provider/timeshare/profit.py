@@ -31,10 +31,10 @@ figure decides nothing: the offer stays as it is and the agent reports what is m
 no decision yet mines, as it did before m2p).  Whatever the offer, a running lease is never cut:
 decide.py drains, it does not evict.
 
-What is really leased (``leased``): a lease stops the miner on every card (whole-rig hand-over: no mining OS
-m2p adapts mines on a subset of cards it can be told of without changing the owner's mining configuration),
-so a lease of k of the rig's N GPUs earns ``lease x k / N`` while the whole rig's mining is forgone.  The
-quote says so while it lasts (``leased_per_hour`` against the whole rig's ``floor``).  The offer is not
+What is really leased (``leased``): a lease of k of the rig's N GPUs earns ``lease x k / N``.  Where the rig
+hands over whole (every mining OS but HiveOS; agent status ``hand_over``) the whole rig's mining is forgone
+for it; where it hands over per card (decide.py) only those k cards' mining is.  The quote says what the
+leases pay while they last (``leased_per_hour``, beside the whole rig's ``floor``).  The offer is not
 withdrawn for it: withdrawing cuts no lease, it only keeps the rig's idle cards from being leased too.
 """
 
@@ -60,7 +60,7 @@ class Quote:
     source: str = "economics file"  # or "measured kawpow hashrate"
     reclaim_per_hour: float = 0.0  # the reclamation window's price, added to the offer's threshold (priced)
     leased_gpus: int = 0  # the GPUs the running leases hold, at most ``gpus`` (leased)
-    gpus: int = 0  # the rig's GPUs, all stopped for any lease (whole-rig hand-over)
+    gpus: int = 0  # the rig's GPUs
 
     @property
     def leased_per_hour(self) -> float | None:

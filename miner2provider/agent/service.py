@@ -144,6 +144,7 @@ class Agent:
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
     _api_connections: dict[Any, Any] = field(default_factory=dict)  # kept from tick to tick (kube.one_connection)
     _card_map: dict[int, str] = field(default_factory=dict)  # device minor -> UUID (the driver's; read once)
+    _busy_cards: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # (read at, monotonic; the cards)
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -281,7 +282,7 @@ class Agent:
             now=mono, desired=desired, api_ok=node is not None,
             leases=gpu_leases if node is not None else len(self.seen.leases), gated=len(self.seen.gated),
             gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
-            cards=cards, held=held, busy_cards=self.busy_cards() if held else frozenset(),
+            cards=cards, held=held, busy_cards=self.busy_cards(mono, waiting) if held else frozenset(),
         )
         self._say_an_idle_miner(obs)
         return obs, node
@@ -331,15 +332,22 @@ class Agent:
             self._say(f"the miner started on the {len(mine_on)} card(s) no lease holds runs on none of them after "
                       f"{BESIDE_GRACE_S:g} s (does its flight sheet name devices by index?)")
 
-    def busy_cards(self) -> frozenset[str]:
-        """The cards a process outside every container holds (NVML, card by card): read each tick while
-        leases hold some cards, so a miner the OS restarted on every card is seen at once."""
+    def busy_cards(self, now: float, waiting: bool) -> frozenset[str]:
+        """The cards a process outside every container holds (NVML, card by card), while leases hold some
+        cards: read every GPU_RECHECK_S (a miner the OS restarted on every card is seen within it: nvidia-smi
+        takes a weak CPU a good part of a second on a rig of 8 cards), and at once while a container waits or
+        after the agent stopped or started the miner."""
+        checked, cards = self._busy_cards
+        if not waiting and now - checked < GPU_RECHECK_S:
+            return cards
         try:
             by_card = self.gpu_processes_by_card()
         except (RuntimeError, OSError) as exc:
             self._say(f"GPU processes: {exc}")
             return frozenset(self._card_map.values())  # unknown: every card counts as held by something
-        return frozenset(uuid for uuid, pids in by_card.items() if rig.outside_containers(pids))
+        cards = frozenset(uuid for uuid, pids in by_card.items() if rig.outside_containers(pids))
+        self._busy_cards = (now, cards)
+        return cards
 
     def _waiting(self) -> tuple[list[Path], list[Path]]:
         """The requests waiting at the gate: (the leases', the other containers')."""
@@ -387,6 +395,7 @@ class Agent:
                 self._say(f"clocks: {exc}")
         self._stopped_for_lease = False
         self._beside_since = self.monotonic() if cards else None
+        self._busy_cards = (float("-inf"), frozenset())  # ask NVML again: the miner takes its cards
         self.config.miner.start(cards)
 
     def _hand_over_clocks(self) -> None:
@@ -406,6 +415,7 @@ class Agent:
             self.respawns += 1  # the agent did not start it: something else did
         self._stopped_for_lease = self.state.mode in {"leasing", "draining"}
         self._gpus = (float("-inf"), True)  # ask NVML again before handing GPUs over
+        self._busy_cards = (float("-inf"), frozenset())
         try:
             self.config.miner.stop(self.gpu_holders)
         except (RuntimeError, OSError) as exc:

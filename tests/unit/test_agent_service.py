@@ -852,7 +852,8 @@ def bundle_with(tmp_path, *minors) -> str:
 
 def test_per_card_a_one_gpu_lease_stops_mining_on_its_card_only_and_a_restart_on_every_card_is_caught(
         api, tmp_path):
-    agent = per_card_agent(api, tmp_path)
+    now = [1_800_000_000.0]
+    agent = per_card_agent(api, tmp_path, clock=lambda: now[0])
     running = tmp_path / "miner.running"
     assert agent.tick() == ["offer"]
     assert agent.tick() == ["start-miner"] and running.read_text().strip() == "all"
@@ -873,10 +874,14 @@ def test_per_card_a_one_gpu_lease_stops_mining_on_its_card_only_and_a_restart_on
         assert agent.tick() == []  # settled: the miner on one card, the lease on the other
         # The mining OS restarts the miner on every card (HiveOS hello, a dashboard push): stopped at once and
         # started on the free card again; the second time the rig hands over whole until the lease ends.
+        # (Seen within NVML's recheck: card by card every 10 s while leases hold some cards.)
         running.write_text("all\n")
+        assert agent.tick() == []
+        now[0] += 10
         assert agent.tick() == ["stop-miner"] and not agent.state.whole_rig
         assert agent.tick() == ["start-miner"] and running.read_text().strip() == CARD_UUIDS[1]
         running.write_text("all\n")
+        now[0] += 10
         assert agent.tick() == ["stop-miner"] and agent.state.whole_rig
         assert agent.tick() == [] and not running.exists()
         assert json.loads((tmp_path / "state/status.json").read_text())["hand_over"] == "whole rig"
@@ -940,6 +945,7 @@ def test_per_card_a_miner_that_takes_none_of_its_cards_beside_a_lease_is_said(ap
         agent.tick()
         assert "runs on none of them after 60 s (does its flight sheet name devices by index?)" in agent.last_error
         running.write_text(f"{CARD_UUIDS[1]}\n")  # it took its card (a long DAG build): nothing to say
+        now[0] += 10
         agent.tick()
         assert agent.last_error == ""
     finally:

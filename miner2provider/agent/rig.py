@@ -45,6 +45,23 @@ class Miner:
     # in screen, which keeps the environment), so the miner can be started on some cards only (per-card
     # hand-over, decide.py): with ``CUDA_VISIBLE_DEVICES`` naming them, CUDA makes no context on the others.
     per_card: bool = False
+    # Where the OS's start does not pass the caller's environment (``systemctl start``), a file its unit reads
+    # (``EnvironmentFile=``: m2p's own m2p-miner.service): the agent writes the cards there before a start on
+    # some, and removes it before a start on every card.
+    cards_env_file: str = ""
+    cards_env_unit: str = ""  # the unit file that must read cards_env_file (a unit written before it does not)
+
+    def takes_cards(self) -> bool:
+        """The miner can be started on some cards: the OS passes the environment on, or the unit reads the
+        file (an m2p-miner.service adopted before the file existed does not: whole-rig hand-over there)."""
+        if not self.per_card:
+            return False
+        if not self.cards_env_file:
+            return True
+        try:
+            return f"EnvironmentFile=-{self.cards_env_file}\n" in Path(self.cards_env_unit).read_text()
+        except OSError:
+            return False
 
     def _sh(self, cmd: str) -> subprocess.CompletedProcess[str]:
         return _probe(cmd, self.timeout_s)
@@ -63,7 +80,10 @@ class Miner:
         OSes start it from their own loop a little later (msOS's console), and the next ticks see it."""
         if not self.start_cmd:
             return
-        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope, env=visible_only(cards))
+        env = visible_only(cards)
+        if self.cards_env_file:
+            _write_cards_env(Path(self.cards_env_file), env)
+        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope, env=env)
         if self._settles(True, self.start_settle_s) or proc.returncode == 0:
             return
         raise RuntimeError(f"miner start ({self.start_cmd}) exited {proc.returncode} and no miner runs: "
@@ -211,6 +231,19 @@ def visible_only(cards: tuple[str, ...]) -> dict[str, str] | None:
         return None
     env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
     return {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(cards)}
+
+
+def _write_cards_env(path: Path, env: dict[str, str] | None) -> None:
+    """The unit's environment file: the two variables of ``env`` (None: the file removed, every card)."""
+    if env is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{key}={env[key]}\n" for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES")))
+    os.replace(tmp, path)
 
 
 def _shell(cmd: str, timeout_s: float, scope: bool = False,

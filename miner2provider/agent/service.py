@@ -144,6 +144,7 @@ class Agent:
     seen: Sight = field(default_factory=Sight)  # what the agent last saw of its node and the gate
     _api_connections: dict[Any, Any] = field(default_factory=dict)  # kept from tick to tick (kube.one_connection)
     _card_map: dict[int, str] = field(default_factory=dict)  # device minor -> UUID (the driver's; read once)
+    _takes_cards: bool | None = None  # the miner can be started on some cards (rig.Miner.takes_cards; read once)
     _busy_cards: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # (read at, monotonic; the cards)
 
     def __post_init__(self) -> None:
@@ -291,7 +292,9 @@ class Agent:
     def cards(self) -> tuple[str, ...]:
         """The rig's cards (UUIDs, by device minor) where its mining OS can start the miner on some of them;
         (): the whole rig is the unit (an OS that cannot, or a driver that names no card)."""
-        if not self.config.miner.per_card:
+        if self._takes_cards is None:
+            self._takes_cards = self.config.miner.takes_cards()
+        if not self._takes_cards:
             return ()
         if not self._card_map:
             self._card_map = rig.card_uuids(self.config.gpu_info_dir)
@@ -617,7 +620,7 @@ class Agent:
 
     def hand_over(self) -> str:
         """What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig"."""
-        if self.config.miner.per_card and self._card_map and not self.state.whole_rig:
+        if self._takes_cards and self._card_map and not self.state.whole_rig:
             return "per card"
         return "whole rig"
 

@@ -42,6 +42,10 @@ RUN = HOME / "run"  # the unit's command: the captured one, root only
 UNIT_NAME = "m2p-miner.service"
 AS_FAST = 0.9  # the share of its hashrate before that the miner in the unit must reach (a reading's noise below)
 UNIT = Path("/etc/systemd/system") / UNIT_NAME
+# The cards the time-share agent starts the miner on beside a lease (per-card hand-over: CUDA_VISIBLE_DEVICES),
+# written by the agent before it starts the unit and removed for a start on every card; in /run, so a reboot
+# starts the miner on every card.  The role's mining_os record names the same file (tested).
+CARDS_ENV = Path("/run/m2p/miner-cards.env")
 PROC = Path("/proc")
 SUPERVISING_SHELLS = {"sh", "bash", "dash", "zsh", "python", "python3", "perl"}
 SCREENS = {"screen", "SCREEN", "tmux: server", "tmux"}
@@ -54,6 +58,8 @@ After=network-online.target
 
 [Service]
 ExecStart={run}
+# The time-share agent's choice of cards beside a lease (CUDA_VISIBLE_DEVICES); none: every card.
+EnvironmentFile=-{cards_env}
 # The time-share agent stops and starts it; a miner that crashes is started again, as its wrapper did.
 Restart=on-failure
 RestartSec=10
@@ -249,11 +255,15 @@ def _write(path: Path, text: str, mode: int) -> None:
 
 def _remove_unit() -> None:
     _systemctl("disable", "--now", UNIT_NAME)
-    for path in (UNIT, RUN):
+    for path in (UNIT, RUN, CARDS_ENV):
         try:
             path.unlink()
         except FileNotFoundError:
             pass
+    try:
+        CARDS_ENV.parent.rmdir()  # only when empty
+    except OSError:
+        pass
     _systemctl("daemon-reload")
 
 
@@ -277,7 +287,7 @@ def adopt(pid: int, api_port: int = 0, window_s: float = 120.0, settle_s: float 
     _write(RECORD, json.dumps(found, indent=2, sort_keys=True), 0o600)
     _write(RUN, "#!/bin/sh\n# The miner m2p adopted, as it ran (root only: it holds wallets and passwords).\n"
                 + _command(found) + "\n", 0o700)
-    _write(UNIT, UNIT_TEXT.format(run=RUN), 0o644)
+    _write(UNIT, UNIT_TEXT.format(run=RUN, cards_env=CARDS_ENV), 0o644)
     _systemctl("daemon-reload")
     _end([found["top"]["pid"], pid], grace_s=30.0)
     time.sleep(3.0)  # a supervisor m2p did not see would bring it back by now

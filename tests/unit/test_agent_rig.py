@@ -325,3 +325,41 @@ def test_a_container_without_a_readable_spec_has_unknown_cards(tmp_path):
     assert gate.gpu_minors({"bundle": str(tmp_path / "gone")}) is None
     (tmp_path / "config.json").write_text("{not json")
     assert gate.gpu_minors({"bundle": str(tmp_path)}) is None
+
+
+def test_a_miner_whose_start_takes_no_environment_gets_its_cards_through_its_units_file(tmp_path):
+    """m2p's own unit (m2p-miner.service) reads EnvironmentFile=-/run/m2p/miner-cards.env at each start: the
+    agent writes the cards there before a start on some and removes it before a start on every card.  The
+    start command here reads the file as systemd does (KEY=VALUE lines)."""
+    env_file, seen, unit = tmp_path / "run/m2p/miner-cards.env", tmp_path / "seen", tmp_path / "m2p-miner.service"
+    miner = Miner(running_cmd="", stop_cmd="", own_scope=False, per_card=True, cards_env_file=str(env_file),
+                  cards_env_unit=str(unit),
+                  start_cmd=f"env -i sh -c 'if [ -e {env_file} ]; then set -a; . {env_file}; fi; "
+                            f"echo \"${{CUDA_VISIBLE_DEVICES-every card}}\"' > {seen}")
+    miner.start(("GPU-a", "GPU-b"))
+    assert env_file.read_text() == "CUDA_DEVICE_ORDER=PCI_BUS_ID\nCUDA_VISIBLE_DEVICES=GPU-a,GPU-b\n"
+    assert seen.read_text().strip() == "GPU-a,GPU-b"
+    miner.start()
+    assert not env_file.exists() and seen.read_text().strip() == "every card"
+    # Only a unit that reads the file takes cards: one adopted before it did (or none) means a whole-rig hand-over.
+    assert not miner.takes_cards()
+    unit.write_text("[Service]\nExecStart=/etc/m2p/miner/run\n")
+    assert not miner.takes_cards()
+    unit.write_text(f"[Service]\nExecStart=/etc/m2p/miner/run\nEnvironmentFile=-{env_file}\n")
+    assert miner.takes_cards()
+    assert Miner(running_cmd="", start_cmd="", stop_cmd="", per_card=True).takes_cards()
+    assert not Miner(running_cmd="", start_cmd="", stop_cmd="").takes_cards()
+
+
+def test_the_adopted_units_cards_file_is_the_one_the_mining_os_record_names():
+    import yaml
+
+    from miner2provider.fleet import adopt_on_rig
+
+    record = yaml.safe_load((Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles/mining_os/vars"
+                             / "default.yml").read_text())
+    assert f"'{adopt_on_rig.CARDS_ENV}'" in record["mining_os_miner_cards_env_file"]
+    assert f"== '{adopt_on_rig.UNIT_NAME}'" in record["mining_os_miner_per_card"]
+    assert f"'{adopt_on_rig.UNIT}'" in record["mining_os_miner_cards_env_unit"]
+    unit = adopt_on_rig.UNIT_TEXT.format(run=adopt_on_rig.RUN, cards_env=adopt_on_rig.CARDS_ENV)
+    assert f"\nEnvironmentFile=-{adopt_on_rig.CARDS_ENV}\n" in unit

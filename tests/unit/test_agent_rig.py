@@ -361,5 +361,7 @@ def test_the_adopted_units_cards_file_is_the_one_the_mining_os_record_names():
     assert f"'{adopt_on_rig.CARDS_ENV}'" in record["mining_os_miner_cards_env_file"]
     assert f"== '{adopt_on_rig.UNIT_NAME}'" in record["mining_os_miner_per_card"]
     assert f"'{adopt_on_rig.UNIT}'" in record["mining_os_miner_cards_env_unit"]
+    revert = (Path(__file__).parents[2] / "ansible_collections/m2p/rigs/roles/timeshare_agent/tasks/revert.yml")
+    assert f" {adopt_on_rig.CARDS_ENV}]" in revert.read_text()  # revert removes what the agent wrote
     unit = adopt_on_rig.UNIT_TEXT.format(run=adopt_on_rig.RUN, cards_env=adopt_on_rig.CARDS_ENV)
     assert f"\nEnvironmentFile=-{adopt_on_rig.CARDS_ENV}\n" in unit

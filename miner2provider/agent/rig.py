@@ -163,13 +163,8 @@ class Clocks:
     timeout_s: float = 60.0
 
     def reset(self, nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> None:
-        try:
-            if nvml is None:
-                import pynvml
-
-                nvml = pynvml
-            nvml.nvmlInit()
-        except Exception:  # no pynvml or no libnvidia-ml: nvidia-smi does the same (offsets apart)
+        nvml = _opened_nvml(nvml)
+        if nvml is None:  # nvidia-smi does the same (offsets apart)
             self._reset_with_nvidia_smi(run)
             return
         try:
@@ -340,22 +335,37 @@ def _alive(pid: int, proc: str) -> bool:
         return False
 
 
-def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> list[int]:
-    """PIDs of compute processes on any GPU: through NVML (pynvml), else nvidia-smi.
-    Graphics processes (Xorg on HiveOS) are not counted: they hold a few MiB and no lease needs them gone."""
+def _opened_nvml(nvml: Any = None) -> Any:
+    """NVML initialised (``nvml``, else pynvml: nvidia-ml-py, the real path); None where there is none to open
+    (no pynvml, as on a controller, or no libnvidia-ml: no driver loaded).  The caller shuts it down."""
     try:
         if nvml is None:
-            import pynvml  # nvidia-ml-py: the real path; absent on a controller without it
+            import pynvml
 
             nvml = pynvml
         nvml.nvmlInit()
-    except Exception:  # no pynvml, or no libnvidia-ml (no driver loaded): ask nvidia-smi
-        proc = run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                   capture_output=True, text=True, timeout=20)
-        if proc.returncode != 0:
-            raise RuntimeError(  # noqa: B904 - nvidia-smi failing is the news, not NVML missing
-                f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
-        return sorted({int(line) for line in proc.stdout.split() if line.strip().isdigit()})
+    except Exception:
+        return None
+    return nvml
+
+
+def _compute_apps(run: Callable[..., Any], fields: str) -> str:
+    """``nvidia-smi --query-compute-apps=<fields>``'s rows (NVML's answer where pynvml is missing)."""
+    proc = run(["nvidia-smi", f"--query-compute-apps={fields}", "--format=csv,noheader"],
+               capture_output=True, text=True, timeout=20)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
+    out: str = proc.stdout
+    return out
+
+
+def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> list[int]:
+    """PIDs of compute processes on any GPU: through NVML (pynvml), else nvidia-smi.
+    Graphics processes (Xorg on HiveOS) are not counted: they hold a few MiB and no lease needs them gone."""
+    nvml = _opened_nvml(nvml)
+    if nvml is None:
+        return sorted({int(line) for line in _compute_apps(run, "pid").split() if line.strip().isdigit()})
     try:
         pids: set[int] = set()
         for index in range(nvml.nvmlDeviceGetCount()):
@@ -368,20 +378,10 @@ def gpu_processes(nvml: Any = None, run: Callable[..., Any] = subprocess.run) ->
 
 def gpu_processes_by_card(nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> dict[str, list[int]]:
     """Each card's compute processes, by the card's UUID (gpu_processes, card by card)."""
-    try:
-        if nvml is None:
-            import pynvml
-
-            nvml = pynvml
-        nvml.nvmlInit()
-    except Exception:
-        proc = run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
-                   capture_output=True, text=True, timeout=20)
-        if proc.returncode != 0:
-            raise RuntimeError(  # noqa: B904 - nvidia-smi failing is the news, not NVML missing
-                f"nvidia-smi --query-compute-apps exited {proc.returncode}: {proc.stdout.strip()[-200:]}")
+    nvml = _opened_nvml(nvml)
+    if nvml is None:
         by_card: dict[str, list[int]] = {}
-        for line in proc.stdout.splitlines():
+        for line in _compute_apps(run, "pid,gpu_uuid").splitlines():
             pid, _, uuid = (part.strip() for part in line.partition(","))
             if pid.isdigit() and uuid:
                 by_card.setdefault(uuid, []).append(int(pid))

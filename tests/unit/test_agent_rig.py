@@ -279,32 +279,6 @@ def test_the_drivers_cards_are_read_by_device_minor_and_odd_entries_are_skipped(
     assert rig.card_uuids(str(tmp_path / "absent")) == {}
 
 
-def test_gpu_processes_by_card_through_nvml_and_nvidia_smi():
-    class Nvml(FakeNvml):
-        def nvmlDeviceGetUUID(self, handle):
-            return (b"GPU-aaa", "GPU-bbb")[handle]  # older pynvml answers bytes
-
-        def nvmlDeviceGetComputeRunningProcesses(self, handle):
-            class Proc:
-                def __init__(self, pid):
-                    self.pid = pid
-            return [Proc(77)] if handle == 0 else [Proc(78), Proc(77)]
-
-    assert rig.gpu_processes_by_card(Nvml()) == {"GPU-aaa": [77], "GPU-bbb": [77, 78]}
-
-    class NoDriver(Nvml):
-        def nvmlInit(self):
-            raise OSError("NVML Shared Library Not Found")
-
-    class Done:
-        returncode, stdout = 0, "123, GPU-aaa\n123, GPU-bbb\n456, GPU-bbb\nNo running processes found\n"
-
-    calls = []
-    assert rig.gpu_processes_by_card(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done()) == {
-        "GPU-aaa": [123], "GPU-bbb": [123, 456]}
-    assert calls == [["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]]
-
-
 @pytest.mark.parametrize(("devices", "minors"), [
     ([{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
       {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}], [1]),

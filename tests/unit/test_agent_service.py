@@ -385,7 +385,7 @@ def test_labels_of_a_swapped_card_replace_the_old_ones_on_the_live_node(api, tmp
     assert labels["kubernetes.io/hostname"] == NODE  # not m2p's: kept
 
 
-def test_gpu_processes_through_nvml_and_nvidia_smi():
+def test_gpu_processes_through_nvml_and_nvidia_smi_all_of_them_and_card_by_card():
     class Proc:
         def __init__(self, pid):
             self.pid = pid
@@ -403,21 +403,31 @@ def test_gpu_processes_through_nvml_and_nvidia_smi():
         def nvmlDeviceGetHandleByIndex(self, i):
             return i
 
+        def nvmlDeviceGetUUID(self, handle):
+            return (b"GPU-aaa", "GPU-bbb")[handle]  # older pynvml answers bytes
+
         def nvmlDeviceGetComputeRunningProcesses(self, handle):
-            return [Proc(77), Proc(78 + handle)]
+            return [Proc(78 + handle), Proc(77)]
 
     assert rig.gpu_processes(Nvml()) == [77, 78, 79]
+    assert rig.gpu_processes_by_card(Nvml()) == {"GPU-aaa": [77, 78], "GPU-bbb": [77, 79]}
 
     class NoDriver(Nvml):
         def nvmlInit(self):
             raise OSError("NVML Shared Library Not Found")
 
     class Done:
-        returncode, stdout = 0, "123\n456\n"
+        def __init__(self, argv):
+            self.returncode = 0
+            self.stdout = ("123, GPU-aaa\n123, GPU-bbb\n456, GPU-bbb\nNo running processes found\n"
+                           if "gpu_uuid" in argv[1] else "123\n456\n")
 
     calls = []
-    assert rig.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done()) == [123, 456]
-    assert calls == [["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]]
+    assert rig.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == [123, 456]
+    assert rig.gpu_processes_by_card(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == {
+        "GPU-aaa": [123], "GPU-bbb": [123, 456]}
+    assert calls == [["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                     ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]]
 
 
 def test_agent_zipapp_is_self_contained_and_byte_identical_on_every_build():

@@ -10,6 +10,7 @@ from typing import Any
 
 import paramiko
 
+from . import gpu_standin
 from .rig import Rig
 
 
@@ -47,8 +48,7 @@ def container_at_the_gate(rig: Rig, pod: str, hook: dict[str, Any],
                                                "io.kubernetes.cri.container-name": "main"}}
         if cards:
             bundle = f"/run/m2p-standin-tenant/{container}"
-            spec = json.dumps({"ociVersion": "1.0.2", "linux": {"devices": [
-                {"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": int(minor)} for minor in cards]}})
+            spec = json.dumps({"ociVersion": "1.0.2", "linux": {"devices": gpu_standin.card_nodes(cards)}})
             run(client, f"sudo install -d -m 0700 {bundle} && echo '{spec}' | sudo tee {bundle}/config.json "
                         "> /dev/null")
             raw["bundle"] = bundle

@@ -128,8 +128,7 @@ def bundle(tmp_path: Path, name: str, gate: str = "gate", cards: tuple[int, ...]
         "/bin/sh", "-c", "if [ -e /m2p/miner.pid ]; then echo MINER-RUNNING; else echo MINER-STOPPED; fi; "
         f"sleep {seconds}"])
     # The cards the container is given: their device nodes, as CDI's device edits add them (what the gate reads).
-    config["linux"]["devices"] = [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor,
-                                   "fileMode": 0o666, "uid": 0, "gid": 0} for minor in cards]
+    config["linux"]["devices"] = gpu_standin.card_nodes(cards)
     config["root"]["readonly"] = True
     config["mounts"].append({"destination": "/m2p", "type": "bind", "source": str(tmp_path),
                              "options": ["rbind", "ro"]})

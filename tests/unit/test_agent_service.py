@@ -853,7 +853,7 @@ def bundle_with(tmp_path, *minors) -> str:
     CDI's device edits added (and the control nodes every GPU container gets)."""
     bundle = tmp_path / f"bundle-{'-'.join(map(str, minors))}"
     bundle.mkdir()
-    devices = [{"path": f"/dev/nvidia{m}", "type": "c", "major": 195, "minor": m} for m in minors]
+    devices = gpu_standin.card_nodes(minors)
     devices += [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
                 {"path": "/dev/nvidia-uvm", "type": "c", "major": 508, "minor": 0}]
     (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "linux": {"devices": devices}}))

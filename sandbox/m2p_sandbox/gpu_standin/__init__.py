@@ -60,6 +60,14 @@ def driver_info(config: dict[str, object], folder: Path, minors: list[int] | Non
     return folder
 
 
+def card_nodes(minors: tuple[int, ...] | list[int]) -> list[dict[str, object]]:
+    """A container's cards as its OCI spec lists them (``linux.devices``): the ``/dev/nvidiaN`` character
+    devices, major 195, that CDI's device edits add for each card given (the STAND-IN tenant's and the tests'
+    containers; runc creates them from these)."""
+    return [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": int(minor), "fileMode": 0o666,
+             "uid": 0, "gid": 0} for minor in minors]
+
+
 MINER_FILE = "/usr/lib/m2p-standin/standin-cuda"  # on the rig: the GPU miner stand-in the flavours' miners exec
 
 

@@ -195,8 +195,8 @@ def _per_card(state: State, obs: Observation, to: ToMode, interval_ok: bool) -> 
 
 def _widen(state: State, obs: Observation, to: ToMode, interval_ok: bool) -> tuple[State, list[str]] | None:
     """The leases that held some cards have ended while the miner mines on the rest: it starts again on every
-    card (None: the whole-rig rules decide: a strict lease window wants it off; blind, they keep the mode and
-    ``mine_on`` stays until the API answers)."""
+    card (None: the whole-rig rules decide: a strict lease window wants it off; blind, a lease may be bound
+    unseen, so they stop it in leasing and draining, and it starts on every card once the API answers)."""
     if (obs.desired.offered and not obs.desired.idle_mining) or not obs.api_ok:
         return None
     if not interval_ok:

@@ -358,9 +358,11 @@ class Agent:
         others: list[Path] = []
         self.seen.waiting = []
         for entry, record in self.gates.waiting_records():
-            (leases if self.for_a_lease(record) else others).append(entry)
             if self.for_a_lease(record):
+                leases.append(entry)
                 self.seen.waiting.append(record)
+            else:
+                others.append(entry)
         return leases, others
 
     def answer_others(self, entries: list[Path], mining: bool) -> None:
@@ -473,8 +475,7 @@ class Agent:
         leased = self.leased_gpus() if not blind else last.leased
         m = self.stats.measured
         # Per-card hand-over: the cards the agent started the miner on beside the leases.
-        mining = min(len(self.state.mine_on), self.config.gpu_count - leased) if leases and not blind else (
-            last.mining if blind else 0)
+        mining = last.mining if blind else min(len(self.state.mine_on), self.config.gpu_count - leased) if leases else 0
         entry = ledger.Entry(now, self.state.mode, blind, self.config.gpu_count, leases,
                              *((m.algo, m.mhs) if m is not None else ("", ())), leased=leased, mining=mining)
         if entry.same_state(self._ledger_last):

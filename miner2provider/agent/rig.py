@@ -23,10 +23,15 @@ class Miner:
     running_cmd: str
     start_cmd: str
     stop_cmd: str
-    # A watchdog that acts on a rig without hashrate (HiveOS ``wd``: restarts the miner or
-    # reboots on low hashrate or high load): kept stopped while the GPUs are leased.
+    # A watchdog that acts on a rig without hashrate (HiveOS ``wd``: restarts the miner or reboots on low hashrate
+    # or high load): held while any lease runs, and given back as it was after them.  ``watchdog_stop_cmd`` must
+    # really stop it (HiveOS's own ``wd stop`` does nothing: its unit, masked for this boot so that nothing of the
+    # OS starts it again); ``watchdog_release_cmd`` undoes what the stop did, and ``watchdog_start_cmd`` starts
+    # it again where it ran before.
     watchdog_running_cmd: str = ""
     watchdog_stop_cmd: str = ""
+    watchdog_release_cmd: str = ""
+    watchdog_start_cmd: str = ""
     timeout_s: float = 60.0
     # The generic adapter (a mining OS whose own stop command is unknown, issue 15): the folders its
     # miners run from.  stop() runs stop_cmd (the OS's own hold: a pause flag, its agent stopped,
@@ -35,8 +40,16 @@ class Miner:
     processes: tuple[str, ...] = ()
     grace_s: float = 10.0
     proc: str = "/proc"
-    # How long a start is given to show a running miner before its exit code is believed (below).
+    # How long a start is given to show a running miner before its exit code is believed (below), where the OS
+    # really starts its miner later (``start_believed``: msOS's console); everywhere else a start is judged by a
+    # miner process holding the cards it was started on within ``start_hold_s`` (NVML), whatever it exited.
     start_settle_s: float = 5.0
+    start_believed: bool = False
+    start_hold_s: float = 30.0
+    # Something the OS's start takes for a running miner when none runs (HiveOS: a `miner` screen session left
+    # holding only a bash, after a start with no miner set; its `miner start` then says "already running" and
+    # starts nothing): exits 0 while it is there.  The OS's own stop clears it before a start.
+    leftover_cmd: str = ""
     # The miner starts in a transient scope of its own (systemd-run --scope), never in the agent's unit:
     # HiveOS's `miner start` runs `screen -dm`, which stays in its caller's cgroup, so an agent restart
     # (a new config, an upgrade, a crash) would kill the miner and the agent's MemoryMax would cap it.
@@ -50,6 +63,10 @@ class Miner:
     # some, and removes it before a start on every card.
     cards_env_file: str = ""
     cards_env_unit: str = ""  # the unit file that must read cards_env_file (a unit written before it does not)
+    # The mining OS's own environment, which its commands need and systemd never gives them (HiveOS: PATH with
+    # /hive/bin:/hive/sbin, RIG_CONF, ... only in /etc/environment, which logins read; its own `hive` boot script
+    # sources it first).  Without it HiveOS's `miner start` starts nothing and exits 0.  Empty: none needed.
+    environment_file: str = ""
 
     def takes_cards(self) -> bool:
         """The miner can be started on some cards: the OS passes the environment on, or the unit reads the
@@ -71,29 +88,44 @@ class Miner:
             return self._sh(self.running_cmd).returncode == 0
         return bool(self.miner_pids())
 
-    def start(self, cards: tuple[str, ...] = ()) -> None:
-        """``cards``: the cards' UUIDs the miner may use (): every card.
+    def start(self, cards: tuple[str, ...] = (), holding: Callable[[], bool] | None = None) -> None:
+        """``cards``: the cards' UUIDs the miner may use (): every card.  ``holding``: whether a miner process
+        (outside every container) holds those cards now (NVML).
 
-        Judged by the miner's state afterwards, not by the script's exit code: HiveOS's real `miner
-        start` exits 1 whenever its watchdog is off (hiveos-linux hive/bin/miner ends with
-        ``[[ $WD_ENABLED == 1 ]] && wd start``).  A start that exits 0 with no miner yet is believed: some
-        OSes start it from their own loop a little later (msOS's console), and the next ticks see it."""
+        Judged by what runs afterwards, never by the script's exit code alone: HiveOS's `miner start` exits 0
+        having started nothing when its environment is missing or no miner is set, and older ones exit 1 having
+        started it whenever the watchdog is off (hiveos-linux hive/bin/miner @04c15d05 ends with
+        ``[[ $WD_ENABLED == 1 ]] && wd start``).  Only where the OS starts the miner later (``start_believed``)
+        is a start that exits 0 with no miner yet believed: the next ticks see it."""
         if not self.start_cmd:
             return
         env = visible_only(cards)
         if self.cards_env_file:
             _write_cards_env(Path(self.cards_env_file), env)
-        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope, env=env)
+        self._clear_leftover()
+        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope,
+                      env=with_os_environment(self.environment_file, env))
+        if holding is not None and not self.start_believed:
+            if _within(self.start_hold_s, holding, every_s=1.0):
+                return
+            raise RuntimeError(f"miner start ({self.start_cmd}) exited {proc.returncode} but no miner process holds "
+                               f"{'its cards' if cards else 'a GPU'} after {self.start_hold_s:g} s: {_tail(proc)}")
         if self._settles(True, self.start_settle_s) or proc.returncode == 0:
             return
         raise RuntimeError(f"miner start ({self.start_cmd}) exited {proc.returncode} and no miner runs: "
                            f"{_tail(proc)}")
 
+    def _clear_leftover(self) -> None:
+        """What the OS would take for a running miner, cleared by its own stop when no miner runs."""
+        if self.leftover_cmd and self.stop_cmd and not self.running() and self._sh(self.leftover_cmd).returncode == 0:
+            _shell(self.stop_cmd, self.timeout_s, env=with_os_environment(self.environment_file))
+
     def stop(self, gpu_holders: Callable[[], list[int]] | None = None) -> None:
         """The OS's own stop, judged by the miner's state (msOS's real core/stop always exits 1); then
         whatever still holds a GPU outside every container (``gpu_holders``: a miner that ignored the
         stop, or survived its screen) is given ``grace_s`` to go and then ended, TERM then KILL."""
-        proc = _shell(self.stop_cmd, self.timeout_s) if self.stop_cmd else None
+        proc = (_shell(self.stop_cmd, self.timeout_s, env=with_os_environment(self.environment_file))
+                if self.stop_cmd else None)
         if self.processes:  # the generic adapter: the OS's hold must hold, or the OS restarts what m2p ends
             if proc is not None:
                 _checked(proc, f"miner stop ({self.stop_cmd})")
@@ -139,15 +171,23 @@ class Miner:
                 return
         raise RuntimeError(f"miner processes {' '.join(map(str, left))} did not end after SIGKILL")
 
-    def silence_watchdog(self) -> None:
-        """Stop the watchdog if it runs (the mining OS starts it with the miner, at boot, on a
-        dashboard push)."""
-        if self.watchdog_running_cmd and self._sh(self.watchdog_running_cmd).returncode == 0:
-            self._checked(self.watchdog_stop_cmd, "watchdog stop")
+    def watchdog_running(self) -> bool:
+        return bool(self.watchdog_running_cmd) and self._sh(self.watchdog_running_cmd).returncode == 0
+
+    def hold_watchdog(self) -> None:
+        """Stop the watchdog (whether it runs or not: masked, nothing of the OS starts it during the lease)."""
+        self._checked(self.watchdog_stop_cmd, "watchdog stop")
+
+    def release_watchdog(self, was_running: bool) -> None:
+        """The watchdog as it was before the hold: released, and started again where it ran."""
+        self._checked(self.watchdog_release_cmd, "watchdog release")
+        if was_running:
+            self._checked(self.watchdog_start_cmd, "watchdog start")
 
     def _checked(self, cmd: str, what: str) -> None:
         if cmd:
-            _checked(_shell(cmd, self.timeout_s), f"miner {what} ({cmd})")
+            _checked(_shell(cmd, self.timeout_s, env=with_os_environment(self.environment_file)),
+                     f"miner {what} ({cmd})")
 
 
 @dataclass(frozen=True)
@@ -161,19 +201,29 @@ class Clocks:
 
     apply_cmd: str = ""
     timeout_s: float = 60.0
+    environment_file: str = ""  # as Miner's: HiveOS's nvidia-oc finds gpu-detect and $NVIDIA_OC_CONF through it
 
-    def reset(self, nvml: Any = None, run: Callable[..., Any] = subprocess.run) -> None:
+    def reset(self, nvml: Any = None, run: Callable[..., Any] = subprocess.run,
+              cards: frozenset[str] | None = None) -> list[str]:
+        """``cards`` (UUIDs) on their defaults, None: every card.  Only the cards a lease gets: the others go on
+        mining on the owner's tuning beside it (per-card hand-over).  Returns what this driver cannot reset
+        (an NVML without the offset calls: ``FUNCTION_NOT_FOUND``), to be said; anything else that fails
+        raises (a lease on mining clocks may compute wrong: the gate refuses it)."""
         nvml = _opened_nvml(nvml)
         if nvml is None:  # nvidia-smi does the same (offsets apart)
-            self._reset_with_nvidia_smi(run)
-            return
+            self._reset_with_nvidia_smi(run, cards)
+            return []
+        left: list[str] = []
         try:
             for index in range(nvml.nvmlDeviceGetCount()):
-                _reset_card(nvml, nvml.nvmlDeviceGetHandleByIndex(index), index)
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                if cards is None or _uuid(nvml, handle) in cards:
+                    left += _reset_card(nvml, handle, index)
         finally:
             nvml.nvmlShutdown()
+        return left
 
-    def _reset_with_nvidia_smi(self, run: Callable[..., Any]) -> None:
+    def _reset_with_nvidia_smi(self, run: Callable[..., Any], cards: frozenset[str] | None) -> None:
         def smi(*args: str) -> str:
             proc = run(["nvidia-smi", *args], capture_output=True, text=True, timeout=self.timeout_s)
             out: str = (proc.stdout + proc.stderr).strip()
@@ -182,16 +232,22 @@ class Clocks:
                 raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {proc.returncode}: {out[-200:]}")
             return out
 
-        smi("-rgc")
-        smi("-rmc")
-        for line in smi("--query-gpu=index,power.default_limit", "--format=csv,noheader,nounits").splitlines():
-            index, _, watts = (part.strip() for part in line.partition(","))
+        # nvidia-smi's -i takes a UUID as well as an index (nvidia-smi(1)): a card named by UUID is that card.
+        chosen = [()] if cards is None else [("-i", uuid) for uuid in sorted(cards)]
+        for card in chosen:
+            smi(*card, "-rgc")
+            smi(*card, "-rmc")
+        for line in smi("--query-gpu=index,uuid,power.default_limit", "--format=csv,noheader,nounits").splitlines():
+            index, uuid, watts = (part.strip() for part in (line.split(",") + ["", ""])[:3])
+            if cards is not None and uuid not in cards:
+                continue
             if index.isdigit() and watts.replace(".", "", 1).isdigit():  # "[N/A]": no settable limit
                 smi("-i", index, "-pl", watts)
 
     def reapply(self) -> None:
         if self.apply_cmd:
-            _checked(_shell(self.apply_cmd, self.timeout_s), self.apply_cmd)
+            _checked(_shell(self.apply_cmd, self.timeout_s, env=with_os_environment(self.environment_file)),
+                     self.apply_cmd)
 
 
 def _within(seconds: float, done: Callable[[], bool], every_s: float = 0.25) -> bool:
@@ -226,6 +282,43 @@ def visible_only(cards: tuple[str, ...]) -> dict[str, str] | None:
         return None
     env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
     return {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(cards)}
+
+
+def os_environment(path: str) -> dict[str, str]:
+    """The mining OS's environment file (``NAME=value`` lines, as pam_env reads /etc/environment: ``#`` comments,
+    an optional ``export``, values in single or double quotes), for the OS's commands the agent runs as root.
+    Only a file root owns and no one else may write is read: nothing run as root takes its environment from an
+    unprivileged user.  A file that is missing or not safe fails the command that needs it, said."""
+    try:
+        info = os.stat(path)  # through the link: HiveOS's /etc/environment -> /hive/etc/environment
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise RuntimeError(f"the mining OS's environment {path}: {exc.strerror}") from None
+    if info.st_uid != 0 or info.st_mode & 0o022:
+        raise RuntimeError(f"the mining OS's environment {path} is not root's alone (owner uid {info.st_uid}, "
+                           f"mode {info.st_mode & 0o777:o}): not read")
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        name, sep, value = line.partition("=")
+        if not sep or line.startswith("#") or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[name] = value
+    return out
+
+
+def with_os_environment(path: str, env: dict[str, str] | None = None) -> dict[str, str] | None:
+    """``env`` (None: the agent's own) with the mining OS's environment file over it (``path``; empty: none).
+    The cards the agent chose (CUDA_VISIBLE_DEVICES) stay the agent's: the file never widens them."""
+    if not path:
+        return env
+    base = dict(os.environ if env is None else env)
+    cards = {key: base[key] for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES") if key in base}
+    return {**base, **os_environment(path), **cards}
 
 
 def _write_cards_env(path: Path, env: dict[str, str] | None) -> None:
@@ -282,18 +375,31 @@ def _checked(proc: subprocess.CompletedProcess[str], what: str) -> None:
         raise RuntimeError(f"{what} exited {proc.returncode}: {_tail(proc)}")
 
 
-def _reset_card(nvml: Any, handle: Any, index: int) -> None:
-    """Locked clocks off, clock offsets to 0, the default power limit; a call this card or this
-    pynvml does not have is skipped (nothing of it to reset)."""
+NVML_ERROR_FUNCTION_NOT_FOUND = 13  # nvml.h: "Local version of NVML doesn't implement this function"
+
+
+def _uuid(nvml: Any, handle: Any) -> str:
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
+def _reset_card(nvml: Any, handle: Any, index: int) -> list[str]:
+    """Locked clocks off, clock offsets to 0, the default power limit; a call this card or this pynvml does not
+    have is skipped (nothing of it to reset).  A call this driver's NVML lacks (FUNCTION_NOT_FOUND: the offset
+    calls came with driver 470+) is returned, to be said: the rest is still reset."""
     not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
+    not_found = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", NVML_ERROR_FUNCTION_NOT_FOUND)
     calls: list[tuple[str, tuple[Any, ...]]] = [
         ("nvmlDeviceResetGpuLockedClocks", ()), ("nvmlDeviceResetMemoryLockedClocks", ()),
         ("nvmlDeviceSetGpcClkVfOffset", (0,)), ("nvmlDeviceSetMemClkVfOffset", (0,)),
     ]
+    left: list[str] = []
     try:
         calls.append(("nvmlDeviceSetPowerManagementLimit", (nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),)))
     except nvml.NVMLError as exc:
-        if getattr(exc, "value", None) != not_supported:
+        if getattr(exc, "value", None) == not_found:
+            left.append(f"GPU {index}: nvmlDeviceGetPowerManagementDefaultLimit")
+        elif getattr(exc, "value", None) != not_supported:
             raise RuntimeError(f"GPU {index}: default power limit: {exc}") from None
     for name, args in calls:
         call = getattr(nvml, name, None)
@@ -302,8 +408,11 @@ def _reset_card(nvml: Any, handle: Any, index: int) -> None:
         try:
             call(handle, *args)
         except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) != not_supported:
+            if getattr(exc, "value", None) == not_found:
+                left.append(f"GPU {index}: {name}")
+            elif getattr(exc, "value", None) != not_supported:
                 raise RuntimeError(f"GPU {index}: {name}: {exc}") from None
+    return left
 
 
 INTERPRETERS = ("sh", "bash", "dash", "python3", "python", "perl", "node")
@@ -390,9 +499,7 @@ def gpu_processes_by_card(nvml: Any = None, run: Callable[..., Any] = subprocess
         out: dict[str, list[int]] = {}
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = nvml.nvmlDeviceGetUUID(handle)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            out[uuid] = sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            out[_uuid(nvml, handle)] = sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
         return out
     finally:
         nvml.nvmlShutdown()
@@ -403,9 +510,12 @@ GPU_INFO_DIR = "/proc/driver/nvidia/gpus"
 
 def card_uuids(info_dir: str = GPU_INFO_DIR) -> dict[int, str]:
     """Each card's device minor (``/dev/nvidiaN``: what a container is given) to its UUID, from the driver's
-    own ``<info_dir>/<PCI address>/information`` (lines ``Device Minor: 0``, ``GPU UUID: GPU-...``).  The
+    own ``<info_dir>/<PCI address>/information`` (lines ``Device Minor: 0``, ``GPU UUID: GPU-...``), in PCI
+    bus order (the entries' names: fixed-width lower-case hex, so sorted as text is sorted by bus).  The
     minor is not nvidia-smi's index: the driver numbers cards as it probes them, nvidia-smi by PCI address,
-    and rigs have been seen where nvidia-smi's index 3 is /dev/nvidia0.  {} where the driver says nothing."""
+    and rigs have been seen where nvidia-smi's index 3 is /dev/nvidia0.  Bus order is HiveOS's (gpu-detect,
+    nvidia-oc's per-card lists, the dashboard's GPU numbers) and CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID:
+    the order the agent names the cards in CUDA_VISIBLE_DEVICES.  {} where the driver says nothing."""
     out: dict[int, str] = {}
     try:
         entries = sorted(os.listdir(info_dir))

@@ -46,6 +46,7 @@ WATCHDOG_RECHECK_S = 10.0
 # watchdog) is ended each time; after this many, the rig refuses new leases rather than fight it.
 RESPAWN_STRIKES = 3
 RESPAWN_SENTENCE = "another supervisor restarts the miner"
+ALL = "*"  # in Agent._clocks_reset: every card was reset
 BESIDE_GRACE_S = 60.0  # a real miner takes its cards within seconds (a DAG build is longer, but holds the card)
 
 
@@ -82,7 +83,8 @@ class Config:
         raw = json.loads(Path(path).read_text())
         miner_raw = raw.pop("miner")
         miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ())),
-                             "per_card": str(miner_raw.get("per_card", False)).lower() == "true"})
+                             "per_card": str(miner_raw.get("per_card", False)).lower() == "true",
+                             "start_believed": str(miner_raw.get("start_believed", False)).lower() == "true"})
         raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
@@ -133,11 +135,16 @@ class Agent:
     _gpus: tuple[float, bool] = (float("-inf"), True)
     _next: tuple[datetime, datetime | None] = (datetime.min.replace(tzinfo=timezone.utc), None)  # (recompute at, value)
     _watchdog_checked: float = float("-inf")
+    # The OS's watchdog held by the agent: whether it ran before (None: not held).
+    watchdog_was: bool | None = None
     # When the rig must next mine unoffered (mine_at): the reclaimer on the farm's server reads it from the status
     # and reclaims the node's leases in time.
     _mine_at: datetime | None = None
     _ledger_last: ledger.Entry | None = None  # the ledger's last line (read once, at the first tick)
-    _clocks_reset: bool = False  # since the last hand-over began (reset once per lease, not per container)
+    # The cards reset since the miner last started on every card (ALL: every card): once per lease's cards, not
+    # per container.
+    _clocks_reset: frozenset[str] = frozenset()
+    _unreset: str = ""  # what the last reset could not do (said while the leases run)
     _stopped_for_lease: bool = False  # the agent stopped the miner for this hand-over and has not started it since
     _beside_since: float | None = None  # when the agent last started the miner on some cards (monotonic)
     respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
@@ -168,6 +175,8 @@ class Agent:
                 # The miner the agent started on some cards did not outlive the boot (the OS starts its own).
                 self.state = replace(self.state, last_switch=float("-inf"), drain_started=(
                     None if self.state.drain_started is None else self.monotonic()), mine_on=())
+            was = saved.get("watchdog_was")
+            self.watchdog_was = was if isinstance(was, bool) else None
             self.profit.restore(saved.get("offer"))
             self.stats.restore(saved.get("measured"))
             self.publisher.applied_labels = dict(saved.get("applied_labels", {}))
@@ -290,7 +299,7 @@ class Agent:
 
     # -- per card ----------------------------------------------------------------------
     def cards(self) -> tuple[str, ...]:
-        """The rig's cards (UUIDs, by device minor) where its mining OS can start the miner on some of them;
+        """The rig's cards (UUIDs, in PCI bus order) where its mining OS can start the miner on some of them;
         (): the whole rig is the unit (an OS that cannot, or a driver that names no card)."""
         if self._takes_cards is None:
             self._takes_cards = self.config.miner.takes_cards()
@@ -298,7 +307,7 @@ class Agent:
             return ()
         if not self._card_map:
             self._card_map = rig.card_uuids(self.config.gpu_info_dir)
-        return tuple(self._card_map[minor] for minor in sorted(self._card_map))
+        return tuple(self._card_map.values())  # PCI bus order (rig.card_uuids): CUDA_VISIBLE_DEVICES's
 
     def held_cards(self) -> frozenset[str] | None:
         """The cards the leases hold: their containers' through the gate (running) or at it (waiting), and
@@ -392,8 +401,8 @@ class Agent:
         """On every card (the OS's clocks re-applied first), or on ``cards`` beside leases: there the OS's
         clocks are not re-applied, since its command tunes every card (HiveOS's nvidia-oc), the leased ones
         too; the miner mines on the defaults the hand-over set until the leases end."""
-        self._clocks_reset = False
         if not cards:
+            self._clocks_reset, self._unreset = frozenset(), ""
             try:
                 self.config.clocks.reapply()
             except (RuntimeError, OSError) as exc:  # the miner runs on the cards' defaults: safe, slower
@@ -401,19 +410,45 @@ class Agent:
         self._stopped_for_lease = False
         self._beside_since = self.monotonic() if cards else None
         self._busy_cards = (float("-inf"), frozenset())  # ask NVML again: the miner takes its cards
-        self.config.miner.start(cards)
+        self._gpus = (float("-inf"), True)
+        self.config.miner.start(cards, holding=lambda: self._miner_holds(cards))
+
+    def _miner_holds(self, cards: tuple[str, ...]) -> bool:
+        """A process outside every container holds ``cards`` (every card: any GPU): the start took."""
+        if not cards:
+            return bool(self.gpu_holders())
+        return any(card in cards and rig.outside_containers(pids) for card, pids in self.gpu_processes_by_card().items())
+
+    def _handed_cards(self) -> frozenset[str] | None:
+        """The cards the waiting lease containers get, where the rig knows each (per card); None: every card."""
+        if not self.cards():
+            return None
+        cards: set[str] = set()
+        for record in self.seen.waiting:
+            minors = record.get("gpus")
+            if not isinstance(minors, list) or not minors or any(m not in self._card_map for m in minors):
+                return None
+            cards.update(self._card_map[m] for m in minors)
+        return frozenset(cards)
 
     def _hand_over_clocks(self) -> None:
-        """The cards on their defaults before the first container of a hand-over runs."""
-        if self._clocks_reset:
+        """The cards a container gets on their defaults before it runs: only those (the others mine on beside it,
+        on the owner's tuning), each once per hand-over; every card where the cards are not known."""
+        cards = self._handed_cards()
+        if ALL in self._clocks_reset:
+            return
+        todo = None if cards is None else cards - self._clocks_reset
+        if todo is not None and not todo:
             return
         try:
-            self.config.clocks.reset()
+            left = self.config.clocks.reset(cards=todo)
         except (RuntimeError, OSError) as exc:
             # Fail closed: a lease on mining clocks may compute wrong; the container is told why.
             self.gates.refuse(f"the GPUs' clocks could not be reset to their defaults: {exc}")
             raise
-        self._clocks_reset = True
+        if left:  # a driver whose NVML lacks a call: the rest is reset, the lease runs, the owner is told
+            self._unreset = f"this driver's NVML cannot reset {', '.join(left)}: left as the owner tuned them"
+        self._clocks_reset |= {ALL} if todo is None else todo
 
     def _stop_miner(self) -> None:
         if self._stopped_for_lease and self.state.mode in {"leasing", "draining"}:
@@ -447,7 +482,9 @@ class Agent:
             self.act(actions, node)
         except (kube.ApiError, RuntimeError, OSError) as exc:
             self._say(f"{' '.join(actions)}: {exc}")
-        self.keep_watchdog_off(mono)
+        if self._unreset and self.state.mode in {"leasing", "draining"}:
+            self._say(f"clocks: {self._unreset}")
+        self.keep_watchdog(mono)
         self.keep_cordon(node)
         self.record(now, blind=node is None)
         self._publish(now, node is not None)
@@ -487,14 +524,31 @@ class Agent:
             return
         self._ledger_last = entry
 
-    def keep_watchdog_off(self, now: float) -> None:
-        """While leased the rig has no hashrate: a mining OS watchdog would restart the miner or
-        reboot the rig under a lease.  Checked every WATCHDOG_RECHECK_S (it acts in minutes)."""
-        if self.state.mode not in {"leasing", "draining"} or now - self._watchdog_checked < WATCHDOG_RECHECK_S:
+    def keep_watchdog(self, now: float) -> None:
+        """While any lease runs (leasing, draining; per card too, where the miner runs beside the lease) the OS's
+        watchdog is held: it would reboot the rig under the lease (HiveOS ``wd``: a load average over WD_MAX_LA,
+        low hashrate for WD_REBOOT minutes) or restart the miner on every card.  Held once, whether it ran or
+        not, and looked at again every WATCHDOG_RECHECK_S (something of the OS may start it again); after the
+        leases it is given back exactly as it was (``watchdog_was``, kept on disk across restarts)."""
+        miner = self.config.miner
+        if not miner.watchdog_stop_cmd:
             return
-        self._watchdog_checked = now
+        leased = self.state.mode in {"leasing", "draining"}
         try:
-            self.config.miner.silence_watchdog()
+            if leased and self.watchdog_was is None:
+                was = miner.watchdog_running()
+                miner.hold_watchdog()
+                self.watchdog_was, self._watchdog_checked = was, now
+                self._save()
+            elif leased and now - self._watchdog_checked >= WATCHDOG_RECHECK_S:
+                self._watchdog_checked = now
+                if miner.watchdog_running():
+                    miner.hold_watchdog()
+                    self._say("the mining OS started its watchdog during a lease: stopped again")
+            elif not leased and self.watchdog_was is not None:
+                miner.release_watchdog(self.watchdog_was)
+                self.watchdog_was = None
+                self._save()
         except (RuntimeError, OSError) as exc:
             self._say(f"watchdog: {exc}")
 
@@ -576,7 +630,7 @@ class Agent:
         try:
             publish.write_json(self.dir / "state.json", {
                 "state": asdict(self.state), "boot": self.boot, "applied_labels": self.publisher.applied_labels,
-                "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
+                "watchdog_was": self.watchdog_was, "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
         except OSError as exc:
             self._say(f"state: {exc}")
             return False
@@ -615,6 +669,8 @@ class Agent:
                 "last_error": self.last_error,
                 "agent_version": __version__,
                 "hand_over": self.hand_over(),
+                "watchdog": "" if self.watchdog_was is None else "held while leased (it ran before)"
+                if self.watchdog_was else "held while leased (it was stopped before)",
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
                 **({"profit": {"lease_pays": self.profit.offer.offered, **quote.as_status()}} if quote else {}),
                 **({"measured": {**shown.as_status(), "at": _iso(shown.at)}} if shown else {})}

@@ -60,6 +60,8 @@ class AgentStatus:
     leased_per_hour: float | None = None
     # What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig" ("": unsaid).
     hand_over: str = ""
+    # The mining OS's watchdog held by the agent while leased, and how it was before ("": not held).
+    watchdog: str = ""
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -86,7 +88,7 @@ def agent_status_from(raw: object) -> AgentStatus:
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
                        _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
                        _number(profit.get("reclaim_per_hour")), *leased,
-                       hand_over=hand_over if hand_over in HAND_OVERS else "")
+                       hand_over=hand_over if hand_over in HAND_OVERS else "", watchdog=_field(raw, "watchdog"))
 
 
 HAND_OVERS = ("per card", "whole rig")

@@ -90,9 +90,10 @@ class FakeNvml:
             super().__init__(f"NVML error {value}")
             self.value = value
 
-    def __init__(self, fail_power: bool = False) -> None:
+    def __init__(self, fail_power: bool = False, old_driver: bool = False) -> None:
         self.calls: list[tuple[str, int, tuple[object, ...]]] = []
         self.fail_power = fail_power
+        self.old_driver = old_driver  # an NVML without the offset calls (before driver 470)
 
     def nvmlInit(self) -> None:
         self.calls.append(("init", -1, ()))
@@ -109,8 +110,13 @@ class FakeNvml:
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: int) -> int:
         return (350_000, 180_000)[handle]  # milliwatts
 
+    def nvmlDeviceGetUUID(self, handle: int) -> bytes:
+        return (b"GPU-aaa", b"GPU-bbb")[handle]  # bytes, as older pynvml returns it
+
     def _call(name: str):  # type: ignore[misc]
         def call(self, handle: int, *args: object) -> None:
+            if self.old_driver and "VfOffset" in name:
+                raise self.NVMLError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
             if handle == 1 and "Locked" in name:
                 raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
             if self.fail_power and name == "nvmlDeviceSetPowerManagementLimit":
@@ -142,6 +148,17 @@ def test_clocks_reset_through_nvml_puts_every_card_on_its_defaults():
         Clocks().reset(nvml=FakeNvml(fail_power=True))
 
 
+def test_clocks_reset_only_the_cards_handed_over_and_say_what_an_old_driver_cannot_reset():
+    nvml = FakeNvml(old_driver=True)
+    left = Clocks().reset(nvml=nvml, cards=frozenset({"GPU-bbb"}))
+    # Card 0 mines on beside the lease, on the owner's tuning: untouched.  Card 1's offsets: this NVML lacks the
+    # calls; the rest is reset and what was not is said.
+    assert [call for call in nvml.calls if call[1] == 0] == []
+    assert nvml.calls[1:-1] == [("nvmlDeviceSetPowerManagementLimit", 1, (180_000,))]
+    assert left == ["GPU 1: nvmlDeviceSetGpcClkVfOffset", "GPU 1: nvmlDeviceSetMemClkVfOffset"]
+    assert Clocks().reset(nvml=FakeNvml(), cards=frozenset()) == []  # no card asked: nothing touched
+
+
 def test_clocks_reset_without_nvml_asks_nvidia_smi_and_skips_what_a_card_cannot_do():
     class NoNvml:
         def nvmlInit(self) -> None:
@@ -154,12 +171,15 @@ def test_clocks_reset_without_nvml_asks_nvidia_smi_and_skips_what_a_card_cannot_
         if argv[1] == "-rmc":
             return subprocess.CompletedProcess(argv, 3, "Setting memory locked clocks is not supported for GPU 1.\n", "")
         if argv[1].startswith("--query-gpu"):
-            return subprocess.CompletedProcess(argv, 0, "0, 350.00\n1, [N/A]\n", "")
+            return subprocess.CompletedProcess(argv, 0, "0, GPU-aaa, 350.00\n1, GPU-bbb, [N/A]\n2, GPU-ccc, 200.00\n", "")
         return subprocess.CompletedProcess(argv, 0, "All done.\n", "")
 
+    query = ["--query-gpu=index,uuid,power.default_limit", "--format=csv,noheader,nounits"]
     Clocks().reset(nvml=NoNvml(), run=run)
-    assert asked == [["-rgc"], ["-rmc"], ["--query-gpu=index,power.default_limit", "--format=csv,noheader,nounits"],
-                     ["-i", "0", "-pl", "350.00"]]
+    assert asked == [["-rgc"], ["-rmc"], query, ["-i", "0", "-pl", "350.00"], ["-i", "2", "-pl", "200.00"]]
+    asked.clear()  # the cards a lease gets, by UUID: only those
+    Clocks().reset(nvml=NoNvml(), run=run, cards=frozenset({"GPU-ccc"}))
+    assert asked == [["-i", "GPU-ccc", "-rgc"], ["-i", "GPU-ccc", "-rmc"], query, ["-i", "2", "-pl", "200.00"]]
 
     def denied(argv, **_):
         return subprocess.CompletedProcess(argv, 4, "", "Unable to reset GPU clocks: Insufficient Permissions\n")
@@ -276,6 +296,7 @@ def test_the_drivers_cards_are_read_by_device_minor_and_odd_entries_are_skipped(
         (folder / pci / "information").write_text(text)
     (folder / "0000:05:00.0").mkdir()  # a card whose file cannot be read
     assert rig.card_uuids(str(folder)) == {3: "GPU-aaa", 0: "GPU-bbb"}
+    assert list(rig.card_uuids(str(folder)).values()) == ["GPU-aaa", "GPU-bbb"]  # PCI bus order, not the minors'
     assert rig.card_uuids(str(tmp_path / "absent")) == {}
 
 
@@ -339,3 +360,83 @@ def test_the_adopted_units_cards_file_is_the_one_the_mining_os_record_names():
     assert f" {adopt_on_rig.CARDS_ENV}]" in revert.read_text()  # revert removes what the agent wrote
     unit = adopt_on_rig.UNIT_TEXT.format(run=adopt_on_rig.RUN, cards_env=adopt_on_rig.CARDS_ENV)
     assert f"\nEnvironmentFile=-{adopt_on_rig.CARDS_ENV}\n" in unit
+
+
+# -- the mining OS's environment (issue 51) ------------------------------------------------------------------
+def test_the_mining_oss_commands_get_its_environment_file_as_its_own_boot_script_does(tmp_path):
+    """HiveOS's commands find colors, miner-run and gpu-detect through the PATH its /etc/environment sets, which
+    systemd never reads: the agent gives it to every command of the OS it runs (start, stop, watchdog, clocks),
+    keeps its own choice of cards over it, and reads it only where root alone can write it."""
+    bin_dir = tmp_path / "hive/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "colors").write_text("#!/bin/sh\necho colors\n")
+    (bin_dir / "colors").chmod(0o755)
+    environment = tmp_path / "environment"
+    environment.write_text(f'# HiveOS\nPATH="{bin_dir}:/usr/bin:/bin"\nRIG_CONF=/hive-config/rig.conf\n'
+                           "export WALLET_CONF='/hive-config/wallet.conf'\nnot a line\n"
+                           "CUDA_VISIBLE_DEVICES=GPU-everything\n")
+    environment.chmod(0o644)
+    seen = tmp_path / "seen"
+    probe = f'{{ colors; echo "$RIG_CONF|$WALLET_CONF|${{CUDA_VISIBLE_DEVICES-}}"; }} > {seen}'
+    Miner(running_cmd="", start_cmd=probe, stop_cmd="", own_scope=False, environment_file=str(environment)).start(
+        ("GPU-a",))
+    assert seen.read_text().split() == ["colors", "/hive-config/rig.conf|/hive-config/wallet.conf|GPU-a"]
+    Miner(running_cmd="", start_cmd="true", stop_cmd=probe, environment_file=str(environment)).stop()
+    assert seen.read_text().split()[0] == "colors"
+    Clocks(apply_cmd=probe, environment_file=str(environment)).reapply()
+    assert seen.read_text().split()[0] == "colors"
+    # Without it (what systemd gives a unit): no colors on PATH, as on a real rig.
+    with pytest.raises(RuntimeError, match="colors: not found"):
+        Clocks(apply_cmd=f"colors > {seen}").reapply()
+    environment.chmod(0o666)  # anyone may write it: never read as root
+    with pytest.raises(RuntimeError, match="is not root's alone"):
+        Clocks(apply_cmd="true", environment_file=str(environment)).reapply()
+    with pytest.raises(RuntimeError, match="the mining OS's environment .*absent"):
+        Miner(running_cmd="", start_cmd="true", stop_cmd="", environment_file=str(tmp_path / "absent")).start()
+
+
+def test_a_start_is_judged_by_a_miner_holding_the_cards_not_by_its_exit_code(tmp_path):
+    """HiveOS's `miner start` exits 0 having started nothing (no environment, no miner set); a start is a miner
+    process on the cards it was started on within start_hold_s, whatever the script exited.  Only an OS that
+    really starts its miner later (msOS's console: start_believed) is believed on exit 0."""
+    held = tmp_path / "held"
+    nothing = Miner(running_cmd="", start_cmd="echo Miner started", stop_cmd="", own_scope=False, start_hold_s=0.5)
+    with pytest.raises(RuntimeError, match=r"exited 0 but no miner process holds a GPU after 0.5 s: Miner started"):
+        nothing.start(holding=held.exists)
+    with pytest.raises(RuntimeError, match="holds its cards"):
+        nothing.start(("GPU-a",), holding=held.exists)
+    Miner(running_cmd="", start_cmd="true", stop_cmd="", own_scope=False, start_believed=True).start(
+        holding=held.exists)
+    # An old HiveOS exits 1 with its watchdog off although the miner started: the miner on the cards decides.
+    Miner(running_cmd="", start_cmd=f"touch {held}; exit 1", stop_cmd="", own_scope=False).start(holding=held.exists)
+
+
+def test_a_leftover_the_os_takes_for_a_running_miner_is_cleared_by_its_own_stop_before_a_start(tmp_path):
+    """A `miner` screen session holding only a bash (HiveOS's start with no miner set): its next `miner start`
+    says "Miner screen is already running" and starts nothing, unless the OS's own stop clears it first."""
+    session, miner_run = tmp_path / "session", tmp_path / "miner-run"
+    start = (f"if test -e {session}; then echo Miner screen is already running; "
+             f"else touch {session} {miner_run}; fi")
+    kwargs = {"running_cmd": f"test -e {miner_run}", "start_cmd": start, "stop_cmd": f"rm -f {session} {miner_run}",
+              "own_scope": False, "start_hold_s": 0.5}
+    session.touch()  # the leftover: a session, no miner in it
+    with pytest.raises(RuntimeError, match="already running"):
+        Miner(**kwargs).start(holding=miner_run.exists)
+    Miner(**kwargs, leftover_cmd=f"test -e {session}").start(holding=miner_run.exists)
+    assert miner_run.exists()
+    stopped = tmp_path / "stopped"  # a miner that runs is never stopped for a leftover check
+    Miner(**{**kwargs, "stop_cmd": f"touch {stopped}"}, leftover_cmd=f"test -e {session}").start(
+        holding=miner_run.exists)
+    assert not stopped.exists()
+
+
+def test_the_watchdog_is_given_back_as_it_was(tmp_path):
+    log = tmp_path / "log"
+    miner = Miner(running_cmd="", start_cmd="", stop_cmd="", watchdog_running_cmd="false",
+                  watchdog_stop_cmd=f"echo stop >> {log}", watchdog_release_cmd=f"echo release >> {log}",
+                  watchdog_start_cmd=f"echo start >> {log}")
+    assert not miner.watchdog_running()
+    miner.hold_watchdog()
+    miner.release_watchdog(was_running=False)  # it did not run before: released, not started
+    miner.release_watchdog(was_running=True)
+    assert log.read_text().split() == ["stop", "release", "release", "start"]

@@ -44,12 +44,13 @@ class LoggedClocks(rig.Clocks):
     """The cards' clocks, seen from the test: reset() writes to the same log the miner's stand-in
     commands write to (the real reset talks to NVML or nvidia-smi, tested in test_agent_rig.py)."""
 
-    def reset(self, nvml=None, run=None) -> None:
+    def reset(self, nvml=None, run=None, cards=None) -> list[str]:
         events = Path(self.apply_cmd.rsplit(" ", 1)[-1])
         if (events.parent / "clocks.broken").exists():
             raise RuntimeError("nvidia-smi -rgc exited 15: GPU is lost")
         with events.open("a") as f:
-            f.write("reset\n")
+            f.write("reset\n" if cards is None else f"reset:{','.join(sorted(cards))}\n")
+        return ["GPU 0: nvmlDeviceSetGpcClkVfOffset"] if (events.parent / "clocks.old").exists() else []
 
 
 NO_SUCH_PID = 4_194_304 + 4242  # above the kernel's PID_MAX_LIMIT (2^22): kill() answers ESRCH, never ends a process
@@ -62,9 +63,11 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
     (tmp_path / "labels.json").write_text(json.dumps({"nvidia.com/gpu.count": "2"}))
     running = tmp_path / "miner.running"
     watchdog = tmp_path / "wd.running"
+    wd_log = tmp_path / "wd.log"  # the watchdog's hold and release, in order
     events = tmp_path / "events"
     miner = rig.Miner(f"test -e {running}", f"touch {running}; echo start >> {events}", f"rm -f {running}",
-                      watchdog_running_cmd=f"test -e {watchdog}", watchdog_stop_cmd=f"rm {watchdog}")
+                      watchdog_running_cmd=f"test -e {watchdog}", watchdog_stop_cmd=f"rm -f {watchdog}; echo held >> {wd_log}",
+                      watchdog_release_cmd=f"echo released >> {wd_log}", watchdog_start_cmd=f"touch {watchdog}")
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
                     token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
@@ -208,6 +211,16 @@ def test_the_watchdog_is_kept_stopped_while_leasing_only(api, tmp_path):
     now[0] += 10
     agent.tick()
     assert not watchdog.exists()
+    assert (tmp_path / "wd.log").read_text().split() == ["held", "held"]
+    assert json.loads((tmp_path / "state/status.json").read_text())["watchdog"] == "held while leased (it ran before)"
+    # A new agent (a restart, a new schedule: mining) knows it held the watchdog, and gives it back as it was:
+    # released and running again, once the rig mines.
+    agent = make_agent(api, tmp_path, FIXED_MINE, clock=lambda: now[0])
+    for _ in range(3):
+        agent.tick()
+    assert agent.state.mode == "mining" and watchdog.exists()
+    assert (tmp_path / "wd.log").read_text().split() == ["held", "held", "released"]
+    assert json.loads((tmp_path / "state/status.json").read_text())["watchdog"] == ""
     (tmp_path / "m").mkdir()
     mining = make_agent(api, tmp_path / "m", FIXED_MINE)
     (tmp_path / "m" / "wd.running").touch()
@@ -902,9 +915,10 @@ def test_per_card_a_one_gpu_lease_stops_mining_on_its_card_only_and_a_restart_on
     assert agent.tick() == ["start-miner"] and running.read_text().strip() == "all"
     assert not agent.state.whole_rig and agent.state.mode == "idle-mining"
     # The OS's clocks: re-applied before mining on every card, never before mining beside a lease (its command
-    # tunes every card, the leased one too), reset before the lease's container ran.
-    assert (tmp_path / "events").read_text().split() == ["reapply", "start", "reset", "start", "start", "reapply",
-                                                         "start"]
+    # tunes every card, the leased one too); the lease's card alone reset before its container ran (the other
+    # mines on the owner's tuning beside it).
+    assert (tmp_path / "events").read_text().split() == ["reapply", "start", f"reset:{CARD_UUIDS[0]}", "start",
+                                                         "start", "reapply", "start"]
 
 
 def test_per_card_a_container_whose_cards_cannot_be_read_hands_the_whole_rig_over(api, tmp_path):

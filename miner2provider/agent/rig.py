@@ -317,7 +317,7 @@ def with_os_environment(path: str, env: dict[str, str] | None = None) -> dict[st
     if not path:
         return env
     base = dict(os.environ if env is None else env)
-    cards = {key: base[key] for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES") if key in base}
+    cards: dict[str, str] = {key: base[key] for key in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES") if key in base}
     return {**base, **os_environment(path), **cards}
 
 

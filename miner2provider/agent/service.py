@@ -417,7 +417,8 @@ class Agent:
         """A process outside every container holds ``cards`` (every card: any GPU): the start took."""
         if not cards:
             return bool(self.gpu_holders())
-        return any(card in cards and rig.outside_containers(pids) for card, pids in self.gpu_processes_by_card().items())
+        by_card = self.gpu_processes_by_card()
+        return any(card in cards and rig.outside_containers(pids) for card, pids in by_card.items())
 
     def _handed_cards(self) -> frozenset[str] | None:
         """The cards the waiting lease containers get, where the rig knows each (per card); None: every card."""
@@ -630,7 +631,8 @@ class Agent:
         try:
             publish.write_json(self.dir / "state.json", {
                 "state": asdict(self.state), "boot": self.boot, "applied_labels": self.publisher.applied_labels,
-                "watchdog_was": self.watchdog_was, "offer": self.profit.saved(), "measured": asdict(self.stats.shown) if self.stats.shown else None})
+                "watchdog_was": self.watchdog_was, "offer": self.profit.saved(),
+                "measured": asdict(self.stats.shown) if self.stats.shown else None})
         except OSError as exc:
             self._say(f"state: {exc}")
             return False

@@ -602,7 +602,7 @@ def adopt(pid: int, api_port: int = 0, window_s: float = 120.0, settle_s: float 
 
 
 _AGAIN = {"wrapper": "its wrapper started again", "screen": "its screen started again",
-          "tmux": "started again, outside tmux", "by hand": "started again as it was started"}
+          "tmux": "started again", "by hand": "started again as it was started"}
 
 
 def release(settle_s: float = 20.0) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     (tmp_path / "systemd").mkdir()
     yield here
     for pid in _pids():  # the test's miners, those m2p started again among them
-        if str(tmp_path) in " ".join(adopt_on_rig._argv(pid)):
+        if f"{tmp_path}/" in " ".join(adopt_on_rig._argv(pid)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

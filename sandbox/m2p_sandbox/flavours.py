@@ -62,9 +62,10 @@ def config_changes(host: Any, flavour: str) -> list[str]:
                 if not host.file(path).exists or host.file(path).sha256sum != sha]
 
 
-# How a rig of each flavour mines: the unit that starts its miner at boot ,
-# and the command (as root) that exits 0 while its miner's screen session runs.
-MINING = {"hiveos": ("hive.service", "screen -ls miner"),
+# How a rig of each flavour mines: the unit that starts its miner at boot, and the command (as root) that exits 0
+# while its miner runs (HiveOS: a miner window's miner-run loop, not the screen session, which a start with no
+# miner set leaves holding only a bash; anchored, so that the shell running the check never matches itself).
+MINING = {"hiveos": ("hive.service", "pgrep -f '^bash /hive/bin/miner-run '"),
           "smos": ("smos.service", "runuser -u miner -- screen -ls miner")}
 
 
@@ -77,7 +78,7 @@ def mining_problems(host: Any, flavour: str) -> list[str]:
         problems.append(f"{unit} is not enabled")
     with host.sudo():
         if host.run(running).rc != 0:
-            problems.append("no miner screen session")
+            problems.append("no miner runs")
     return problems
 
 

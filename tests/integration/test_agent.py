@@ -55,12 +55,33 @@ def since_the_miner(log: list[str]) -> list[str]:
     return log[len(log) - log[::-1].index("miner attached"):]
 
 
+# HiveOS's commands as a root login runs them: with its /etc/environment (pam_env; sudo's secure_path drops its PATH).
+HIVE_ENV = "set -a; . /etc/environment; set +a;"
 RESET = ["nvidia-smi -rgc", "nvidia-smi -rmc"]  # locked clocks off; then each card's default power limit
 
 
 def miner_running(r) -> bool:
+    """A HiveOS miner window's miner-run loop runs (not merely a `miner` screen session: hiveos-linux hive/bin/miner
+    leaves one holding only a bash after a start with no miner set)."""
     with ssh(r) as client:
-        return run(client, "sudo screen -ls miner")[0] == 0
+        return run(client, f"sudo {flavours.MINING['hiveos'][1]}")[0] == 0
+
+
+def watchdog(r) -> tuple[str, str]:
+    """HiveOS's hive-watchdog unit: (is-active, is-enabled) (masked-runtime while the agent holds it)."""
+    with ssh(r) as client:
+        return (run(client, "systemctl is-active hive-watchdog")[1].strip(),
+                run(client, "systemctl is-enabled hive-watchdog")[1].strip())
+
+
+def given_back(unit: tuple[str, str]) -> bool:
+    return unit[0] == "active" and not unit[1].startswith("masked")
+
+
+def reboots(r) -> str:
+    """The reboots HiveOS's watchdog asked for (its sreboot, the stand-in's record)."""
+    with ssh(r) as client:
+        return run(client, "cat /var/log/m2p-standin-reboots.log 2>/dev/null")[1]
 
 
 def miner_process(r) -> tuple[str, str]:
@@ -176,19 +197,17 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         with sqlite3.connect(db) as stored:
             assert stored.execute("SELECT count(*) FROM ledger").fetchone()[0] == len(row["agent"]["ledger"])
 
-        # HiveOS fights back: `hello` (a dashboard push) restarts the miner; the agent stops it again.
+        # HiveOS's watchdog (running since boot: WD_ENABLED=1) is held while the lease runs: its unit stopped and
+        # masked for this boot, since its own `wd stop` does nothing.  HiveOS fights back: `hello restartminer` (a
+        # dashboard push) restarts the miner, and the watchdog, which the mask keeps down; the agent stops the
+        # miner again (HiveOS's stop takes ~16 s: miner-run starts the miner again 3 s after Ctrl-C, until the
+        # session is quit).
+        assert watchdog(r) == ("inactive", "masked-runtime")
         with ssh(r) as client:
-            run(client, "sudo /hive/bin/hello")
-        wait_for("the agent to stop the miner hello started", lambda: not miner_running(r), timeout=20)
-
-        # A dashboard push starts HiveOS's watchdog (it would reboot a rig without hashrate).
-        with ssh(r) as client:
-            assert run(client, "sudo /hive/bin/wd start")[0] == 0
-
-        def watchdog_stopped():
-            with ssh(r) as client:
-                return run(client, "systemctl is-active hive-watchdog")[1].strip() != "active"
-        wait_for("the agent to stop the watchdog", watchdog_stopped, timeout=20)
+            run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
+            assert run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/wd start'")[0] != 0  # masked: nothing starts it
+        wait_for("the agent to stop the miner hello started", lambda: not miner_running(r), timeout=60)
+        assert watchdog(r) == ("inactive", "masked-runtime")
 
         # A reboot: hive.service starts the miner at boot; the agent resumes leasing from its state.
         with ssh(r) as client:
@@ -198,8 +217,10 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         with ssh(r) as client:
             assert run(client, "systemctl is-system-running --wait")[1].strip() in {"running", "degraded"}
             state = json.loads(run(client, "cat /var/lib/m2p/agent/state.json")[1])
-        assert state["state"]["mode"] == "leasing"
-        wait_for("the miner stopped after the reboot", lambda: not miner_running(r), timeout=30)
+        assert state["state"]["mode"] == "leasing" and state["watchdog_was"] is True
+        wait_for("the miner stopped after the reboot", lambda: not miner_running(r), timeout=60)
+        # The reboot cleared the mask and HiveOS's boot started its watchdog: held again.
+        wait_for("the watchdog held again", lambda: watchdog(r) == ("inactive", "masked-runtime"), timeout=30)
         status = json.loads(api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])
         assert status["mode"] == "leasing" and status["schedule"] == "schedule"
 
@@ -209,7 +230,10 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", lambda: miner_running(r))
         assert api.akash_view(r.name)["gpus_available"] == 2
-        # HiveOS's own nvidia-oc put its tuning back before the miner attached.
+        # The watchdog back as it was (running, not masked); it never rebooted the rig under the lease.
+        wait_for("the watchdog given back", lambda: given_back(watchdog(r)), timeout=15)
+        assert reboots(r) == ""
+        # HiveOS's own nvidia-oc (run with HiveOS's environment) put its tuning back before the miner attached.
         # (The screen session shows before the miner stand-in has taken its cards and said so: wait for it.)
         tail = ["nvidia-smi -i 0 -pl 240", "nvidia-smi -i 1 -pl 240", "miner attached"]
         wait_for(f"the cards' log to end {tail}", lambda: gpu_log(r)[-3:] == tail, timeout=15)
@@ -248,7 +272,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         finally:
             with ssh(r) as client:
                 run(client, "sudo umount /var/lib/m2p/agent")
-        wait_for("the miner stopped for the lease", lambda: not miner_running(r), timeout=30)
+        wait_for("the miner stopped for the lease", lambda: not miner_running(r), timeout=60)
         api.delete_pod("lease-3")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", lambda: miner_running(r))
@@ -257,7 +281,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         # screen, holding the GPUs): m2p ends it after the grace, and the container starts once the cards are free.
         with ssh(r) as client:
             run(client, "echo '{\"stops_to_exit\": 2, \"ignore_hangup\": true}' | sudo tee /etc/m2p-standin/miner.json"
-                        " && sudo /hive/bin/miner restart")
+                        f" && sudo sh -c '{HIVE_ENV} /hive/bin/miner restart'")
         stubborn, _ = miner_process(r)
         code, out, pid = through_the_gate(r, "lease/lease-2")
         try:
@@ -298,18 +322,25 @@ def per_card_hand_over(r, api) -> None:
         assert code == 0, out
         wait_for("the miner on the card no lease holds", lambda: mining_on() == {uuids[0]}, timeout=30)
         assert api.nodes[r.name]["metadata"]["labels"]["m2p.io/mode"] == "leasing"
+        # Only the lease's card was reset (by UUID); the other mines on beside it on the owner's tuning.  The miner
+        # beside the lease keeps HiveOS's watchdog armed (/run/hive/MINER_RUN): held all the same.
+        log = gpu_log(r)
+        assert f"nvidia-smi -i {uuids[1]} -rgc" in log and f"nvidia-smi -i {uuids[0]} -rgc" not in log, log[-12:]
+        assert watchdog(r) == ("inactive", "masked-runtime")
+        with ssh(r) as client:  # the miner on both cards: stopped, and started on its card again
+            run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
+        wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=90)
         with ssh(r) as client:
-            run(client, "sudo /hive/bin/hello")  # the miner on both cards: stopped, and started on its card again
-        wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=30)
-        with ssh(r) as client:
-            run(client, "sudo /hive/bin/hello")  # twice: the rig hands over whole until the lease ends
-        wait_for("the miner hello started on both cards stopped", lambda: not mining_on(), timeout=30)
+            run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")  # twice: the rig hands over whole
+        wait_for("the miner hello started on both cards stopped", lambda: not mining_on(), timeout=90)
         wait_for("whole-rig hand-over said", lambda: hand_over() == "whole rig", timeout=10)
     finally:
         with ssh(r) as client:
             run(client, f"sudo kill {pid}")
         api.delete_pod("lease-4")
-    wait_for("both cards mining again", lambda: mining_on() == set(uuids) and hand_over() == "per card", timeout=30)
+    wait_for("both cards mining again", lambda: mining_on() == set(uuids) and hand_over() == "per card", timeout=60)
+    wait_for("the watchdog given back", lambda: given_back(watchdog(r)), timeout=15)
+    assert reboots(r) == ""
 
 
 def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_drained(boot_rigs, tmp_path, monkeypatch):

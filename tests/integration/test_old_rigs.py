@@ -30,7 +30,7 @@ BESIDE = "/opt/python3.10/bin/python3"
 def rig_state(r: sandbox.Rig) -> dict[str, str]:
     with ssh(r) as client:
         return {
-            "miner": str(run(client, "sudo screen -ls miner")[0] == 0),
+            "miner": str(run(client, f"sudo {flavours.MINING['hiveos'][1]}")[0] == 0),
             "m2p state": str(run(client, "test -e /var/lib/m2p")[0] == 0),
             "k3s": str(run(client, "test -e /usr/local/bin/k3s")[0] == 0),
             "toolkit": run(client, "dpkg-query -W -f '${Package} ' 'nvidia-container*' 'libnvidia-container*' "
@@ -71,7 +71,7 @@ def test_old_pythons_convert_refuse_and_revert(boot_rigs, tmp_path):
     assert rig_state(old36) == before  # nothing changed, the miner still runs
     for r in (old36, beside):
         with ssh(r) as client:
-            assert run(client, "sudo screen -ls miner")[0] == 0, f"{r.name}: the miner stopped"
+            assert run(client, f"sudo {flavours.MINING['hiveos'][1]}")[0] == 0, f"{r.name}: the miner stopped"
 
     second = outcomes(m2p("convert", *common, "--limit", "beside36", "--yes", "--json", "--full"))
     assert second["beside36"]["changed"] == 0, second

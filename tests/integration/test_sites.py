@@ -27,7 +27,7 @@ import time
 import paramiko
 import yaml
 
-from m2p_sandbox import network
+from m2p_sandbox import flavours, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin
@@ -204,7 +204,7 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     plain = m2p(*status[:-1]).stdout
     assert "silent: st-away (no answer now, last handshake" in plain, plain
     with through_hub(hub, "10.237.0.2", home.user, str(controller_key)) as client:
-        assert run(client, "sudo screen -ls miner")[0] == 0  # the home site's miner never noticed
+        assert run(client, f"sudo {flavours.MINING['hiveos'][1]}")[0] == 0  # the home site's miner never noticed
 
     # The away rig is gone for good: `m2p remove` forgets its node on the server and drops its peer from the hub,
     # while the home rig's tunnel carries on (the hub reconfigures with syncconf: the peers that stay keep their

@@ -67,6 +67,9 @@ class Miner:
     # /hive/bin:/hive/sbin, RIG_CONF, ... only in /etc/environment, which logins read; its own `hive` boot script
     # sources it first).  Without it HiveOS's `miner start` starts nothing and exits 0.  Empty: none needed.
     environment_file: str = ""
+    # The OS's own configuration that says whether its miner can be started on some cards (flight_sheet.py:
+    # HiveOS's rig.conf and wallet.conf); read, never printed.
+    config_files: tuple[str, ...] = ()
 
     def takes_cards(self) -> bool:
         """The miner can be started on some cards: the OS passes the environment on, or the unit reads the

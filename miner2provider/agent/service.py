@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import decide, economy, gate, kube, ledger, measure, publish, rig
+from miner2provider.agent import decide, economy, flight_sheet, gate, kube, ledger, measure, publish, rig
 from miner2provider.agent.decide import Observation, State
 from miner2provider.agent.status import MODE_LABEL, STATUS_SCHEMA
 from miner2provider.timeshare import model, policy, profit
@@ -83,6 +83,7 @@ class Config:
         raw = json.loads(Path(path).read_text())
         miner_raw = raw.pop("miner")
         miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ())),
+                             "config_files": tuple(str(f) for f in miner_raw.get("config_files", ())),
                              "per_card": str(miner_raw.get("per_card", False)).lower() == "true",
                              "start_believed": str(miner_raw.get("start_believed", False)).lower() == "true"})
         raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
@@ -153,6 +154,7 @@ class Agent:
     _card_map: dict[int, str] = field(default_factory=dict)  # device minor -> UUID (the driver's; read once)
     _takes_cards: bool | None = None  # the miner can be started on some cards (rig.Miner.takes_cards; read once)
     _busy_cards: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # (read at, monotonic; the cards)
+    _sheet: tuple[tuple[int, ...], str] = ((), "")  # the OS's config files' mtimes, and what they say (whole_why)
 
     def __post_init__(self) -> None:
         self.schedule = model.load(self.config.schedule)
@@ -303,11 +305,20 @@ class Agent:
         (): the whole rig is the unit (an OS that cannot, or a driver that names no card)."""
         if self._takes_cards is None:
             self._takes_cards = self.config.miner.takes_cards()
-        if not self._takes_cards:
+        if not self._takes_cards or self.whole_why():
             return ()
         if not self._card_map:
             self._card_map = rig.card_uuids(self.config.gpu_info_dir)
         return tuple(self._card_map.values())  # PCI bus order (rig.card_uuids): CUDA_VISIBLE_DEVICES's
+
+    def whole_why(self) -> str:
+        """What in the OS's own configuration makes the whole rig the unit (flight_sheet.py; "": nothing), read
+        again when a file changes (a dashboard push rewrites the flight sheet)."""
+        files = self.config.miner.config_files
+        stamp = tuple(_mtime(path) for path in files)
+        if stamp != self._sheet[0]:
+            self._sheet = (stamp, flight_sheet.why_whole(files))
+        return self._sheet[1]
 
     def held_cards(self) -> frozenset[str] | None:
         """The cards the leases hold: their containers' through the gate (running) or at it (waiting), and
@@ -670,7 +681,7 @@ class Agent:
                 "schedule": self.config.schedule_name or self.schedule.name, "marketplace": self.config.marketplace,
                 "last_error": self.last_error,
                 "agent_version": __version__,
-                "hand_over": self.hand_over(),
+                "hand_over": self.hand_over(), "hand_over_why": self._sheet[1] if self._takes_cards else "",
                 "watchdog": "" if self.watchdog_was is None else "held while leased (it ran before)"
                 if self.watchdog_was else "held while leased (it was stopped before)",
                 "leases": self.leases_seen(), "drain": (self.dir / "drain").exists(), "offered": self.state.offered,
@@ -679,7 +690,7 @@ class Agent:
 
     def hand_over(self) -> str:
         """What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig"."""
-        if self._takes_cards and self._card_map and not self.state.whole_rig:
+        if self._takes_cards and self._card_map and not self.state.whole_rig and not self._sheet[1]:
             return "per card"
         return "whole rig"
 
@@ -717,6 +728,13 @@ class Agent:
             return
         if patched:
             self._save()
+
+
+def _mtime(path: str) -> int:
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return -1
 
 
 def _iso(ts: float) -> str:

@@ -60,6 +60,7 @@ class AgentStatus:
     leased_per_hour: float | None = None
     # What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig" ("": unsaid).
     hand_over: str = ""
+    hand_over_why: str = ""  # what in the OS's configuration hands the whole rig over where per card could be
     # The mining OS's watchdog held by the agent while leased, and how it was before ("": not held).
     watchdog: str = ""
 
@@ -88,7 +89,8 @@ def agent_status_from(raw: object) -> AgentStatus:
                        measured_from(raw.get("measured")), lease_pays if isinstance(lease_pays, bool) else None,
                        _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
                        _number(profit.get("reclaim_per_hour")), *leased,
-                       hand_over=hand_over if hand_over in HAND_OVERS else "", watchdog=_field(raw, "watchdog"))
+                       hand_over=hand_over if hand_over in HAND_OVERS else "",
+                       hand_over_why=_field(raw, "hand_over_why", 200), watchdog=_field(raw, "watchdog"))
 
 
 HAND_OVERS = ("per card", "whole rig")

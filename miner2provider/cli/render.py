@@ -232,6 +232,8 @@ def agent_line(agent: dict[str, Any]) -> str:
         if agent.get("leased_gpus"):  # what the leases pay against the whole rig's floor
             line += (f"; leased {agent['leased_gpus']} of {agent['leased_of']} GPUs for "
                      f"{agent['leased_per_hour']:g}/h ({hand_over_said(agent.get('hand_over', ''))})")
+    if agent.get("hand_over_why"):
+        line += f"; whole-rig hand-over: {agent['hand_over_why']}"
     if agent.get("watchdog"):
         line += f"; the mining OS's watchdog {agent['watchdog']}"
     measured = agent.get("measured")

@@ -1000,3 +1000,25 @@ def test_m2p_status_says_what_a_per_card_lease_leaves_mining():
     read = agent_status_from(json.loads(golden["output"]))
     line = render.agent_line({"service": "active", **dataclasses.asdict(read)})
     assert "; leased 1 of 2 GPUs for 0.12/h (the miner mines on the cards no lease holds)" in line, line
+
+
+def test_per_card_a_flight_sheet_that_selects_devices_hands_the_whole_rig_over_and_says_why(api, tmp_path):
+    """HiveOS's flight sheet (wallet.conf) names devices by index: the miner started with CUDA_VISIBLE_DEVICES
+    naming the free cards would count among them only.  The whole rig is the unit, said in the status (never a
+    wallet); the owner's new flight sheet without it brings per card back (the file read again on a change)."""
+    agent = per_card_agent(api, tmp_path)
+    wallet = tmp_path / "wallet.conf"
+    wallet.write_text('TREX_TEMPLATE="RVN:0xSECRET.%WORKER_NAME%"\nTREX_USER_CONFIG="-d 0,1"\n')
+    agent.config = dataclasses.replace(agent.config, miner=dataclasses.replace(
+        agent.config.miner, config_files=(str(tmp_path / "rig.conf"), str(wallet))))
+    agent.tick()
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert status["hand_over"] == "whole rig" and agent.cards() == ()
+    assert status["hand_over_why"] == "wallet.conf TREX_USER_CONFIG selects devices by index"
+    assert agent_status_from(status).hand_over_why == status["hand_over_why"] and "SECRET" not in json.dumps(status)
+    wallet.write_text('TREX_TEMPLATE="RVN:0xSECRET.%WORKER_NAME%"\nTREX_USER_CONFIG="--mt 3"\n')
+    os.utime(wallet, ns=(0, 1))  # a new mtime, however fast the test
+    agent.tick()
+    status = json.loads((tmp_path / "state/status.json").read_text())
+    assert status["hand_over"] == "per card" and status["hand_over_why"] == "" and len(agent.cards()) == 2

@@ -48,6 +48,7 @@ START_MINER = "start-miner"
 OFFER = "offer"  # uncordon the node (the marketplace may place leases)
 UNOFFER = "unoffer"  # cordon the node (running leases stay)
 GRANT = "grant"  # let the containers waiting at the gate start: the GPUs are free of the miner
+RESET_CLOCKS = "reset-clocks"  # put the leased cards that were tuned again (a dashboard OC push) back on defaults
 CAME_BACK_LIMIT = 2
 
 
@@ -70,6 +71,9 @@ class Observation:
     cards: tuple[str, ...] = ()
     held: frozenset[str] | None = frozenset()
     busy_cards: frozenset[str] = frozenset()
+    # The leased cards found off their defaults again (NVML's recheck: a power limit or an offset the mining OS
+    # set during the lease, HiveOS's nvidia-oc tuning every card).
+    retuned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
         new = replace(new, last_was_stop=True)
     if obs.api_ok and not _leased(obs) and new.came_back:
         new = replace(new, came_back=0)
+    if obs.retuned and new.mode in {"leasing", "draining"}:
+        actions = [*actions, RESET_CLOCKS]  # a lease never computes on the mining OS's tuning
     return new, actions
 
 

@@ -247,6 +247,31 @@ class Clocks:
             if index.isdigit() and watts.replace(".", "", 1).isdigit():  # "[N/A]": no settable limit
                 smi("-i", index, "-pl", watts)
 
+    def tuned(self, cards: frozenset[str] | None = None, nvml: Any = None,
+              run: Callable[..., Any] = subprocess.run) -> frozenset[str]:
+        """The ``cards`` (UUIDs; None: every card) that are off their defaults: a power limit other than the
+        default, or a clock offset where this NVML reads one (a dashboard OC push during a lease: HiveOS's
+        nvidia-oc tunes every card, the leased ones too)."""
+        nvml = _opened_nvml(nvml)
+        if nvml is None:
+            query = ["nvidia-smi", "--query-gpu=uuid,power.limit,power.default_limit", "--format=csv,noheader,nounits"]
+            out = run(query, capture_output=True, text=True, timeout=self.timeout_s)
+            if out.returncode != 0:
+                raise RuntimeError(f"nvidia-smi --query-gpu exited {out.returncode}: {out.stdout.strip()[-200:]}")
+            rows = [[part.strip() for part in line.split(",")] for line in out.stdout.splitlines()]
+            return frozenset(row[0] for row in rows if len(row) == 3 and (cards is None or row[0] in cards)
+                             and _number(row[1]) is not None and _number(row[1]) != _number(row[2]))
+        try:
+            found: set[str] = set()
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _uuid(nvml, handle)
+                if (cards is None or uuid in cards) and _off_defaults(nvml, handle):
+                    found.add(uuid)
+            return frozenset(found)
+        finally:
+            nvml.nvmlShutdown()
+
     def reapply(self) -> None:
         if self.apply_cmd:
             _checked(_shell(self.apply_cmd, self.timeout_s, env=with_os_environment(self.environment_file)),
@@ -384,6 +409,28 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13  # nvml.h: "Local version of NVML doesn't imp
 def _uuid(nvml: Any, handle: Any) -> str:
     uuid = nvml.nvmlDeviceGetUUID(handle)
     return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]": a card without a settable limit
+        return None
+
+
+def _off_defaults(nvml: Any, handle: Any) -> bool:
+    """A power limit other than the default, or a clock offset; what this card or NVML cannot read counts as
+    on its defaults (nothing m2p could reset there either)."""
+    reads: list[Any] = []
+    for name in ("nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPowerManagementDefaultLimit",
+                 "nvmlDeviceGetGpcClkVfOffset", "nvmlDeviceGetMemClkVfOffset"):
+        call = getattr(nvml, name, None)
+        try:
+            reads.append(call(handle) if call is not None else None)
+        except nvml.NVMLError:
+            reads.append(None)
+    limit, default, gpc, mem = reads
+    return (limit is not None and default is not None and limit != default) or bool(gpc) or bool(mem)
 
 
 def _reset_card(nvml: Any, handle: Any, index: int) -> list[str]:

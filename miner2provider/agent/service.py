@@ -146,6 +146,8 @@ class Agent:
     # per container.
     _clocks_reset: frozenset[str] = frozenset()
     _unreset: str = ""  # what the last reset could not do (said while the leases run)
+    _tuned_checked: float = float("-inf")  # when the leased cards' clocks were last read (monotonic)
+    _retuned: frozenset[str] = frozenset()  # the leased cards found tuned again at that reading
     _stopped_for_lease: bool = False  # the agent stopped the miner for this hand-over and has not started it since
     _beside_since: float | None = None  # when the agent last started the miner on some cards (monotonic)
     respawns: int = 0  # times the miner came back on its own during a hand-over (until the agent restarts)
@@ -295,6 +297,7 @@ class Agent:
             leases=gpu_leases if node is not None else len(self.seen.leases), gated=len(self.seen.gated),
             gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now,
             cards=cards, held=held, busy_cards=self.busy_cards(mono, waiting) if held else frozenset(),
+            retuned=self.retuned_cards(mono, held),
         )
         self._say_an_idle_miner(obs)
         return obs, node
@@ -355,6 +358,24 @@ class Agent:
             self._say(f"the miner started on the {len(mine_on)} card(s) no lease holds runs on none of them after "
                       f"{BESIDE_GRACE_S:g} s (does its flight sheet name devices by index?)")
 
+    def retuned_cards(self, now: float, held: frozenset[str] | None) -> frozenset[str]:
+        """The cards reset for the leases that are off their defaults again (NVML, every GPU_RECHECK_S while
+        leased): a dashboard OC push runs HiveOS's nvidia-oc, which tunes every card, the leased ones too.  Per
+        card, only the cards the leases hold (the others mine on the owner's tuning)."""
+        done = self._clocks_reset
+        if not done or self.state.mode not in {"leasing", "draining"} or now - self._tuned_checked < GPU_RECHECK_S:
+            return frozenset()
+        self._tuned_checked = now
+        cards = None if ALL in done else done & held if held is not None else done
+        if cards is not None and not cards:
+            return frozenset()
+        try:
+            self._retuned = self.config.clocks.tuned(cards)
+        except (RuntimeError, OSError) as exc:
+            self._say(f"clocks: {exc}")
+            self._retuned = frozenset()
+        return self._retuned
+
     def busy_cards(self, now: float, waiting: bool) -> frozenset[str]:
         """The cards a process outside every container holds (NVML, card by card), while leases hold some
         cards: read every GPU_RECHECK_S (a miner the OS restarted on every card is seen within it: nvidia-smi
@@ -402,6 +423,10 @@ class Agent:
                 self._stop_miner()
             elif action == decide.START_MINER:
                 self._start_miner(self.state.mine_on)
+            elif action == decide.RESET_CLOCKS:
+                self.config.clocks.reset(cards=self._retuned)
+                self._say(f"{len(self._retuned)} leased card(s) were tuned again during the lease (the mining OS's "
+                          "OC, a dashboard push?): put back on their defaults")
             elif action == decide.GRANT:
                 self._hand_over_clocks()
                 self.gates.grant(self._waiting()[0])

@@ -327,6 +327,15 @@ def per_card_hand_over(r, api) -> None:
         log = gpu_log(r)
         assert f"nvidia-smi -i {uuids[1]} -rgc" in log and f"nvidia-smi -i {uuids[0]} -rgc" not in log, log[-12:]
         assert watchdog(r) == ("inactive", "masked-runtime")
+        # A dashboard OC push: HiveOS's nvidia-oc tunes every card, the leased one too; the agent finds the leased
+        # card off its defaults within its 10 s recheck and puts it back; the mining card keeps the owner's 240 W.
+        with ssh(r) as client:
+            assert run(client, f"sudo sh -c '{HIVE_ENV} /hive/sbin/nvidia-oc' < /dev/null")[0] == 0
+
+        def limits() -> list[str]:
+            with ssh(r) as client:
+                return run(client, "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits")[1].split()
+        wait_for("the leased card back on its default power limit", lambda: limits() == ["240", "350.00"], timeout=30)
         with ssh(r) as client:  # the miner on both cards: stopped, and started on its card again
             run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
         wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=90)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from miner2provider.agent.decide import (
     GRANT,
     OFFER,
+    RESET_CLOCKS,
     START_MINER,
     STOP_MINER,
     UNOFFER,
@@ -122,6 +123,24 @@ def run(plan, grace, interval):
 @given(plan=steps, grace=st.none() | st.integers(0, 3600), interval=st.integers(0, 1200))
 def test_never_mining_while_a_lease_holds_a_gpu(plan, grace, interval):
     run(plan, grace, interval)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plan=steps, grace=st.none() | st.integers(0, 3600), interval=st.integers(0, 1200))
+def test_a_leased_card_tuned_again_is_reset_and_nothing_else_changes(plan, grace, interval):
+    """Leased cards found off their defaults (a dashboard OC push during a lease) are reset whenever the rig is
+    leasing or draining, and never otherwise; the finding changes no other decision."""
+    world, state = World(), State()
+    for desired_name, event, dt, api_ok in plan:
+        getattr(world, event, lambda: None)()
+        obs = world.observe(DESIRES[desired_name], api_ok)
+        plain = decide(state, obs, grace, interval)
+        new, actions = decide(state, replace(obs, retuned=frozenset({"GPU-a"})), grace, interval)
+        assert new == plain[0]
+        assert actions == plain[1] + ([RESET_CLOCKS] if new.mode in {"leasing", "draining"} else [])
+        state = new
+        world.apply(plain[1])
+        world.now += dt
 
 
 @settings(max_examples=400, deadline=None)

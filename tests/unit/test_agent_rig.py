@@ -440,3 +440,28 @@ def test_the_watchdog_is_given_back_as_it_was(tmp_path):
     miner.release_watchdog(was_running=False)  # it did not run before: released, not started
     miner.release_watchdog(was_running=True)
     assert log.read_text().split() == ["stop", "release", "release", "start"]
+
+
+def test_a_card_off_its_defaults_is_found_through_nvml_or_nvidia_smi():
+    """A leased card tuned again (a power limit other than the default, a clock offset) is found; a card or an NVML
+    that cannot say counts as on its defaults."""
+    class Tuned(FakeNvml):
+        def nvmlDeviceGetPowerManagementLimit(self, handle: int) -> int:
+            return (350_000, 140_000)[handle]  # card 1: nvidia-oc's 140 W
+
+        def nvmlDeviceGetGpcClkVfOffset(self, handle: int) -> int:
+            raise self.NVMLError(13)  # this NVML has no offsets
+
+    assert Clocks().tuned(nvml=Tuned()) == {"GPU-bbb"}
+    assert Clocks().tuned(frozenset({"GPU-aaa"}), nvml=Tuned()) == frozenset()
+
+    class NoNvml:
+        def nvmlInit(self) -> None:
+            raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    def smi(argv, **_):
+        assert argv[1] == "--query-gpu=uuid,power.limit,power.default_limit"
+        return subprocess.CompletedProcess(argv, 0, "GPU-aaa, 240.00, 350.00\nGPU-bbb, 350.00, 350.00\n"
+                                                    "GPU-ccc, [N/A], [N/A]\n", "")
+    assert Clocks().tuned(nvml=NoNvml(), run=smi) == {"GPU-aaa"}
+    assert Clocks().tuned(frozenset({"GPU-bbb"}), nvml=NoNvml(), run=smi) == frozenset()

@@ -52,6 +52,14 @@ class LoggedClocks(rig.Clocks):
             f.write("reset\n" if cards is None else f"reset:{','.join(sorted(cards))}\n")
         return ["GPU 0: nvmlDeviceSetGpcClkVfOffset"] if (events.parent / "clocks.old").exists() else []
 
+    def tuned(self, cards=None, nvml=None, run=None) -> frozenset[str]:
+        """The cards named in ``retuned`` (a test's dashboard OC push), among ``cards``; each reading counted."""
+        events = Path(self.apply_cmd.rsplit(" ", 1)[-1])
+        with (events.parent / "clock-reads").open("a") as f:
+            f.write(f"{','.join(sorted(cards)) if cards is not None else 'all'}\n")
+        named = (events.parent / "retuned").read_text().split() if (events.parent / "retuned").exists() else []
+        return frozenset(card for card in named if cards is None or card in cards)
+
 
 NO_SUCH_PID = 4_194_304 + 4242  # above the kernel's PID_MAX_LIMIT (2^22): kill() answers ESRCH, never ends a process
 
@@ -1022,3 +1030,28 @@ def test_per_card_a_flight_sheet_that_selects_devices_hands_the_whole_rig_over_a
     agent.tick()
     status = json.loads((tmp_path / "state/status.json").read_text())
     assert status["hand_over"] == "per card" and status["hand_over_why"] == "" and len(agent.cards()) == 2
+
+
+def test_per_card_a_leased_card_tuned_again_during_the_lease_is_put_back_on_its_defaults(api, tmp_path):
+    """A dashboard OC push during a lease runs HiveOS's nvidia-oc, which tunes every card, the leased one too: the
+    agent reads the leased card's clocks every 10 s (only that card: the other mines on the owner's tuning) and
+    resets the one found off its defaults, saying so."""
+    now = [1_800_000_000.0]
+    agent, proc = per_card_lease(api, tmp_path, clock=lambda: now[0])
+    try:
+        reads = tmp_path / "clock-reads"
+        agent.tick()
+        (tmp_path / "retuned").write_text(f"{CARD_UUIDS[0]} {CARD_UUIDS[1]}\n")  # nvidia-oc tuned both cards
+        now[0] += 3
+        assert "reset-clocks" not in agent.tick()  # read every 10 s, not every tick
+        now[0] += 10
+        assert agent.tick() == ["reset-clocks"]
+        assert reads.read_text().split()[-1] == CARD_UUIDS[0]  # only the leased card is read, and reset
+        assert (tmp_path / "events").read_text().split()[-1] == f"reset:{CARD_UUIDS[0]}"
+        assert "tuned again during the lease" in agent.last_error
+        (tmp_path / "retuned").unlink()
+        now[0] += 10
+        assert agent.tick() == [] and agent.last_error == ""
+    finally:
+        proc.kill()
+        proc.wait()

@@ -335,7 +335,7 @@ def per_card_hand_over(r, api) -> None:
         def limits() -> list[str]:
             with ssh(r) as client:
                 return run(client, "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits")[1].split()
-        wait_for("the leased card back on its default power limit", lambda: limits() == ["240", "350.00"], timeout=30)
+        wait_for("the leased card back on its default power limit", lambda: limits() == ["240.00", "350.00"], timeout=30)
         with ssh(r) as client:  # the miner on both cards: stopped, and started on its card again
             run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
         wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=90)

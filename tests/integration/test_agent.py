@@ -336,13 +336,25 @@ def per_card_hand_over(r, api) -> None:
             with ssh(r) as client:
                 return run(client, "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits")[1].split()
         wait_for("the leased card back on its default power limit", lambda: limits() == ["240.00", "350.00"], timeout=30)
-        with ssh(r) as client:  # the miner on both cards: stopped, and started on its card again
+        # `hello restartminer` (a dashboard push): `miner restart` stops the miner (~16 s) and starts it on every
+        # card 1 s later, unless the agent started it on its card in that second (then "already running"): either
+        # way the miner ends on its card only.
+        with ssh(r) as client:
             run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
         wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=90)
-        with ssh(r) as client:
-            run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")  # twice: the rig hands over whole
-        wait_for("the miner hello started on both cards stopped", lambda: not mining_on(), timeout=90)
+        # The OS starting a miner on every card (no race here): stopped at once and started on the free card again;
+        # the second time the agent saw it, the rig hands over whole until the lease ends.
+        for _ in range(3):
+            if hand_over() == "whole rig":
+                break
+            with ssh(r) as client:
+                run(client, f"sudo sh -c '{HIVE_ENV} setsid -f /hive/bin/standin-miner custom > /dev/null 2>&1'")
+            wait_for("a miner on the leased card", lambda: uuids[1] in mining_on(), timeout=15)
+            wait_for("the agent to stop it", lambda: uuids[1] not in mining_on(), timeout=90)
+            wait_for("the miner on its card, or the whole rig handed over",
+                     lambda: hand_over() == "whole rig" or mining_on() == {uuids[0]}, timeout=60)
         wait_for("whole-rig hand-over said", lambda: hand_over() == "whole rig", timeout=10)
+        wait_for("no miner on any card", lambda: not mining_on(), timeout=60)
     finally:
         with ssh(r) as client:
             run(client, f"sudo kill {pid}")
@@ -363,10 +375,13 @@ def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_dra
     api.add_node(r.name, token)
     bundle = tmp_path / "bundle"
     build_test_bundle(bundle)
-    schedule = "timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n"
+    # A strict lease window (no idle mining): the agent holds HiveOS's watchdog from the start and until revert,
+    # which gives it back as it was (running: hive's boot started it, WD_ENABLED=1).
+    schedule = "timezone: UTC\npolicy: fixed\ndefault: lease\nmin_switch_interval: 0s\n"
     try:
         code, outcomes = apply(r, tmp_path, api, schedule)
         assert code == 0 and outcomes[0]["result"] == "changed", outcomes
+        wait_for("the watchdog held", lambda: watchdog(r) == ("inactive", "masked-runtime"), timeout=30)
         api.add_pod("job-abc", r.name, 1, namespace="tenant-ns")
         wait_for("the agent to report the lease", lambda: '"tenant-ns/job-abc"' in agent_status(r), timeout=30)
         common = ["-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"), "--yes", "--json"]
@@ -400,7 +415,8 @@ def test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until_dra
         ender.join()
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert conftest_outcomes(proc)[r.name]["result"] == "changed"
-        assert miner_running(r)
+        assert miner_running(r)  # started by revert with HiveOS's environment
+        assert given_back(watchdog(r)) and reboots(r) == ""
         with ssh(r) as client:
             assert run(client, "test -e /var/lib/m2p || test -e /etc/m2p")[0] == 1
     finally:

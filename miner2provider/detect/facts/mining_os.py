@@ -135,6 +135,11 @@ MINER_BINARIES = {
 
 # Folders a mining OS runs its miners from, whatever their name (mmpOS: /opt/mmp/miners/<miner>/).
 MINER_FOLDERS = ("/opt/mmp/miners/",)
+# A mining OS's loop that runs one miner, named by its first argument: HiveOS's `miner start` opens a window per
+# miner in the session its screenrc names (`screen -dm -c /hive/etc/screenrc.miner bash`: no -S to read), each
+# running `miner-run <miner> <n>` (hiveos-linux hive/bin/miner @fae42644).  A session holding only a bash (a start
+# with no miner set) runs none: no miner.
+MINER_LOOPS = ("/hive/bin/miner-run",)
 SCRIPT_RUNNERS = {"sh", "bash", "dash", "python", "python3", "perl"}  # their script is the program
 
 
@@ -146,8 +151,8 @@ class MinerFact(Fact[MinerState]):
     name = "miner"
     command = (
         "ps -eo args= | grep -iE '^([^ ]*/)?(screen|screen\\.real|"
-        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?((ba|da)?sh|python3?|perl) "
-        + "|".join(MINER_FOLDERS) + "|^(" + "|".join(MINER_FOLDERS) + ")'; true"
+        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?((ba|da)?sh|python3?|perl) ("
+        + "|".join((*MINER_FOLDERS, *MINER_LOOPS)) + ")|^(" + "|".join(MINER_FOLDERS) + ")'; true"
     )
 
     @staticmethod
@@ -166,7 +171,9 @@ class MinerFact(Fact[MinerState]):
                 found.append(prog)
             else:
                 program = args[1] if prog in SCRIPT_RUNNERS and len(args) > 1 else args[0]
-                if program.startswith(MINER_FOLDERS):
+                if program in MINER_LOOPS and len(args) > 2:
+                    found.append(f"{program.rsplit('/', 1)[-1]} {args[2]}")
+                elif program.startswith(MINER_FOLDERS):
                     found.append(program.rsplit("/", 1)[-1])
         return MinerState(bool(found), tuple(dict.fromkeys(found)))
 

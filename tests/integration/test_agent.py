@@ -74,6 +74,12 @@ def watchdog(r) -> tuple[str, str]:
                 run(client, "systemctl is-enabled hive-watchdog")[1].strip())
 
 
+def limits(r) -> list[str]:
+    """Each card's power limit as the stand-in nvidia-smi reports it."""
+    with ssh(r) as client:
+        return run(client, "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits")[1].split()
+
+
 def given_back(unit: tuple[str, str]) -> bool:
     return unit[0] == "active" and not unit[1].startswith("masked")
 
@@ -331,11 +337,8 @@ def per_card_hand_over(r, api) -> None:
         # card off its defaults within its 10 s recheck and puts it back; the mining card keeps the owner's 240 W.
         with ssh(r) as client:
             assert run(client, f"sudo sh -c '{HIVE_ENV} /hive/sbin/nvidia-oc' < /dev/null")[0] == 0
-
-        def limits() -> list[str]:
-            with ssh(r) as client:
-                return run(client, "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits")[1].split()
-        wait_for("the leased card back on its default power limit", lambda: limits() == ["240.00", "350.00"], timeout=30)
+        wait_for("the leased card back on its default power limit", lambda: limits(r) == ["240.00", "350.00"],
+                 timeout=30)
         # `hello restartminer` (a dashboard push): `miner restart` stops the miner (~16 s) and starts it on every
         # card 1 s later, unless the agent started it on its card in that second (then "already running"): either
         # way the miner ends on its card only.
@@ -360,6 +363,7 @@ def per_card_hand_over(r, api) -> None:
             run(client, f"sudo kill {pid}")
         api.delete_pod("lease-4")
     wait_for("both cards mining again", lambda: mining_on() == set(uuids) and hand_over() == "per card", timeout=60)
+    assert limits(r) == ["240.00", "240.00"]  # the owner's tuning (nvidia-oc.conf) on both cards again
     wait_for("the watchdog given back", lambda: given_back(watchdog(r)), timeout=15)
     assert reboots(r) == ""
 

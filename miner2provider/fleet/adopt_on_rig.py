@@ -51,6 +51,7 @@ would fight it (name the unit in m2p_miner_unit instead).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -63,6 +64,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -617,12 +619,38 @@ def release(settle_s: float = 20.0) -> dict[str, Any]:
             "message": f"released: {_AGAIN.get(found['supervisor'], 'started again')}; {_restarted(found, settle_s)}"}
 
 
+class Interrupted(Failed):
+    """A signal to adopt itself mid-way (its SSH session cut: SIGHUP; a kill: SIGTERM; Ctrl-C): handled as any
+    failure, so that the miner runs again as it did.  SIGKILL cannot be: the miner may then be left stopped."""
+
+
+CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    for sig in CAUGHT:  # the rollback itself is not interrupted
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(f"adopt was sent {signal.Signals(signum).name} mid-way")
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """While adopting: a signal raises Interrupted where adopt is, and its rollback runs; as before afterwards."""
+    before = {sig: signal.signal(sig, _interrupt) for sig in CAUGHT}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print(json.dumps({"result": "failed", "message": "needs root (sudo)"}))
         return 1
     if argv[:1] == ["adopt"] and len(argv) == 4:
-        answer = adopt(int(argv[1]), api_port=int(argv[2]), window_s=float(argv[3]))
+        with interruptible():
+            answer = adopt(int(argv[1]), api_port=int(argv[2]), window_s=float(argv[3]))
     elif argv == ["release"]:
         answer = release()
     else:

@@ -523,3 +523,22 @@ def test_release_starts_the_original_again_and_says_it_runs_once_it_holds_a_gpu(
     answer = adopt_on_rig.release(settle_s=30.0)
     assert answer["message"] == "released: started again as it was started; it runs as it did before"
     assert time.monotonic() - began < 10 and len(rig.running(program)) == 1 and rig.left() == []
+
+
+def test_a_signal_to_adopt_mid_way_rolls_back_and_the_miner_runs_as_before(rig):
+    """Adopt's own SSH session cut (SIGHUP) or a kill (SIGTERM) once the miner is stopped: the rollback runs as for
+    any failure, and the original runs again."""
+    shell, pid = rig.miner()
+    program = rig.folder / "work" / "miner.py"
+
+    def killed_mid_way() -> list[int]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return []
+    rig.after = killed_mid_way
+    before = signal.getsignal(signal.SIGTERM)
+    with adopt_on_rig.interruptible():
+        answer = adopt_on_rig.adopt(pid, **ADOPT)
+    assert signal.getsignal(signal.SIGTERM) is before  # as it was once adopt is done
+    assert answer["message"] == "not adopted (adopt was sent SIGTERM mid-way); it runs as it did before", answer
+    again, = rig.running(program)
+    assert again != pid and not _alive(pid) and rig.left() == []

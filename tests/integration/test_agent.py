@@ -339,14 +339,10 @@ def per_card_hand_over(r, api) -> None:
             assert run(client, f"sudo sh -c '{HIVE_ENV} /hive/sbin/nvidia-oc' < /dev/null")[0] == 0
         wait_for("the leased card back on its default power limit", lambda: limits(r) == ["240.00", "350.00"],
                  timeout=30)
-        # `hello restartminer` (a dashboard push): `miner restart` stops the miner (~16 s) and starts it on every
-        # card 1 s later, unless the agent started it on its card in that second (then "already running"): either
-        # way the miner ends on its card only.
-        with ssh(r) as client:
-            run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
-        wait_for("the miner on its card again", lambda: mining_on() == {uuids[0]}, timeout=90)
-        # The OS starting a miner on every card (no race here): stopped at once and started on the free card again;
-        # the second time the agent saw it, the rig hands over whole until the lease ends.
+        # The OS starting a miner on every card: stopped at once and started on the free card again; the second time
+        # the agent saw it, the rig hands over whole until the lease ends.  (Modelled by a miner started outside the
+        # screen: HiveOS's own `hello restartminer`, tested above, stops the miner and starts it 1 s later, a race
+        # the agent may win with min_switch_interval 0s, starting it on its card first.)
         for _ in range(3):
             if hand_over() == "whole rig":
                 break

@@ -12,6 +12,7 @@ as root (as the rig side does, and as scripts/test does).  On a sandbox rig: tes
 from __future__ import annotations
 
 import configparser
+import contextlib
 import errno
 import json
 import os
@@ -496,11 +497,12 @@ def test_a_watchdogs_worker_is_adopted_as_its_watchdog_and_both_end(rig):
 def test_a_non_root_miner_with_a_code_loading_variable_is_refused_and_left_running(rig):
     """Run as nobody with LD_PRELOAD (empty: nothing preloaded) in its environment: refused by name before anything
     is stopped."""
-    code = "import time  # " + str(rig.folder) + "\nwhile True: time.sleep(0.1)"
+    code = "import time  # " + str(rig.folder) + "/ (the fixture ends it)\nwhile True: time.sleep(0.1)"
     shell = subprocess.Popen(["sh", "-c", "runuser -u nobody -- /usr/bin/env LD_PRELOAD= WALLET=0xw /usr/bin/python3 "
                                           f"-c {shlex.quote(code)}; exit $?"], cwd="/")
+    runuser = _child(shell.pid)
+    pid = _child(runuser)
     try:
-        pid = _child(_child(shell.pid))
         assert adopt_on_rig._status(pid, "Uid") == "65534"
         answer = adopt_on_rig.adopt(pid, **ADOPT)
         assert answer == {"result": "refused", "message": "the environment of python3 (user nobody) sets LD_PRELOAD, "
@@ -508,6 +510,9 @@ def test_a_non_root_miner_with_a_code_loading_variable_is_refused_and_left_runni
                           "and adopt it again; nothing was stopped"}
         assert _alive(pid) and rig.left() == []
     finally:
+        for leftover in (pid, runuser):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(leftover, signal.SIGKILL)  # the miner and its runuser: not the shell's to end
         shell.kill()
 
 

@@ -118,8 +118,12 @@ class GateDir:
         return granted
 
     def refuse(self, reason: str, entries: list[Path] | None = None) -> None:
+        """Whole or not at all (a temporary file renamed): the hook reads the reason as soon as the file exists,
+        and a file written in place was once read empty (a refusal with no reason, seen under a loaded CI)."""
         for entry in self.waiting() if entries is None else entries:
-            entry.with_suffix(".refused").write_text(reason + "\n")
+            tmp = entry.with_name(f".{entry.stem}.refused.tmp")
+            tmp.write_text(reason + "\n")
+            os.replace(tmp, entry.with_suffix(".refused"))
 
 
 def _from_the_shell_hook(entry: Path, raw: dict[str, Any]) -> dict[str, Any]:

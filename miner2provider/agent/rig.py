@@ -106,8 +106,7 @@ class Miner:
         if self.cards_env_file:
             _write_cards_env(Path(self.cards_env_file), env)
         self._clear_leftover()
-        proc = _shell(self.start_cmd, self.timeout_s, scope=self.own_scope,
-                      env=with_os_environment(self.environment_file, env))
+        proc = self._os_shell(self.start_cmd, env, scope=self.own_scope)
         if holding is not None and not self.start_believed:
             if _within(self.start_hold_s, holding, every_s=1.0):
                 return
@@ -121,14 +120,13 @@ class Miner:
     def _clear_leftover(self) -> None:
         """What the OS would take for a running miner, cleared by its own stop when no miner runs."""
         if self.leftover_cmd and self.stop_cmd and not self.running() and self._sh(self.leftover_cmd).returncode == 0:
-            _shell(self.stop_cmd, self.timeout_s, env=with_os_environment(self.environment_file))
+            self._os_shell(self.stop_cmd)
 
     def stop(self, gpu_holders: Callable[[], list[int]] | None = None) -> None:
         """The OS's own stop, judged by the miner's state (msOS's real core/stop always exits 1); then
         whatever still holds a GPU outside every container (``gpu_holders``: a miner that ignored the
         stop, or survived its screen) is given ``grace_s`` to go and then ended, TERM then KILL."""
-        proc = (_shell(self.stop_cmd, self.timeout_s, env=with_os_environment(self.environment_file))
-                if self.stop_cmd else None)
+        proc = self._os_shell(self.stop_cmd) if self.stop_cmd else None
         if self.processes:  # the generic adapter: the OS's hold must hold, or the OS restarts what m2p ends
             if proc is not None:
                 _checked(proc, f"miner stop ({self.stop_cmd})")
@@ -189,8 +187,12 @@ class Miner:
 
     def _checked(self, cmd: str, what: str) -> None:
         if cmd:
-            _checked(_shell(cmd, self.timeout_s, env=with_os_environment(self.environment_file)),
-                     f"miner {what} ({cmd})")
+            _checked(self._os_shell(cmd), f"miner {what} ({cmd})")
+
+    def _os_shell(self, cmd: str, env: dict[str, str] | None = None,
+                  scope: bool = False) -> subprocess.CompletedProcess[str]:
+        """One of the mining OS's own commands, with its environment file over ``env`` (None: the agent's)."""
+        return _shell(cmd, self.timeout_s, scope=scope, env=with_os_environment(self.environment_file, env))
 
 
 @dataclass(frozen=True)

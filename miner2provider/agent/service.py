@@ -330,11 +330,9 @@ class Agent:
         reached the gate yet (the device plugin picks its cards when the container is created)."""
         held: set[str] = set()
         for record in [*self.seen.gated, *self.seen.waiting]:
-            minors = record.get("gpus")
-            if (not isinstance(minors, list) or not minors
-                    or any(not isinstance(m, int) or m not in self._card_map for m in minors)):
+            cards = self._record_cards(record)
+            if cards is None:
                 return None
-            cards = frozenset(self._card_map[m] for m in minors)
             pod = str(record.get("pod") or "")
             self.seen.pod_cards[pod] = self.seen.pod_cards.get(pod, frozenset()) | cards  # each container's
             held |= cards
@@ -347,6 +345,15 @@ class Agent:
                     return None
                 held |= self.seen.pod_cards[lease["pod"]]
         return frozenset(held)
+
+    def _record_cards(self, record: dict[str, Any]) -> frozenset[str] | None:
+        """The cards a gate record's container was given (its device minors, mapped); None: none named, or one
+        m2p does not know."""
+        minors = record.get("gpus")
+        if (not isinstance(minors, list) or not minors
+                or any(not isinstance(m, int) or m not in self._card_map for m in minors)):
+            return None
+        return frozenset(self._card_map[m] for m in minors)
 
     def _say_an_idle_miner(self, obs: Observation) -> None:
         """A miner started beside a lease that holds none of its cards a while later: most likely its flight sheet
@@ -385,13 +392,16 @@ class Agent:
         if not waiting and now - checked < GPU_RECHECK_S:
             return cards
         try:
-            by_card = self.gpu_processes_by_card()
+            cards = self._outside_cards()
         except (RuntimeError, OSError) as exc:
             self._say(f"GPU processes: {exc}")
             return frozenset(self._card_map.values())  # unknown: every card counts as held by something
-        cards = frozenset(uuid for uuid, pids in by_card.items() if rig.outside_containers(pids))
         self._busy_cards = (now, cards)
         return cards
+
+    def _outside_cards(self) -> frozenset[str]:
+        """The cards a process outside every container holds (NVML, card by card)."""
+        return frozenset(uuid for uuid, pids in self.gpu_processes_by_card().items() if rig.outside_containers(pids))
 
     def _waiting(self) -> tuple[list[Path], list[Path]]:
         """The requests waiting at the gate: (the leases', the other containers')."""
@@ -453,8 +463,7 @@ class Agent:
         """A process outside every container holds ``cards`` (every card: any GPU): the start took."""
         if not cards:
             return bool(self.gpu_holders())
-        by_card = self.gpu_processes_by_card()
-        return any(card in cards and rig.outside_containers(pids) for card, pids in by_card.items())
+        return bool(set(cards) & self._outside_cards())
 
     def _handed_cards(self) -> frozenset[str] | None:
         """The cards the waiting lease containers get, where the rig knows each (per card); None: every card."""
@@ -462,18 +471,18 @@ class Agent:
             return None
         cards: set[str] = set()
         for record in self.seen.waiting:
-            minors = record.get("gpus")
-            if not isinstance(minors, list) or not minors or any(m not in self._card_map for m in minors):
+            given = self._record_cards(record)
+            if given is None:
                 return None
-            cards.update(self._card_map[m] for m in minors)
+            cards |= given
         return frozenset(cards)
 
     def _hand_over_clocks(self) -> None:
         """The cards a container gets on their defaults before it runs: only those (the others mine on beside it,
         on the owner's tuning), each once per hand-over; every card where the cards are not known."""
-        cards = self._handed_cards()
         if ALL in self._clocks_reset:
             return
+        cards = self._handed_cards()
         todo = None if cards is None else cards - self._clocks_reset
         if todo is not None and not todo:
             return

@@ -60,8 +60,8 @@ opts = SshOptions(known_hosts=Path(known_hosts))
 rigs = gpus_of(hosts, detect(hosts, opts))
 server = provider_run.server_of(hosts)
 farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
-                    tuple(pricing.fleet_floors(rigs, economics.load(econ_path))), provider_run.node_name(server),
-                    market.card_list(rigs)[0])
+                    tuple(pricing.fleet_floors(rigs, economics.load(econ_path))), server.node_name,
+                    market.card_list(rigs)[0], next(h for h in hosts if h.name == provider.ingress_rig).node_name)
 stack = market.provider_stack(provider, farm, Path(charts), os.environ)
 variables = {**provider_run.server_vars(server, market.provider_parts), "market_provider_state": "present",
              "market_provider_manifests": stack.files, "market_provider_fingerprint": stack.fingerprint,
@@ -125,7 +125,7 @@ def main() -> int:
             tenant.run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
         finally:
             client.close()
-        charts = helm.chart_folder(work / "charts")  # the Gateway API's CRDs a STAND-IN
+        charts = helm.chart_folder(work / "charts")
         (work / "provider.key").write_text(KEY)
         (work / "provider.key").chmod(0o600)
         (work / "provider.yml").write_text(

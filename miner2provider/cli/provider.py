@@ -151,12 +151,12 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     econ = economics.load(economics_path)
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
-    ingress_of(provider, hosts)
+    ingress = ingress_of(provider, hosts)
     reports = _every_rig(hosts, ssh)
     rigs = gpus_of(hosts, reports)
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
                         tuple(pricing.fleet_floors(rigs, econ)), server.node_name,
-                        market.card_list(rigs)[0])
+                        market.card_list(rigs)[0], ingress.node_name)
     stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
     ctx.note(f"{market.label} provider for {render.counted(len(rigs), 'rig')} on {server.name}: "

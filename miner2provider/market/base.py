@@ -61,6 +61,7 @@ class ProviderFarm:
     floors: tuple[Floor, ...]
     server_node: str
     card_list: dict[str, Any] = field(default_factory=dict)  # the marketplace's card list for this farm (card_list)
+    ingress_node: str = ""  # the node that takes the farm's traffic (its data plane's hostPorts)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class ProviderStack:
     # The farm's reclaimer (protocol-level reclamation, when the provider offers a window): its settings as JSON
     # for the server ("" : none).
     reclaimer: str = ""
+    # What the role makes on the server itself, as JSON: {"tls": [{"name", "namespace", "names"}] (self-signed
+    # Secrets made there once, keys never leaving it), "node_labels": {label: node} (set with the admin's
+    # credential on that node only)}.
+    server_side: str = ""
 
 
 @dataclass(frozen=True)

@@ -81,35 +81,18 @@ def render(helmchart: dict[str, Any], secrets: dict[str, dict[str, str]] | None 
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-# A STAND-IN for the Gateway API's CRDs (kubernetes-sigs/gateway-api's experimental-install.yaml carries the
-# real ones: TCPRoute is experimental-channel only): the names and kinds Akash's charts use, with an open
-# schema.  The real file cannot be fetched here; m2p passes it through to k3s unchanged, so the tests check
-# only that m2p finds the kinds it needs and puts the file in the manifests folder.
-GATEWAY_KINDS = {"Gateway": "v1", "GatewayClass": "v1", "HTTPRoute": "v1", "TCPRoute": "v1alpha2",
-                 "TLSRoute": "v1alpha2"}
-
-
-def gateway_api_crds_standin() -> str:
-    docs = []
-    for kind, version in GATEWAY_KINDS.items():
-        plural = kind.lower() + ("es" if kind.endswith("s") else "s")
-        docs.append({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                     "metadata": {"name": f"{plural}.gateway.networking.k8s.io",
-                                  "annotations": {"m2p.io/standin": "not the Gateway API's real schema"}},
-                     "spec": {"group": "gateway.networking.k8s.io", "scope": "Namespaced" if kind != "GatewayClass"
-                              else "Cluster", "names": {"kind": kind, "plural": plural},
-                              "versions": [{"name": version, "served": True, "storage": True, "schema": {
-                                  "openAPIV3Schema": {"type": "object",
-                                                      "x-kubernetes-preserve-unknown-fields": True}}}]}})
-    return "".join("---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs)
+# The --charts folder's names for the shared files (docs/akash-provider.md lists the folder).
+FOLDER_NAMES = {"akash-crd.yaml": "akash-crd.yaml",
+                "gateway-api-crds.yaml": "gateway-api-v1.5.1-experimental-install.yaml",
+                "nginx-gateway-fabric-crds.yaml": "nginx-gateway-fabric-2.5.1-crds.yaml"}
 
 
 def chart_folder(dest: Path) -> Path:
-    """A --charts folder as the provider guide lists it: Akash's chart archives and CRDs (the test data) and the
-    Gateway API's CRDs (the STAND-IN above)."""
+    """A --charts folder as the provider guide lists it, from the test data: Akash's chart archives, NGINX Gateway
+    Fabric's and cert-manager's, Akash's CRDs, the Gateway API's release install file and NGF's CRDs."""
     dest.mkdir(parents=True, exist_ok=True)
     for archive in shared_charts().glob("*.tgz"):
         (dest / archive.name).write_bytes(archive.read_bytes())
-    (dest / "akash-crd.yaml").write_bytes((SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
-    (dest / "gateway-api-crds.yaml").write_text(gateway_api_crds_standin())
+    for name, shared in FOLDER_NAMES.items():
+        (dest / name).write_bytes((SHARED_AKASH / "crds" / shared).read_bytes())
     return dest

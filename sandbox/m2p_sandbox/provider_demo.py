@@ -43,7 +43,7 @@ def steps(rig: Rig, api: KubeApiStandin, work: Path, inv: Path, ssh: list[str], 
             print(f"(no Akash chart archives at {helm.CHARTS}: the provider steps are left out)")
             return 0
         return [("the provider steps need Akash's chart archives (docs/akash-provider.md)", absent, 0)]
-    folder = helm.chart_folder(work / "akash-charts")  # the Gateway API's CRDs a STAND-IN
+    folder = helm.chart_folder(work / "akash-charts")
     rpc = RpcStandin()
     stack.callback(rpc.close)
     status = ProviderStatusStandin({"cluster": {"leases": {"active": 0}}, "bidengine": {"orders": 0},

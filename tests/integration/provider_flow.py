@@ -195,7 +195,7 @@ def _check_reads_the_farm(farm: dict[str, Any], files: dict[str, Path], inv: Pat
 
 
 def _provider_files(tmp: Path, rpc_url: str) -> dict[str, Path]:
-    charts = helm.chart_folder(tmp / "akash-charts")  # the Gateway API's CRDs a STAND-IN
+    charts = helm.chart_folder(tmp / "akash-charts")
     key = tmp / "provider.key"
     key.write_text(KEY)
     key.chmod(0o600)

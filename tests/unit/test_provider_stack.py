@@ -1,7 +1,8 @@
 """Akash's provider stack for a farm (market/akash/stack.py), rendered by a real helm over Akash's real
 charts (../shared/akash) the way k3s's Helm job renders them, and checked against k3s's HelmChart CRD:
 attributes and prices for a farm of mixed models (every model, never ``*``), the reclamation window, the
-provider and operators on the server node, and no wallet material in any manifest."""
+provider and operators on the server node, NGINX Gateway Fabric's data plane on the ingress rig only, every
+kind rendered built in or served by a CRD the stack installs first, and no wallet material in any manifest."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ ECON = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, rtx3090: 0.9
                        "gpu_power_watts: {default: 200, rtx3090: 300}\npower_price_per_kwh: 0.12\nmargin: 0.15\n")
 
 
+# The label k3s gives its servers and NodeRestriction refuses to kubelets (never kubernetes.io/hostname).
+SERVER = {"node-role.kubernetes.io/control-plane": "true"}
+
+
 def gpu(device: str, name: str, mib: int) -> Gpu:
     return Gpu(0, name, "GPU-x", "00000000:01:00.0", "10de", device, "0x00000000", mib, "550.54")
 
@@ -55,12 +60,12 @@ RIGS = [RigGpus("rig01", Gpus("ok", (gpu("2204", "NVIDIA GeForce RTX 3090", 2457
 def farm(rigs: list[RigGpus] = RIGS) -> ProviderFarm:
     cards = [(c.slug, c.memory) for r in rigs for c in cards_of(r.gpus)]
     return ProviderFarm(AKASH.fleet_attributes(rigs, PROVIDER.region).attributes, tuple(floors(cards, ECON)), "rig01",
-                        AKASH.card_list(rigs)[0])
+                        AKASH.card_list(rigs)[0], "rig02")
 
 
 @pytest.fixture(scope="module")
 def chart_dir(tmp_path_factory: pytest.TempPathFactory):
-    return helm.chart_folder(tmp_path_factory.mktemp("charts"))  # the Gateway API's CRDs a STAND-IN
+    return helm.chart_folder(tmp_path_factory.mktemp("charts"))
 
 
 @pytest.fixture(scope="module")
@@ -95,16 +100,18 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:  # ty
 def test_every_helmchart_fits_k3s_crd_and_installs_the_archive_itself(built):
     charts_in = helmcharts(built)
     assert set(charts_in) == {"akash-provider", "akash-hostname-operator", "akash-inventory-operator",
-                              "akash-gateway"}
+                              "akash-gateway", "ngf"}
     for obj in charts_in.values():
         helm.check_helmchart(obj)
         assert obj["metadata"]["namespace"] == "kube-system" and "chart" not in obj["spec"]  # offline: no repo
+        assert obj["spec"]["bootstrap"] is True  # its install Job runs on a server only
     assert charts_in["akash-gateway"]["spec"]["targetNamespace"] == "akash-gateway"
+    assert charts_in["ngf"]["spec"]["targetNamespace"] == "nginx-gateway"
     namespaces = {d["metadata"]["name"]: d["metadata"]["labels"]
                   for d in yaml.safe_load_all(built.files["m2p-akash-00-namespaces.yaml"]) if d}
     assert namespaces["akash-services"]["akash.network/name"] == "akash-services"
-    assert all(labels["akash.network"] == "true" for labels in namespaces.values())
-    assert set(namespaces) == {"akash-services", "lease", "akash-gateway"}
+    assert all(labels.get("akash.network") == "true" for n, labels in namespaces.items() if n != "nginx-gateway")
+    assert set(namespaces) == {"akash-services", "lease", "akash-gateway", "nginx-gateway"}
 
 
 def test_the_provider_renders_with_every_model_priced_and_the_farms_attributes(built):
@@ -129,10 +136,16 @@ def test_the_provider_renders_with_every_model_priced_and_the_farms_attributes(b
         assert f"- key: {key}\n" in provider_yaml
     assert "value: eu-central" in provider_yaml and "value: Example Farm" in provider_yaml
     assert script["price_script.sh"].startswith("#!")  # Akash's own bid script, from the archive
+    assert "- key: capabilities/storage/1/class\n    value: ram\n" in provider_yaml.replace("  - key", "- key")
     pod = find(objects, "StatefulSet")["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "rig01"}
+    assert pod["nodeSelector"] == SERVER
     env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
-    assert env["AKASH_RECLAMATION_WINDOW"] == "24h"
+    assert env["AKASH_RECLAMATION_WINDOW"] == "24h" and env["AKASH_WITHDRAWAL_PERIOD"] == "12h"
+    patch = next(p for p in built.patches if p["kind"] == "statefulset")
+    assert patch["name"] == find(objects, "StatefulSet")["metadata"]["name"]
+    (container,) = json.loads(patch["body"])["spec"]["template"]["spec"]["containers"]
+    assert container["name"] in [c["name"] for c in pod["containers"]]
+    assert container["env"] == [{"name": "AKASH_DEPLOYMENT_NETWORK_POLICIES_ENABLED", "value": "true"}]
 
 
 def test_the_wallet_is_only_in_the_secret_and_the_chart_gets_it_from_there(built):
@@ -148,7 +161,7 @@ def test_the_operators_and_gateway_render_for_the_farm(built):
     for release in ("akash-hostname-operator", "akash-inventory-operator"):
         deployment = find(rendered(built, release), "Deployment")
         assert deployment["metadata"].get("namespace", "akash-services") == "akash-services"  # helm --namespace
-        assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "rig01"}
+        assert deployment["spec"]["template"]["spec"]["nodeSelector"] == SERVER
     gateway = find(rendered(built, "akash-gateway"), "Gateway")
     hosts = {listener.get("hostname") for listener in gateway["spec"]["listeners"]}
     assert "*.ingress.farm.example.com" in hosts
@@ -215,7 +228,13 @@ def test_a_model_without_a_floor_is_refused_never_priced_by_another(chart_dir):
     (lambda d: d.joinpath("provider-19.0.2.tgz").write_bytes(b"junk"), "not a chart archive"),
     (lambda d: d.joinpath("provider-19.0.2.tgz").write_bytes(d.joinpath("akash-gateway-1.2.1.tgz").read_bytes()),
      "not a chart archive with provider/Chart.yaml"),
-    (lambda d: d.joinpath("akash-crd.yaml").write_text("kind: Deployment\n"), "other than CustomResourceDefinitions"),
+    (lambda d: d.joinpath("akash-crd.yaml").write_text("kind: Deployment\nspec: {}\n"),
+     "holds 'Deployment'; only CustomResourceDefinition belong"),
+    (lambda d: d.joinpath("gateway-api-crds.yaml").write_text(
+        d.joinpath("gateway-api-crds.yaml").read_text() + "---\nkind: ClusterRoleBinding\nspec: {}\n"),
+     "holds 'ClusterRoleBinding'"),
+    (lambda d: d.joinpath("nginx-gateway-fabric-crds.yaml").unlink(), "NGINX Gateway Fabric's CRDs"),
+    (lambda d: d.joinpath("nginx-gateway-fabric-2.5.1.tgz").unlink(), "the nginx-gateway-fabric chart, version 2.5.1"),
     (lambda d: d.joinpath("gateway-api-crds.yaml").unlink(), "the Gateway API's CRDs: kubernetes-sigs/gateway-api"),
     (lambda d: d.joinpath("gateway-api-crds.yaml").write_text(
         d.joinpath("gateway-api-crds.yaml").read_text().replace("kind: TCPRoute", "kind: Other")),
@@ -247,13 +266,14 @@ def test_the_operator_reads_m2ps_card_list_so_a_cmp90hx_farm_is_named(built):
                                                                   "memory_size": "24Gi"}}}}
     assert operator_names(akash_list, "10de", "220d") is None  # under Akash's own list: skipped, never named
     pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == SERVER
     (container,) = pod["containers"]
     assert container["image"].endswith("/akash-network/provider:0.16.2")  # the operator's own image, from its chart
     assert pod["automountServiceAccountToken"] is False and pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     allowed = kinds["NetworkPolicy"]["spec"]["ingress"][0]["from"]
     assert allowed == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "inventory"}}}]
-    (patch,) = built.patches
+    patch = next(p for p in built.patches if p["kind"] == "deployment")
     body = json.loads(patch["body"])
     (env,) = body["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == {"name": "AP_PROVIDER_CONFIGS_URL", "value": "http://m2p-gpu-list.akash-services.svc.cluster.local"}
@@ -262,3 +282,85 @@ def test_the_operator_reads_m2ps_card_list_so_a_cmp90hx_farm_is_named(built):
         "name"] in [c["name"] for c in operator["spec"]["template"]["spec"]["containers"]]
     labels = operator["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "inventory"  # what the NetworkPolicy lets in
+
+
+# What k3s itself serves beside the built-in API (helm-controller's CRD, ../shared/akash/crds).
+K3S_SERVES = {("helm.cattle.io/v1", "HelmChart"), ("helm.cattle.io/v1", "HelmChartConfig")}
+
+
+def unserved(built: ProviderStack) -> list[str]:
+    """Every object the stack's files hold and its HelmCharts render that is neither built into Kubernetes 1.35
+    (kubernetes-validate's schemas) nor served by a CRD in a file k3s applies before it (its manifests, by name;
+    every HelmChart's objects come after every CRD file, since its Job starts only once its file is applied)."""
+    import kubernetes_validate
+
+    served: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> the file whose CRD serves it
+    found: list[str] = []
+
+    def check(obj: dict, where: str, after: str) -> None:  # type: ignore[type-arg]
+        key = (obj["apiVersion"], obj["kind"])
+        if key in K3S_SERVES or (key in served and served[key] < after):
+            return
+        try:
+            kubernetes_validate.validate(obj, "1.35", strict=False)
+        except kubernetes_validate.SchemaNotFoundError:
+            found.append(f"{obj['apiVersion']} {obj['kind']} {obj['metadata'].get('name')} ({where})")
+
+    for name in sorted(built.files):
+        for doc in yaml.safe_load_all(built.files[name]):
+            if doc and doc["kind"] == "CustomResourceDefinition":
+                for version in doc["spec"]["versions"]:
+                    if version.get("served"):
+                        key = (f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"])
+                        served.setdefault(key, name)
+    for name in sorted(built.files):
+        for doc in yaml.safe_load_all(built.files[name]):
+            if doc:
+                check(doc, name, name)
+    for release, chart in helmcharts(built).items():
+        for obj in helm.render(chart, secrets(built)):
+            check(obj, f"helm chart {release}", "m2p-akash-10")
+    return found
+
+
+def test_every_kind_the_stack_makes_is_built_in_or_served_by_a_crd_installed_first(built):
+    assert unserved(built) == []
+
+
+def test_a_kind_whose_crd_is_missing_is_found(built):
+    """The check above can fail: without NGF's CRDs file, NGF's and akash-gateway's objects of its kinds are named;
+    with the Gateway API's CRDs after the charts', none of its kinds counts as served."""
+    without = replace(built, files={k: v for k, v in built.files.items() if "ingress-crds" not in k})
+    missing = unserved(without)
+    assert any("NginxProxy" in m and "helm chart ngf" in m for m in missing), missing
+    assert any("ClientSettingsPolicy" in m and "helm chart akash-gateway" in m for m in missing), missing
+    late = dict(built.files)
+    late["m2p-akash-99-gateway-api-crds.yaml"] = late.pop("m2p-akash-02-gateway-api-crds.yaml")
+    assert any("TCPRoute" in m for m in unserved(replace(built, files=late)))
+
+
+def test_the_ingress_data_plane_runs_on_the_ingress_rig_only_and_its_control_plane_on_the_server(built):
+    objects = rendered(built, "ngf")
+    proxy = find(objects, "NginxProxy")["spec"]["kubernetes"]["daemonSet"]
+    assert proxy["pod"]["nodeSelector"] == {"node-restriction.kubernetes.io/m2p-ingress": "true"}
+    ports = sorted(p["port"] for p in proxy["container"]["hostPorts"])
+    assert ports == [80, 443, 8443, 8444]
+    assert proxy["container"]["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    control = find(objects, "Deployment")["spec"]["template"]["spec"]
+    assert control["nodeSelector"] == SERVER
+    assert control["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    args = control["containers"][0]["args"]
+    assert "--gatewayclass=nginx" in args and "--gateway-api-experimental-features" in args
+    assert "--product-telemetry-disable" in args
+    job = find(objects, "Job")["spec"]["template"]["spec"]
+    assert job["nodeSelector"] == SERVER
+    assert find(objects, "GatewayClass")["metadata"]["name"] == "nginx"
+    assert find(objects, "Service")["spec"]["type"] == "ClusterIP"
+    # The rig and the Secrets the role makes on the server, never manifests.
+    server_side = json.loads(built.server_side)
+    assert server_side["node_labels"] == {"node-restriction.kubernetes.io/m2p-ingress": "rig02"}
+    assert {t["name"] for t in server_side["tls"]} == {"akash-default-tls", "wildcard-ingress-tls"}
+    assert "*.ingress.farm.example.com" in next(t for t in server_side["tls"] if t["name"] == "wildcard-ingress-tls")[
+        "names"]
+    written = [d for text in built.files.values() for d in yaml.safe_load_all(text) if d and d["kind"] == "Secret"]
+    assert [d["type"] for d in written] == ["kubernetes.io/service-account-token"]  # the reclaimer's, filled by the API

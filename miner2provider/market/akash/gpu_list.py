@@ -45,13 +45,13 @@ def url(namespace: str) -> str:
     return f"http://{NAME}.{namespace}.svc.cluster.local"
 
 
-def objects(namespace: str, card_list_json: str, image: str, server_node: str,
+def objects(namespace: str, card_list_json: str, image: str, node_selector: dict[str, str],
             labels: dict[str, str]) -> list[dict[str, Any]]:
     own = {"app.kubernetes.io/name": NAME, **labels}
     meta = {"name": NAME, "namespace": namespace, "labels": own}
     pod = {
         "automountServiceAccountToken": False,
-        "nodeSelector": {"kubernetes.io/hostname": server_node},
+        "nodeSelector": dict(node_selector),
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{

@@ -40,9 +40,10 @@ from miner2provider.core.errors import ProviderFileError
 from miner2provider.market.akash import address
 
 STARTER = Path(__file__).with_name("provider.yml")  # what `m2p provider init` writes
-# Chart -> the version m2p's tests render (../shared/akash: helm-charts @ f3d8d46).
+# Chart -> the version m2p's tests render (../shared/akash: helm-charts @ f3d8d46; NGINX Gateway Fabric v2.5.1,
+# provider-playbooks 4e78f28's ngf_git_ref).
 CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inventory-operator": "19.0.2",
-          "akash-gateway": "1.2.1"}
+          "akash-gateway": "1.2.1", "nginx-gateway-fabric": "2.5.1"}
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
         "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs"}
 RECLAIMER_FLAGS = ("close_leases_without_window", "reclaim_leases_across_rigs")

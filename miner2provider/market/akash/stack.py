@@ -7,12 +7,31 @@ What goes where, in Akash's order (provider-playbooks roles/provider/tasks/insta
 - ``m2p-akash-00-namespaces.yaml``: ``akash-services`` (labels ``akash.network=true`` and
   ``akash.network/name=akash-services``), ``lease`` and ``akash-gateway`` (``akash.network=true``);
 - ``m2p-akash-01-crds.yaml``: Akash's CRDs, as given (charts.AkashCharts.crds);
-- ``m2p-akash-02-gateway-api-crds.yaml``: the Gateway API's CRDs, as given (the provider chart's HTTPRoute and
-  akash-gateway's Gateway and TCPRoutes need them; k3s has none);
-- ``m2p-akash-10-<chart>.yaml``: one k3s HelmChart (helm.cattle.io/v1) per chart, in ``kube-system``,
-  installing the archive itself (``chartContent``: works offline) into Akash's namespace.  The release
-  names are the ones Akash's charts expect of each other (akash-gateway's TCPRoutes point at the Service
-  ``akash-provider`` in akash-services; the chart names its objects after a release that contains its name).
+- ``m2p-akash-02-gateway-api-crds.yaml``: the Gateway API's release file, as given: its CRDs and its upgrade
+  guard policy (NGF's GatewayClass, the provider chart's HTTPRoute and akash-gateway's Gateway and TCPRoutes
+  need them; k3s has none);
+- ``m2p-akash-03-ingress-crds.yaml``: NGINX Gateway Fabric's CRDs, as given (a manifest: Helm never upgrades a
+  chart's ``crds/``);
+- ``m2p-akash-10-<release>.yaml``: one k3s HelmChart (helm.cattle.io/v1) per chart, in ``kube-system``,
+  installing the archive itself (``chartContent``: works offline) into its namespace: NGF (ingress.py), the
+  operators, akash-gateway and the provider.  The release names are the ones Akash's charts expect of each
+  other (akash-gateway's TCPRoutes point at the Service ``akash-provider`` in akash-services; the chart names
+  its objects after a release that contains its name).  Every install Job runs on the server only
+  (``spec.bootstrap``: helm-controller's nodeSelector ``node-role.kubernetes.io/control-plane``): it mounts the
+  wallet's values and runs as cluster-admin.
+
+What runs where: the provider, the operators, the card list and NGF's control plane on the server, by the label
+k3s gives servers and NodeRestriction keeps from kubelets (``node-role.kubernetes.io/control-plane``), never
+by ``kubernetes.io/hostname``, which any kubelet sets on its own Node; NGF's data plane on the ingress rig only
+(ingress.py).  The TLS Secrets and the ingress rig's label are made on the server by the role
+(``tls``, ``node_labels`` of the stack), not written as manifests.
+
+Bids: the provider advertises ``capabilities/storage/1/class=ram`` (not persistent) with GPUs, as Akash's
+playbook does: an order that asks for shared memory (``/dev/shm``, every GPU training image) names that class,
+and a provider without it never bids.  The lease network policies are passed by the name the provider reads
+(``AKASH_DEPLOYMENT_NETWORK_POLICIES_ENABLED``, a patch of the StatefulSet: the chart's value sets
+``DEPLOYMENT_NETWORK_POLICIES_ENABLED``, which nothing reads), and the withdrawal period is Akash's documented
+12 h, not the chart's 1 h.
 
 The wallet (the exported key and its passphrase, base64 as the chart wants them) is only in the Secret
 ``m2p-akash-provider-wallet`` (kube-system, beside the HelmChart, as ``valuesSecrets`` requires), which
@@ -40,7 +59,7 @@ from typing import Any
 import yaml
 
 from miner2provider.core.errors import ProviderError
-from miner2provider.market.akash import gpu_list
+from miner2provider.market.akash import gpu_list, ingress
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.base import ProviderFarm, ProviderParts, ProviderStack
@@ -52,12 +71,22 @@ WALLET_SECRET = "m2p-akash-provider-wallet"
 WALLET_KEY = "values.yaml"
 MANAGED = {"app.kubernetes.io/managed-by": "m2p"}
 # chart -> (release name, target namespace)
-RELEASES = {"akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
+RELEASES = {ingress.CHART: (ingress.RELEASE, ingress.NAMESPACE),
+            "akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
             "akash-inventory-operator": ("akash-inventory-operator", NAMESPACE),
-            "akash-gateway": ("akash-gateway", "akash-gateway"),
+            "akash-gateway": ("akash-gateway", ingress.GATEWAY_NAMESPACE),
             "provider": ("akash-provider", NAMESPACE)}
 NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPACE},
-              "lease": {"akash.network": "true"}, "akash-gateway": {"akash.network": "true"}}
+              "lease": {"akash.network": "true"}, ingress.GATEWAY_NAMESPACE: {"akash.network": "true"},
+              ingress.NAMESPACE: {}}
+SERVER = ingress.SERVER
+# Akash's provider docs: the withdrawal period providers run (the chart's default is 1h).
+WITHDRAWAL_PERIOD = "12h"
+# The provider's flag --deployment-network-policies-enabled, read through viper with the prefix AKASH.
+NETWORK_POLICIES_ENV = "AKASH_DEPLOYMENT_NETWORK_POLICIES_ENABLED"
+PROVIDER_STATEFULSET = ("StatefulSet", "akash-provider", "provider")  # kind, name, container (the chart's)
+# The storage class Akash's playbook advertises with GPUs: RAM-backed /dev/shm, not persistent.
+RAM_STORAGE = (("capabilities/storage/1/class", "ram"), ("capabilities/storage/1/persistent", "false"))
 FILE_PREFIX = "m2p-akash-"
 # The farm's reclaimer (reclaimer.py): a ServiceAccount that may list nodes, namespaces and pods and exec into
 # the provider's pod only (the chart's StatefulSet: release akash-provider, container named after the chart).
@@ -65,6 +94,8 @@ RECLAIMER = "m2p-reclaimer"
 RECLAIMER_NAMESPACE = "m2p-system"
 RECLAIMER_TOKEN = "m2p-reclaimer-token"
 PROVIDER_POD, PROVIDER_CONTAINER = "akash-provider-0", "provider"
+# What every install Job of the stack is told (helm-controller's HelmChart spec): run on a server only.
+HELM_JOB: dict[str, Any] = {"bootstrap": True}
 PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET,
                       "miner2provider.market.akash.reclaimer", (RECLAIMER_NAMESPACE, RECLAIMER_TOKEN))
 
@@ -93,43 +124,60 @@ def provider_values(provider: ProviderFile, farm: ProviderFarm, price_script: st
     if provider.organization:
         attributes.append(("organization", provider.organization))
     attributes += [(k, v) for k, v in farm.attributes if k not in dict(attributes)]
+    if any(k == "capabilities/gpu" for k, _ in farm.attributes):
+        attributes += [(k, v) for k, v in RAM_STORAGE if k not in dict(attributes)]
     values: dict[str, Any] = {
         "from": provider.wallet.address, "domain": provider.domain, "node": provider.rpc_node,
         "email": provider.email, "website": provider.website,
         "attributes": [{"key": k, "value": v} for k, v in attributes],
         "price_target_gpu_mappings": price_mappings(farm.floors),
         "bidpricescript": base64.b64encode(price_script.encode()).decode(),
-        "nodeSelector": {"kubernetes.io/hostname": farm.server_node},
+        "nodeSelector": dict(SERVER), "withdrawalperiod": WITHDRAWAL_PERIOD,
+        "deploymentnetworkpoliciesenabled": "true",  # said here too, though only the patch reaches the provider
     }
     if provider.reclamation_window:
         values["reclamationWindow"] = provider.reclamation_window  # checked as a Go duration, 1h-720h
     return values
 
 
-def card_list_objects(card_list: dict[str, Any], image: str, server_node: str) -> list[dict[str, Any]]:
+def card_list_objects(card_list: dict[str, Any], image: str) -> list[dict[str, Any]]:
     """m2p's card list served inside the cluster for the inventory operator (see gpu_list.py)."""
-    return gpu_list.objects(NAMESPACE, json.dumps(card_list, sort_keys=True), image, server_node, MANAGED)
+    return gpu_list.objects(NAMESPACE, json.dumps(card_list, sort_keys=True), image, SERVER, MANAGED)
+
+
+def network_policies_patch() -> dict[str, str]:
+    """The provider's StatefulSet given the lease network-policy setting by the name the provider reads."""
+    kind, name, container = PROVIDER_STATEFULSET
+    body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": container, "env": [{"name": NETWORK_POLICIES_ENV, "value": "true"}]}]}}}}
+    return {"namespace": NAMESPACE, "kind": kind.lower(), "name": name, "body": json.dumps(body, sort_keys=True)}
 
 
 def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str]) -> ProviderStack:
-    server = {"nodeSelector": {"kubernetes.io/hostname": farm.server_node}}
+    if not farm.ingress_node:
+        raise ProviderError(f"no ingress rig's node ({provider.where('ingress_rig')}): its data plane takes the farm's "
+                            "traffic")
+    server = {"nodeSelector": dict(SERVER)}
     values: dict[str, dict[str, Any]] = {
+        ingress.CHART: ingress.values(),
         "akash-hostname-operator": dict(server), "akash-inventory-operator": dict(server),
         "akash-gateway": {"domain": provider.domain}, "provider": provider_values(provider, farm, charts.price_script)}
     files = {f"{FILE_PREFIX}00-namespaces.yaml": _documents(_namespace(n, labels) for n, labels in NAMESPACES.items()),
-             f"{FILE_PREFIX}01-crds.yaml": charts.crds, f"{FILE_PREFIX}02-gateway-api-crds.yaml": charts.gateway_crds}
+             f"{FILE_PREFIX}01-crds.yaml": charts.crds, f"{FILE_PREFIX}02-gateway-api-crds.yaml": charts.gateway_crds,
+             f"{FILE_PREFIX}03-ingress-crds.yaml": charts.ingress_crds}
     for chart, archive in charts.charts.items():
         release, namespace = RELEASES[chart]
         spec: dict[str, Any] = {"chartContent": base64.b64encode(archive.data).decode(), "targetNamespace": namespace,
-                                "valuesContent": yaml.safe_dump(values[chart], sort_keys=True)}
+                                "valuesContent": yaml.safe_dump(values[chart], sort_keys=True),
+                                **HELM_JOB}
         if chart == "provider":
             spec["valuesSecrets"] = [{"name": WALLET_SECRET, "keys": [WALLET_KEY]}]
         files[f"{FILE_PREFIX}10-{release}.yaml"] = _documents([{
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": release, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)}, "spec": spec}])
     operator = charts.charts["akash-inventory-operator"]
-    files[f"{FILE_PREFIX}20-gpu-list.yaml"] = _documents(card_list_objects(farm.card_list, operator.image,
-                                                                            farm.server_node))
+    files[f"{FILE_PREFIX}20-gpu-list.yaml"] = _documents(card_list_objects(farm.card_list, operator.image))
     secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                          "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
                          "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
@@ -139,8 +187,11 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
         reclaimer = json.dumps({"pod_namespace": NAMESPACE, "pod": PROVIDER_POD, "container": PROVIDER_CONTAINER,
                                 "close_without_window": provider.close_leases_without_window,
                                 "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
-    return ProviderStack(files, secret, fingerprint(files, secret, reclaimer), values,
-                         (provider.wallet.passphrase_env,), (gpu_list.operator_patch(NAMESPACE),), reclaimer)
+    server_side = json.dumps({"tls": ingress.tls_secrets(provider.domain),
+                              "node_labels": ingress.node_labels(farm.ingress_node)}, sort_keys=True)
+    return ProviderStack(files, secret, fingerprint(files, secret, reclaimer + server_side), values,
+                         (provider.wallet.passphrase_env,), (gpu_list.operator_patch(NAMESPACE), network_policies_patch()),
+                         reclaimer, server_side)
 
 
 def reclaimer_objects() -> list[dict[str, Any]]:

@@ -7,27 +7,32 @@
   Each run makes a one-time vault key, writes every secret vault-encrypted into the
   generated inventory, and has ansible-runner type the key at ansible's
   ``--ask-vault-pass`` prompt: with ``suppress_env_files`` its ``passwords`` stay in memory.
-  Environment variables that hold a secret (``m2p_ssh_password_env`` ...) are hidden from
-  ansible-runner while it runs.  So no secret is on disk, in argv, in the environment, or in events.
+  So no secret is on disk, in argv, in the environment, or in events.
+- Default-deny environment: of this process's environment a run gets only what ansible and ssh need
+  (``PASSED``: home, locale, temp folder, ssh-agent ...), m2p's own ANSIBLE_* settings and what
+  ansible-runner adds.  Any variable that holds a secret (a provider's wallet passphrase such as
+  ``AKASH_KEY_PASS``, ``m2p_ssh_password_env``'s ...) is left out whoever runs the playbook
+  (``provider apply|remove``, convert, revert, schedule apply, join, remove), whether or not the
+  caller knows its name.  The environment is filtered in the run's own configuration, never by
+  changing this process's.
 - Progress comes from runner events (``on_event``), the report from ``runner.stats``, never
   from scraping stdout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
+import ansible_runner.interface
 import yaml
 
 from miner2provider.core import collection
@@ -161,8 +166,9 @@ def run_playbook(
 ) -> RunReport:
     """Run ``playbook`` on ``limit`` (default: every host) of ``hosts``, the whole inventory (a rig's
     play may read another's variables or delegate to it, e.g. an agent reads its server's token);
-    ``keep_artifacts`` copies runner's artifacts there (for audits); ``secret_env``: more environment
-    variables that hold a secret (a provider's passphrase variable), hidden as the inventory's are."""
+    ``keep_artifacts`` copies runner's artifacts there (for audits); ``secret_env``: environment
+    variables known to hold a secret (a provider's passphrase variable), never passed even if named in
+    ``PASSED`` (the run passes none of this process's variables but those anyway)."""
     vault_key = secrets.token_urlsafe(32)
     inventory = build_inventory(hosts, vault_key, role_vars, known_hosts, secret_vars)
     # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
@@ -211,21 +217,24 @@ def run_playbook(
 
     hidden = {str(h.var(key)) for h in hosts for key in SECRET_ENV_SETTINGS if h.var(key)} | set(secret_env)
     try:
-        with _environ_without(hidden):
-            runner = ansible_runner.run(
-                private_data_dir=str(private),
-                playbook=str(playbook),
-                inventory=inventory,
-                extravars=extravars or {},
-                envvars=env,
-                suppress_env_files=True,
-                passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
-                cmdline=cmdline,
-                forks=forks,
-                limit=",".join(limit) if limit else None,
-                quiet=True,
-                event_handler=handle,
-            )
+        parent = dict(os.environ)
+        runner = ansible_runner.interface.init_runner(
+            private_data_dir=str(private),
+            playbook=str(playbook),
+            inventory=inventory,
+            extravars=extravars or {},
+            envvars=env,
+            suppress_env_files=True,
+            passwords={r"^Vault password:\s*?$": vault_key},  # typed at the prompt, kept in memory
+            cmdline=cmdline,
+            forks=forks,
+            limit=",".join(limit) if limit else None,
+            quiet=True,
+            event_handler=handle,
+        )
+        # Before it starts: the run's environment is what the command artifact records and ansible-playbook gets.
+        runner.config.env = run_environment(runner.config.env, parent, env, hidden)
+        runner.run()
         stats = runner.stats or {}
         hosts_stats = {
             h.name: HostStats(
@@ -251,20 +260,31 @@ def run_playbook(
 
 # The inventory settings that name an environment variable holding a secret.
 SECRET_ENV_SETTINGS = ("m2p_ssh_password_env", "m2p_become_password_env", "m2p_k3s_token_env", "m2p_agent_token_env")
+# The variables of m2p's own environment a run may see: what ansible and ssh need (HOME for ~/.ansible and
+# ~/.ssh, the locale ansible insists be UTF-8, the temp folder, the ssh-agent's socket), the time zone, Python's
+# paths (m2p's plugins import m2p), and nothing else.  A variable not named here is no run's business: a wallet
+# passphrase (AKASH_KEY_PASS), a cloud token, the user's own ANSIBLE_* settings (ANSIBLE_BECOME_PASS among them).
+PASSED = frozenset({"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+                    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "PYTHONPATH", "PYTHONTZPATH", "VIRTUAL_ENV", "NO_COLOR"})
+PASSED_PREFIXES = ("LC_", "XDG_")  # the locale's parts; the user's folders (m2p's cache lies in XDG_CACHE_HOME)
 
 
-@contextlib.contextmanager
-def _environ_without(names: set[str]) -> Iterator[None]:
-    """Hide the environment variables the inventory names as holding a secret while ansible-runner runs
-    (it copies this process's environment into artifacts/<id>/command).  By name, not by value: a short
-    secret such as HiveOS's ``1`` would otherwise take NO_COLOR and SHLVL with it."""
-    hidden = {k: v for k, v in os.environ.items() if k in names}
-    for key in hidden:
-        del os.environ[key]
-    try:
-        yield
-    finally:
-        os.environ.update(hidden)
+def run_environment(built: Mapping[str, str], parent: Mapping[str, str], ours: Mapping[str, str],
+                    hidden: Iterable[str] = ()) -> dict[str, str]:
+    """The environment a run gets, from the one ansible-runner ``built`` (a copy of ``parent``, this process's
+    environment, with ``ours`` and its own settings over it): of ``parent``'s variables only the ``PASSED`` ones,
+    then everything m2p and ansible-runner set; never one of ``hidden`` (named as holding a secret), even a
+    passed one."""
+    never = set(hidden)
+
+    def kept(name: str, value: str) -> bool:
+        if name in never:
+            return False
+        if name in ours or parent.get(name) != value:  # set by m2p, or by ansible-runner
+            return True
+        return name in PASSED or name.startswith(PASSED_PREFIXES)
+
+    return {name: value for name, value in built.items() if kept(name, value)}
 
 
 def _emit(on_event: Callable[[Event], None] | None, event: Event) -> None:

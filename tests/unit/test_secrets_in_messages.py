@@ -1,16 +1,19 @@
 """Secrets never garble or enter a message: a short password (HiveOS's ``1``) is masked only where it stands
-alone, the environment is filtered by the names the inventory gives, and the debug log is private."""
+alone, an Ansible run gets none of m2p's environment but what ansible and ssh need, and the debug log is
+private."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
+import sys
 
 import pytest
 
 from miner2provider.core import inventory
-from miner2provider.core.inventory import Secret
+from miner2provider.core.inventory import Host, Secret
 from miner2provider.detect.ssh import SshOptions, redact, run_one
 from miner2provider.fleet import runner
 
@@ -35,15 +38,53 @@ def test_detect_with_password_1_keeps_the_address_and_never_says_the_password(tm
     assert "user/1" not in warning and "default password" in warning
 
 
-def test_the_environment_ansible_sees_loses_only_the_named_secrets(monkeypatch, tmp_path):
-    (tmp_path / "rigs.yml").write_text("all:\n  hosts:\n    rig1: {ansible_host: 10.0.0.1, m2p_ssh_password_env: RIG_PW}\n")
-    monkeypatch.setenv("RIG_PW", "1")
-    monkeypatch.setenv("NO_COLOR", "1")
-    hosts = inventory.load(tmp_path / "rigs.yml").hosts
-    names = {str(h.var(k)) for h in hosts for k in runner.SECRET_ENV_SETTINGS if h.var(k)}
-    with runner._environ_without(names):
-        assert "RIG_PW" not in os.environ and os.environ["NO_COLOR"] == "1"
-    assert os.environ["RIG_PW"] == "1"
+def test_a_run_passes_only_what_ansible_needs_and_what_m2p_and_the_runner_set():
+    parent = {"HOME": "/home/op", "LANG": "C.UTF-8", "LC_TIME": "en_GB.UTF-8", "SSH_AUTH_SOCK": "/run/agent",
+              "SSH_AGENT_PID": "42", "NO_COLOR": "1", "AKASH_KEY_PASS": "1", "CF_API_TOKEN": "tok",
+              "ANSIBLE_BECOME_PASS": "pw", "ANSIBLE_PIPELINING": "True", "RIG_PW": "1", "PATH": "/usr/bin"}
+    ours = {"PATH": "/venv/bin:/usr/bin", "ANSIBLE_PIPELINING": "True"}
+    built = {**parent, **ours, "ANSIBLE_STDOUT_CALLBACK": "awx_display"}  # as ansible-runner builds it
+    env = runner.run_environment(built, parent, ours, hidden={"RIG_PW", "SSH_AGENT_PID"})
+    # By name, never by value: NO_COLOR=1 passes beside a hidden password "1"; a hidden name goes even if passed.
+    assert env == {"HOME": "/home/op", "LANG": "C.UTF-8", "LC_TIME": "en_GB.UTF-8", "SSH_AUTH_SOCK": "/run/agent",
+                   "NO_COLOR": "1", "PATH": "/venv/bin:/usr/bin",
+                   "ANSIBLE_PIPELINING": "True",  # m2p's own, though the user's says the same
+                   "ANSIBLE_STDOUT_CALLBACK": "awx_display"}
+
+
+def test_no_playbook_run_sees_a_wallet_passphrase_nor_leaves_it_in_an_artifact(monkeypatch, tmp_path):
+    """A real run (ansible-playbook against this machine): whichever command runs it (provider remove, convert,
+    revert, schedule apply pass no secret_env), the wallet's passphrase variable set in m2p's environment is not
+    in the run's environment, in what its tasks see, nor in any artifact file."""
+    passphrase = "Wallet-Pa55phrase-9f3c"
+    monkeypatch.setenv("AKASH_KEY_PASS", passphrase)
+    monkeypatch.setenv("M2P_DEMO_AKASH_KEY_PASS", passphrase)
+    monkeypatch.setenv("LC_MEASUREMENT", "C.UTF-8")
+    playbook = tmp_path / "env.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Read the environment a task gets\n      ansible.builtin.command: env\n      register: seen\n"
+        "      changed_when: false\n"
+        "    - name: Read it as a lookup on the controller\n      ansible.builtin.debug:\n"
+        "        msg: \"[{{ lookup('ansible.builtin.env', 'AKASH_KEY_PASS') }}]\"\n"
+        "    - name: Say it\n      ansible.builtin.debug:\n        var: seen.stdout_lines\n")
+    host = Host("local", "127.0.0.1", 22, None, None, None, None, ("all",),
+                {"ansible_connection": "local", "ansible_python_interpreter": sys.executable})
+    artifacts = tmp_path / "artifacts"
+    events = []
+    report = runner.run_playbook(playbook, [host], on_event=events.append, keep_artifacts=artifacts)
+    assert report.status == "successful", (report, events)
+    assert os.environ["AKASH_KEY_PASS"] == passphrase  # m2p's own environment is left as it was
+    files = [path for path in artifacts.rglob("*") if path.is_file()]
+    assert files
+    for path in files:
+        assert passphrase not in path.read_text(errors="replace"), path
+    command = json.loads(next(path for path in files if path.name == "command").read_text())
+    assert "AKASH_KEY_PASS" not in command["env"] and "M2P_DEMO_AKASH_KEY_PASS" not in command["env"]
+    assert command["env"]["LC_MEASUREMENT"] == "C.UTF-8"  # what ansible needs still passes
+    stdout = "\n".join(path.read_text(errors="replace") for path in files if path.name == "stdout")
+    assert "[]" in stdout and "LC_MEASUREMENT=C.UTF-8" in stdout  # the task ran, and saw no passphrase
+    assert "AKASH_KEY_PASS" not in stdout
 
 
 def test_the_debug_log_is_private_and_masks_secrets(tmp_path, monkeypatch, capsys):

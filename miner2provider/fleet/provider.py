@@ -63,7 +63,8 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
     variables = {**server_vars(server, parts), "market_provider_state": "present",
                  "market_provider_manifests": stack.files, "market_provider_fingerprint": fingerprint,
-                 "market_provider_patches": list(stack.patches), **reclaimer}
+                 "market_provider_patches": list(stack.patches), "market_provider_server_side": stack.server_side,
+                 **reclaimer}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name], secret_vars={server.name: {"market_provider_secret": stack.secret}},
@@ -77,13 +78,28 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
     return outcome
 
 
+# What `provider remove` leaves on the server, and why; docs/security.md ("Every copy of the wallet") names where
+# each lies for the marketplace's chart and how to wipe it.  The certificate is in a host folder the provider's
+# pod mounts: the pod's start reuses a certificate still valid on the chain instead of paying for a new one.  The
+# home volume is its StatefulSet's, which Kubernetes keeps when the release goes; the provider imports the wallet's
+# key into a keyring there.
+LEFT_ON_SERVER = ("the provider's certificate (a re-install reuses the one published on the chain), its home volume "
+                  "(Kubernetes keeps it; its keyring holds the wallet's key, without passphrase), the namespaces and "
+                  "CRDs (deleting a CRD deletes every object of its kind): docs/security.md says where each lies and "
+                  "how to wipe it")
+
+
 def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptions, *, check: bool = False,
            on_event: Callable[[Event], None] | None = None, keep_artifacts: Path | None = None) -> RigOutcome:
+    """Take the provider off ``server``: m2p's manifests, the HelmCharts (k3s's Helm controller uninstalls each
+    release, and its release history with it), the wallet Secret, the reclaimer; the outcome says what stays."""
     variables = {**server_vars(server, parts), "market_provider_state": "absent"}
     run = run_playbook(collection.playbook("provider"), fleet, role_vars={server.name: variables}, check=check,
                        known_hosts=opts.known_hosts, on_event=on_event, keep_artifacts=keep_artifacts,
                        limit=[server.name])
-    return outcome_of(server.name, run, check=check, why="provider taken off", note="no provider was installed")
+    taken = "the provider would be taken off" if check else "provider taken off"
+    return outcome_of(server.name, run, check=check, why=f"{taken}; left on the server: {LEFT_ON_SERVER}",
+                      note="no provider was installed")
 
 
 def reclaimer_vars(stack: ProviderStack, parts: ProviderParts) -> dict[str, Any]:
@@ -104,4 +120,5 @@ def server_vars(server: Host, parts: ProviderParts) -> dict[str, Any]:
     where = data_dir(Rig(server.name, server.address, server.groups, server.vars), default)
     return {"market_provider_k3s_data_dir": where, "market_provider_file_prefix": parts.file_prefix,
             "market_provider_releases": list(parts.releases), "market_provider_secret_name": parts.secret_name,
+            "market_provider_node_label_keys": list(parts.node_labels),
             "market_provider_record": RECORD}

@@ -94,6 +94,7 @@ class ProviderParts:
     secret_name: str  # the wallet Secret in kube-system
     reclaimer_entry: str = ""  # the module the reclaimer's zipapp runs ("" : the marketplace has none)
     reclaimer_token: tuple[str, str] = ("", "")  # (namespace, Secret) holding its ServiceAccount's token
+    node_labels: tuple[str, ...] = ()  # the node labels m2p puts on nodes for it (remove takes them off)
 
 
 @dataclass(frozen=True)

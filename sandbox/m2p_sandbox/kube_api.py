@@ -93,16 +93,28 @@ def _legal_label(key: str, value: Any) -> bool:
             and (value == "" or _LABEL_NAME.match(value) is not None))
 
 
-# The labels a kubelet may set under kubernetes.io / k8s.io (noderestriction's kubeletapis.IsKubeletLabel).
+# NodeRestriction's label rules (kubernetes/kubernetes @01467da7 plugin/pkg/admission/noderestriction/admission.go
+# getForbiddenLabels; @1c7b3d91 staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go IsKubeletLabel): a kubelet
+# may never set a label under node-restriction.kubernetes.io; under kubernetes.io / k8s.io only these keys and the
+# namespaces kubelet.kubernetes.io and node.kubernetes.io.
+KUBELET_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+RESTRICTED_NAMESPACE = "node-restriction.kubernetes.io"
 KUBELET_LABELS = {"kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os", "beta.kubernetes.io/arch",
                   "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
                   "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
                   "topology.kubernetes.io/region", "topology.kubernetes.io/zone"}
 
 
-def _kubernetes_label(key: str) -> bool:
+def _in(prefix: str, *domains: str) -> bool:
+    return any(prefix == d or prefix.endswith("." + d) for d in domains)
+
+
+def kubelet_may_not_set(key: str) -> bool:
+    """NodeRestriction's verdict on a label a kubelet adds, changes or removes on its own Node."""
     prefix = key.rpartition("/")[0]
-    return any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    if _in(prefix, RESTRICTED_NAMESPACE):
+        return True
+    return _in(prefix, "kubernetes.io", "k8s.io") and key not in KUBELET_LABELS and not _in(prefix, *KUBELET_NAMESPACES)
 
 
 def _kubelet_of(handler: BaseHTTPRequestHandler) -> str | None:
@@ -427,7 +439,8 @@ class KubeApiStandin(Served):
         (with AuthorizeNodeWithSelectors, on by default since 1.32): pods listed only with the field
         selector of its own node, only its own Node read.  NodeRestriction admission (kubernetes
         plugin/pkg/admission/noderestriction, the Update branch): its own Node only; never its taints;
-        labels under kubernetes.io / k8s.io only from the kubelet's own set.  Nothing deleted."""
+        labels under kubernetes.io / k8s.io only from the kubelet's own set, none under
+        node-restriction.kubernetes.io (kubelet_may_not_set).  Nothing deleted."""
         user = f'User "system:node:{node}"'
         if method == "GET" and url.path == "/api/v1/pods":
             selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
@@ -451,7 +464,7 @@ class KubeApiStandin(Served):
             return 403, _status(403, "Forbidden", f'node "{node}" is not allowed to modify taints')
         old, new = current["metadata"].get("labels") or {}, patched["metadata"].get("labels") or {}
         changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-        forbidden = sorted(k for k in changed if _kubernetes_label(k) and k not in KUBELET_LABELS)
+        forbidden = sorted(k for k in changed if kubelet_may_not_set(k))
         if forbidden:
             return 403, _status(403, "Forbidden", f"is not allowed to modify labels: {', '.join(forbidden)}")
         return self._patched(node, patched)
@@ -471,14 +484,16 @@ class KubeApiStandin(Served):
         return 200, copy.deepcopy(patched)
 
     def _admin(self, method: str, path: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any] | None:
-        """The admin's GET and PUT of a Secret and its deletes; None: served like any other caller."""
+        """The admin's GET and PUT of a Secret (PUT: a Deployment's or StatefulSet's patch too), GET of a Namespace,
+        and its deletes; None: served like any other caller."""
         parts = path.strip("/").split("/")
         kind, namespace, name = _object_path(parts)
         if kind is None or method not in {"GET", "DELETE", "PUT"} or (
-                method in {"GET", "PUT"} and kind not in {"Secret", "Deployment"}):
+                method in {"GET", "PUT"} and kind not in {"Secret", "Deployment", "StatefulSet"}
+                and not (method == "GET" and kind == "Namespace")):
             return None
-        if method == "PUT" and kind == "Deployment":
-            return self._apply_to_deployment(namespace, name, handler)
+        if method == "PUT" and kind in {"Deployment", "StatefulSet"}:
+            return self._apply_to_deployment(namespace, name, handler, kind)
         if method == "PUT":
             return self._put_secret(namespace, name, handler)
         if kind == "Node":
@@ -499,13 +514,14 @@ class KubeApiStandin(Served):
         return 200, _status(200, "Success", "deleted") | {"status": "Success"}
 
 
-    def _apply_to_deployment(self, namespace: str, name: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any]:
-        """A server-side apply patch to a Deployment that exists: its containers' env entries merged in by name
-        (the API's merge keys: containers by name, env by name); 404 when it does not exist (the real API would
-        try to create one from the patch and refuse it as invalid)."""
-        key = ("Deployment", namespace, name)
+    def _apply_to_deployment(self, namespace: str, name: str, handler: BaseHTTPRequestHandler,
+                             kind: str = "Deployment") -> tuple[int, Any]:
+        """A server-side apply patch to a Deployment (or StatefulSet) that exists: its containers' env entries
+        merged in by name (the API's merge keys: containers by name, env by name); 404 when it does not exist (the
+        real API would try to create one from the patch and refuse it as invalid)."""
+        key = (kind, namespace, name)
         if key not in self.objects:
-            return 404, _status(404, "NotFound", f'deployments.apps "{name}" not found')
+            return 404, _status(404, "NotFound", f'{kind.lower()}s.apps "{name}" not found')
         length = int(handler.headers.get("Content-Length") or 0)
         try:
             patch = json.loads(handler.rfile.read(length) or b"{}")
@@ -562,7 +578,7 @@ def _requests(pod: dict[str, Any]) -> int:
 
 
 _KINDS = {"nodes": "Node", "namespaces": "Namespace", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
-          "deployments": "Deployment",
+          "deployments": "Deployment", "statefulsets": "StatefulSet",
           "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding",
           "priorityclasses": "PriorityClass", "helmcharts": "HelmChart"}
 

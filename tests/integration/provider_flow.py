@@ -65,6 +65,10 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     api.admin_tokens.add(admin)
     assert api.authority is not None
     inv = _reclaimer_reaches(inv, api)
+    # The farm's nodes as k3s registers them: the server with the label k3s gives it; cv-plain's kubelet (standing
+    # in: a rig whose root was taken) claiming the ingress label, which m2p takes back.
+    api.add_node("cv-hive", secrets.token_urlsafe(8), {"node-role.kubernetes.io/control-plane": "true"})
+    api.add_node("cv-plain", secrets.token_urlsafe(8), {INGRESS_LABEL: "true"}, gpus=1)
     chain = ChainStandin(min_window_s=40.0)
     pod = ProviderPod(chain, PROVIDER, KEY)
     api.exec_in[("akash-services", "akash-provider-0", "provider")] = pod.run
@@ -98,9 +102,12 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         assert "rtx3090.24Gi=" in first.stderr and "rtx3060.12Gi=" in first.stderr  # the prices it set, said
         written = _server_files(farm)
         assert written == ["m2p-akash-00-namespaces.yaml", "m2p-akash-01-crds.yaml", "m2p-akash-02-gateway-api-crds.yaml",
-                           "m2p-akash-10-akash-gateway.yaml", "m2p-akash-10-akash-hostname-operator.yaml",
-                           "m2p-akash-10-akash-inventory-operator.yaml", "m2p-akash-10-akash-provider.yaml",
-                           "m2p-akash-20-gpu-list.yaml", "m2p-akash-30-reclaimer.yaml"], written
+                           "m2p-akash-03-ingress-crds.yaml", "m2p-akash-10-akash-gateway.yaml",
+                           "m2p-akash-10-akash-hostname-operator.yaml", "m2p-akash-10-akash-inventory-operator.yaml",
+                           "m2p-akash-10-akash-provider.yaml", "m2p-akash-10-ngf.yaml", "m2p-akash-20-gpu-list.yaml",
+                           "m2p-akash-30-reclaimer.yaml"], written
+        # The namespaces k3s has not made yet: no TLS Secret yet (the next apply makes them).
+        assert not api.has("Secret", "wildcard-ingress-tls", "akash-gateway")
         assert _reclaimer_unit(farm) == "inactive"  # its token is not there yet: not started
         _renders_from_what_the_server_holds(farm, api, passphrase)
         _token_controller(farm, api, reclaimer_token)
@@ -114,6 +121,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
                   for e in c.get("env", [])}
         assert env_of["AP_PROVIDER_CONFIGS_URL"] == "http://m2p-gpu-list.akash-services.svc.cluster.local"
         assert "AP_CONFIG" in env_of  # the chart's own entries stay
+        _ingress_made_on_the_server(api)
         assert _reclaimer_unit(farm) == "active"
         lease = _a_lease_on_a_rig_that_must_mine(api, chain)
         again = m2p(*apply, "-i", str(inv), "--yes", "--json", env=env)
@@ -129,7 +137,8 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
         assert off.returncode == 0 and outcomes(off)["cv-hive"]["result"] == "changed", off.stderr[-2000:]
         assert _server_files(farm) == [] and _reclaimer_unit(farm) == "absent"
         left = [name for name in ("akash-provider", "akash-gateway", "akash-inventory-operator",
-                                  "akash-hostname-operator") if api.has("HelmChart", name, "kube-system")]
+                                  "akash-hostname-operator", "ngf") if api.has("HelmChart", name, "kube-system")]
+        assert INGRESS_LABEL not in api.nodes["cv-hive"]["metadata"]["labels"]  # m2p's label taken off
         assert left == [] and not api.has("Secret", "m2p-akash-provider-wallet", "kube-system"), left
         off_again = m2p(*remove, "--yes", "--json", env=env)
         assert outcomes(off_again)["cv-hive"]["result"] == "converged", off_again.stdout
@@ -241,6 +250,10 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     helmcharts = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
     assert passphrase not in text
     api.apply(list(helmcharts.values()))  # k3s's deploy controller, standing in
+    with ssh(farm["hive"]) as client:
+        rc, namespaces = run(client, f"sudo cat {MANIFESTS}/m2p-akash-00-namespaces.yaml")
+    assert rc == 0, namespaces[-500:]
+    api.apply([d for d in yaml.safe_load_all(namespaces) if d])
     secret = api.objects[("Secret", "kube-system", "m2p-akash-provider-wallet")]
     assert "stringData" not in secret
     values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
@@ -249,6 +262,7 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     provider = helm.render(helmcharts["akash-provider"], {"m2p-akash-provider-wallet": values})
     api.apply(helm.render(helmcharts["akash-inventory-operator"]))  # k3s's Helm job, standing in
     by = {(o["kind"], o["metadata"]["name"]): o for o in provider}
+    api.apply([by[("StatefulSet", "akash-provider")]])  # the provider's Helm job, standing in (m2p patches it)
     keys = by[("Secret", "akash-provider-keys")]["data"]
     assert base64.b64decode(keys["key.txt"]).decode() == KEY
     assert base64.b64decode(keys["key-pass.txt"]).decode() == passphrase
@@ -256,11 +270,31 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     assert {pair.split("=")[0] for pair in mappings.split(",")} == {"rtx3090.24Gi", "rtx3090", "rtx3060.12Gi",
                                                                     "rtx3060"}, mappings
     pod = by[("StatefulSet", "akash-provider")]["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "cv-hive"}
+    assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": "true"}
     env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
     assert env["AKASH_RECLAMATION_WINDOW"] == "36h"
     host = by[("ConfigMap", "akash-provider-main")]["data"]["AKASH_CLUSTER_PUBLIC_HOSTNAME"]
     assert host == "provider.farm.m2p-test.example"
+
+
+INGRESS_LABEL = "node-restriction.kubernetes.io/m2p-ingress"
+
+
+def _ingress_made_on_the_server(api: KubeApiStandin) -> None:
+    """What the role made on cv-hive with the admin's credential: the ingress rig's label (cv-plain, which a kubelet
+    labelled so, loses it), the self-signed TLS Secrets (made there with openssl), and the provider's network-policy
+    setting by the name it reads."""
+    assert api.nodes["cv-hive"]["metadata"]["labels"][INGRESS_LABEL] == "true"
+    assert INGRESS_LABEL not in api.nodes["cv-plain"]["metadata"]["labels"]
+    for name in ("akash-default-tls", "wildcard-ingress-tls"):
+        secret = api.objects[("Secret", "akash-gateway", name)]
+        assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key"}
+    crt = base64.b64decode(api.objects[("Secret", "akash-gateway", "wildcard-ingress-tls")]["data"]["tls.crt"])
+    assert crt.startswith(b"-----BEGIN CERTIFICATE-----")
+    provider = api.objects[("StatefulSet", "akash-services", "akash-provider")]
+    env = {e["name"]: e.get("value") for c in provider["spec"]["template"]["spec"]["containers"]
+           for e in c.get("env", [])}
+    assert env["AKASH_DEPLOYMENT_NETWORK_POLICIES_ENABLED"] == "true" and env["AKASH_WITHDRAWAL_PERIOD"] == "12h"
 
 
 PROVIDER = "akash1" + "q" * 38  # the stand-in chain's provider (the pod signs as it)

@@ -56,6 +56,29 @@ def test_the_kubelet_reads_and_patches_its_own_node_only(api, tmp_path):
     assert "unschedulable" not in api.nodes["rig2"]["spec"]
 
 
+@pytest.mark.parametrize("label, allowed", [
+    ("node-role.kubernetes.io/control-plane", False),  # what the provider's pods are pinned by
+    ("node-restriction.kubernetes.io/m2p-ingress", False),  # what the ingress's data plane is pinned by
+    ("kubernetes.io/hostname", True),  # why nothing is pinned by it: any kubelet names itself
+    ("node.kubernetes.io/instance-type", True),
+    ("kubelet.kubernetes.io/anything", True),
+    ("m2p.io/mode", True),
+])
+def test_a_worker_cannot_give_itself_a_label_that_decides_where_a_secret_goes(api, tmp_path, label, allowed):
+    """NodeRestriction's label rules, as the real API applies them (KEP-279): a taken rig's kubelet cannot claim
+    the server's or the ingress rig's label, so the wallet and the ingress certificate never follow it."""
+    client = kubelet_client(api, "rig1", tmp_path)
+    patch = {"metadata": {"labels": {label: "rig2" if label.endswith("hostname") else "true"}}}
+    if allowed:
+        client.patch_node("rig1", patch)
+        assert label in api.nodes["rig1"]["metadata"]["labels"]
+        return
+    with pytest.raises(ApiError, match="HTTP 403") as caught:
+        client.patch_node("rig1", patch)
+    assert f"not allowed to modify labels: {label}" in str(caught.value)
+    assert label not in api.nodes["rig1"]["metadata"]["labels"]
+
+
 def test_no_certificate_or_a_broken_kubeconfig_is_an_api_error_not_a_crash(api, tmp_path):
     client = kubelet_client(api, "rig1", tmp_path)
     (tmp_path / "client-kubelet.crt").unlink()  # k3s has not written it yet

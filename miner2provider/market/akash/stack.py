@@ -97,7 +97,8 @@ PROVIDER_POD, PROVIDER_CONTAINER = "akash-provider-0", "provider"
 # What every install Job of the stack is told (helm-controller's HelmChart spec): run on a server only.
 HELM_JOB: dict[str, Any] = {"bootstrap": True}
 PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET,
-                      "miner2provider.market.akash.reclaimer", (RECLAIMER_NAMESPACE, RECLAIMER_TOKEN))
+                      "miner2provider.market.akash.reclaimer", (RECLAIMER_NAMESPACE, RECLAIMER_TOKEN),
+                      (ingress.INGRESS_LABEL,))
 
 
 def price_mappings(floors: Sequence[Floor]) -> str:
@@ -189,9 +190,9 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
                                 "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
     server_side = json.dumps({"tls": ingress.tls_secrets(provider.domain),
                               "node_labels": ingress.node_labels(farm.ingress_node)}, sort_keys=True)
+    patches = (gpu_list.operator_patch(NAMESPACE), network_policies_patch())
     return ProviderStack(files, secret, fingerprint(files, secret, reclaimer + server_side), values,
-                         (provider.wallet.passphrase_env,), (gpu_list.operator_patch(NAMESPACE), network_policies_patch()),
-                         reclaimer, server_side)
+                         (provider.wallet.passphrase_env,), patches, reclaimer, server_side)
 
 
 def reclaimer_objects() -> list[dict[str, Any]]:

@@ -50,7 +50,8 @@ def test_server_runs_from_m2ps_unit_and_config_on_its_data_disk(host):
     assert "ExecStart=/usr/local/bin/k3s server\n" in unit and "Type=notify\n" in unit
     cfg = config(host)
     assert cfg["node-name"] == "k-server" and cfg["data-dir"] == DATA_DIR
-    assert cfg["disable"] == ["traefik"] and cfg["write-kubeconfig-mode"] == "0600"
+    assert cfg["disable"] == ["traefik", "servicelb"] and cfg["write-kubeconfig-mode"] == "0600"
+    assert cfg["secrets-encryption"] is True
     assert "image-gc-high-threshold=80" in cfg["kubelet-arg"]
     # Sandbox rigs boot with cgroup v1 (the host's): kubelet 1.35 starts there only with this flag.
     v1 = host.check_output("stat -fc %T /sys/fs/cgroup") != "cgroup2fs"

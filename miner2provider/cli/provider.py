@@ -31,6 +31,7 @@ from miner2provider.fleet import provider as provider_run
 from miner2provider.fleet.pipeline import RigOutcome, drain_rigs, farm_status
 from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
+from miner2provider.market.cards import cards_of
 from miner2provider.timeshare import economics
 
 from . import render
@@ -85,18 +86,21 @@ def provider_init(ctx: Context, file: str, force: bool) -> None:
 @ssh_options
 def provider_check(inventory_file: str, provider_path: str, vault_password_file: str | None, as_json: bool,
                    ssh: SshOptions) -> None:
-    """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address and
-    ports, DNS, the RPC node, the wallet), each with what to do.  Reaches only the rigs, DNS and the RPC node;
-    changes nothing.  Exit 8 when something must be fixed first."""
+    """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address, ports
+    and port forwarding, DNS, the RPC node, the price feed from the server, one GPU model per rig, the wallet), each
+    with what to do.  Reaches only the rigs, DNS, the RPC node and the ingress's ports; changes nothing.  Exit 8
+    when something must be fixed first."""
     market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
-    provider_run.server_of(hosts)
+    server = provider_run.server_of(hosts)
     ingress = ingress_of(provider, hosts)
     reports = detect(hosts, ssh)
     facts = [r.facts for r in reports if r.facts]
     listening = ask(ingress, ListeningFact, ssh)
+    models = {rig.name: tuple(sorted({c.slug for c in cards_of(rig.gpus)})) for rig in gpus_of(hosts, reports)}
     farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
-                     ingress.address, listening)
+                     ingress.address, listening, models,
+                     provider_run.server_reaches(server, market.provider_fetches, ssh))
     # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
     found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
                                      "and provider apply waits until every rig answers") for r in reports if not r.ok]

@@ -10,6 +10,7 @@ is converged without running Ansible: one SSH read, so a converged provider re-a
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,33 @@ def server_of(fleet: list[Host]) -> Host:
         raise ProviderError(f"the provider needs exactly one k3s server in the inventory (group k3s_server); found "
                             f"{named}: one farm, one cluster, one provider")
     return servers[0]
+
+
+# Asked on the server with its own python3 (every converted rig has it): a TCP connection to each host:port, one
+# line each, "host:port<TAB>" or "host:port<TAB>why not".
+_REACH = """python3 - {targets} <<'M2P_REACH'
+import socket, sys
+for target in sys.argv[1:]:
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=4).close()
+        print(target + "\t")
+    except (OSError, ValueError) as exc:
+        print(target + "\t" + (getattr(exc, "strerror", None) or type(exc).__name__))
+M2P_REACH
+"""
+
+
+def server_reaches(server: Host, targets: tuple[str, ...], opts: SshOptions) -> dict[str, str] | str:
+    """host:port -> "" when the server opens a TCP connection to it, else why not; or why the server could not be
+    asked."""
+    if not targets:
+        return {}
+    result = run_one(server, _REACH.format(targets=" ".join(shlex.quote(t) for t in targets)), opts, file_notes=False)
+    if not result.ok:
+        return f"{server.name}: {result.error}"
+    found = dict(line.split("\t", 1) for line in result.stdout.splitlines() if "\t" in line)
+    return {t: found.get(t, "not asked (no python3 on the server?)") for t in targets}
 
 
 def recorded_fingerprint(server: Host, opts: SshOptions) -> str:

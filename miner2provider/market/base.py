@@ -106,6 +106,10 @@ class FarmFacts:
     memory_mib: int
     ingress_address: str  # the ingress rig's address in the inventory
     ingress_listening: Listening | str  # its listeners, or why they could not be read
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # rig -> the GPU models it holds
+    # what the k3s server reached of the hosts the provider's pods fetch from (host -> "" or why not), or why it
+    # could not be asked
+    server_reach: dict[str, str] | str = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,12 @@ class Marketplace(Protocol):
 
     def provider_status(self, provider: Any, ingress_address: str, url: str | None = None) -> ProviderState:
         """The provider's own status, asked of the ingress rig (or ``url``)."""
+        ...
+
+    @property
+    def provider_fetches(self) -> tuple[str, ...]:
+        """The internet hosts (host:port) the provider's pods fetch from on the server (`provider check` asks the
+        server whether it reaches each)."""
         ...
 
     def provider_check(self, provider: Any, farm: FarmFacts, environ: Mapping[str, str]) -> list[Verdict]:

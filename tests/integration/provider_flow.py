@@ -35,7 +35,7 @@ from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
 from m2p_sandbox.akash_node import ProviderStatusStandin, RpcStandin
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.cli import main
-from miner2provider.market.akash import outside
+from miner2provider.market.akash import checkup, outside
 from miner2provider.market.akash.address import encode
 
 from .conftest import m2p, outcomes, point_k3s_kubectl_at, run, ssh
@@ -76,7 +76,7 @@ def provider_goes_on_and_off(farm: dict[str, Any]) -> None:
     runs: dict[str, str] = {}
     try:
         point_k3s_kubectl_at(farm["hive"], api, admin)
-        _check_reads_the_farm(farm, files, inv, ssh_args, passphrase, rpc)
+        _check_reads_the_farm(farm, files, inv, ssh_args, passphrase, rpc, api)
         # Bad input first: nothing is installed half-way.
         refused = m2p(*apply, "-i", str(inv_all), "--yes", env=env)  # cv-locked does not answer
         assert refused.returncode == 11 and "cv-locked: FAILED" in refused.stderr, refused.stderr[-2000:]
@@ -185,12 +185,16 @@ def _status_shows_provider_and_rigs(inv: Path, files: dict[str, Path], ssh_args:
 
 
 def _check_reads_the_farm(farm: dict[str, Any], files: dict[str, Path], inv: Path, ssh_args: list[str],
-                          passphrase: str, rpc: RpcStandin) -> None:
+                          passphrase: str, rpc: RpcStandin, api: KubeApiStandin) -> None:
     """`provider check` in-process (its DNS lookups given: no test may ask a resolver outside this machine):
-    the rigs' cores and memory, cv-hive's private address and listeners, the RPC stand-in, the wallet."""
+    the rigs' cores and memory, cv-hive's private address and listeners and its ingress ports (nothing answers
+    before apply), the server's reach of the price feed (the STAND-IN API's address stands for it: no test may
+    reach the internet), the RPC stand-in, the wallet, one GPU model per rig."""
     public = ("81.2.69.160",)  # a public address no test connects to
+    feed = api.url.split("://", 1)[1].rstrip("/")
     out = io.StringIO()
     with mock.patch.object(outside, "resolve", lambda name: public), \
+            mock.patch.object(checkup, "PRICE_FEEDS", (feed, "127.0.0.1:9")), \
             mock.patch.dict(os.environ, {**farm["env"], "AKASH_KEY_PASS": passphrase}), contextlib.redirect_stdout(out):
         code = main(["provider", "check", "-i", str(inv), "-p", str(files["provider"]), *ssh_args, "--json"])
     found = {(v["topic"], v["level"]): v["text"] for v in json.loads(out.getvalue())}
@@ -198,6 +202,12 @@ def _check_reads_the_farm(farm: dict[str, Any], files: dict[str, Path], inv: Pat
     assert "2 rigs:" in found[("audit floor", "warn")] and "Homenode" in found[("audit floor", "warn")]
     assert f"ingress rig cv-hive ({farm['hive'].address}) has a private address: forward" in found[("ingress", "warn")]
     assert "nothing on cv-hive holds 80, 443, 8443, 8444" in found[("ports", "ok")]
+    assert f"the ingress does not answer on cv-hive ({farm['hive'].address}) (80: Connection refused" in found[
+        ("reach", "warn")]
+    assert f"forward tcp 80, 443, 8443, 8444 and tcp+udp 30000-32767 from its public address to {farm['hive'].address}" \
+        in found[("reach", "warn")]
+    assert found[("price feed", "ok")].startswith(f"the k3s server reaches {feed}")
+    assert not any(topic == "gpu models" for topic, _ in found)  # one model per rig here
     assert found[("rpc", "ok")] == f"the RPC node {rpc.url} answers (akashnet-2, block 23456789)"
     assert ("wallet", "ok") in found and ("dns", "ok") in found
     assert rpc.paths == ["/status"]

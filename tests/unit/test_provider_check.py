@@ -30,12 +30,14 @@ def provider(tmp_path, domain: str = "farm.example.com"):
 
 def seen(**changes) -> Seen:
     farm = {"rigs": 12, "cores": 72, "memory_mib": 140 * 1024, "ingress_address": "81.2.69.160",
-            "ingress_listening": Listening((22,), (), True)}
+            "ingress_listening": Listening((22,), (), True), "models": {"rig01": ("rtx3090",)},
+            "server_reach": {"api.diadata.org:443": "", "api.coingecko.com:443": "Connection refused"}}
     farm.update({k: v for k, v in changes.items() if k in farm})
     base = {"farm": FarmFacts(**farm),
             "resolved": {"provider.farm.example.com": ("81.2.69.160",),
                          "m2p-check.ingress.farm.example.com": ("81.2.69.160",)},
-            "rpc": RpcStatus("akashnet-2", 100, False), "wallet_problem": ""}
+            "rpc": RpcStatus("akashnet-2", 100, False), "wallet_problem": "",
+            "reach": {port: "" for port in checkup.INGRESS_PORTS}}
     base.update({k: v for k, v in changes.items() if k in base})
     return Seen(**base)
 
@@ -51,7 +53,8 @@ def by_topic(found):
 def test_a_ready_farm_gets_only_oks(tmp_path):
     found = checkup.verdicts(provider(tmp_path), seen())
     assert {v.level for v in found} == {"ok"}, found
-    assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "rpc", "wallet", "reclamation"]
+    assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "reach", "rpc", "price feed",
+                                        "wallet", "reclamation"]
 
 
 def test_check_states_the_trade_of_the_reclamation_window(tmp_path):
@@ -171,3 +174,47 @@ def test_a_status_that_is_no_status_is_said_so():
         assert provider_status.fetch(rpc.url + "/none").error == "HTTP 404"
     finally:
         rpc.close()
+
+
+def test_the_ingress_ports_from_the_farms_side_and_the_router_forwarding_said(tmp_path):
+    private = seen(ingress_address="192.168.1.40", reach={80: "Connection refused", 443: "", 8443: "", 8444: ""})
+    (reach,) = [v for v in checkup.verdicts(provider(tmp_path), private) if v.topic == "reach"]
+    assert reach.level == "warn" and "80: Connection refused" in reach.text
+    assert "forward tcp 80, 443, 8443, 8444 and tcp+udp 30000-32767 from its public address to 192.168.1.40" in reach.text
+    (public,) = [v for v in checkup.verdicts(provider(tmp_path), seen()) if v.topic == "reach"]
+    assert public.level == "ok" and "no port forwarding" in public.text
+
+
+def test_a_server_without_the_price_feed_fails_and_says_what_bids_then_do(tmp_path):
+    cut = FarmFacts(1, 8, 16384, "81.2.69.160", Listening((22,), (), True), {},
+                    {"api.diadata.org:443": "Name or service not known", "api.coingecko.com:443": "timed out"})
+    (feed,) = [v for v in checkup.verdicts(provider(tmp_path), seen(farm=cut)) if v.topic == "price feed"]
+    assert feed.level == "fail" and "bids on no order" in feed.text and "api.diadata.org:443: Name" in feed.text
+    unasked = FarmFacts(1, 8, 16384, "81.2.69.160", Listening((22,), (), True), {}, "rig0: no answer")
+    (feed,) = [v for v in checkup.verdicts(provider(tmp_path), seen(farm=unasked)) if v.topic == "price feed"]
+    assert feed.level == "warn" and "rig0: no answer" in feed.text
+
+
+def test_each_rig_mixing_gpu_models_is_named(tmp_path):
+    mixed = FarmFacts(3, 8, 16384, "81.2.69.160", Listening((22,), (), True),
+                      {"rig01": ("rtx3090",), "rig02": ("rtx3060", "rtx3080"), "rig03": ("cmp90hx", "rtx3070")})
+    found = [v for v in checkup.verdicts(provider(tmp_path), seen(farm=mixed)) if v.topic == "gpu models"]
+    assert [v.text.split(" mixes ")[0] for v in found] == ["rig02", "rig03"]
+    assert all(v.level == "warn" and "one GPU model per node" in v.text for v in found)
+
+
+def test_reach_opens_a_real_connection_and_says_why_one_does_not():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    open_port = listener.getsockname()[1]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    free = closed.getsockname()[1]
+    closed.close()
+    try:
+        found = outside.reach("127.0.0.1", (open_port, free), timeout_s=2.0)
+    finally:
+        listener.close()
+    assert found[open_port] == ""
+    assert found[free] == "Connection refused"

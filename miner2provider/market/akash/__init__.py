@@ -78,10 +78,15 @@ class Akash:
                         url: str | None = None) -> ProviderState:
         return provider_status.fetch(url or provider_status.status_url(ingress_address))
 
+    @property
+    def provider_fetches(self) -> tuple[str, ...]:
+        return checkup.PRICE_FEEDS
+
     def provider_check(self, provider: provider_file.ProviderFile, farm: FarmFacts,
                        environ: Mapping[str, str]) -> list[Verdict]:
         seen = checkup.Seen(farm, {name: outside.resolve(name) for name in checkup.names(provider)},
-                            outside.rpc_status(provider.rpc_node), wallet.problem(provider, environ))
+                            outside.rpc_status(provider.rpc_node), wallet.problem(provider, environ),
+                            outside.reach(farm.ingress_address, checkup.INGRESS_PORTS))
         return checkup.verdicts(provider, seen)
 
 

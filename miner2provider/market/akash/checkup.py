@@ -11,13 +11,16 @@ provider build docs (A records for ``provider.<domain>`` and ``*.ingress.<domain
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.base import FarmFacts, Verdict
 
 AUDIT_CORES, AUDIT_MEMORY_GIB = 64, 128
 INGRESS_PORTS = (80, 443, 8443, 8444)
+# Where Akash's bid script gets the AKT price, each bid (cached 60 min in the pod): DIA's API, then CoinGecko's
+# (helm-charts @ f3d8d46 charts/akash-provider/scripts/price_script_generic.sh, get_akt_price).
+PRICE_FEEDS = ("api.diadata.org:443", "api.coingecko.com:443")
 NODE_PORTS = (30000, 32767)
 CHAIN_ID = "akashnet-2"  # the provider chart's chainid
 # Dynamic-DNS services (their customers' names cannot pass Akash's audit).
@@ -43,6 +46,7 @@ class Seen:
     resolved: dict[str, tuple[str, ...] | str]  # DNS name -> its addresses, or why it did not resolve
     rpc: RpcStatus | str  # the RPC node's status, or why it did not answer
     wallet_problem: str  # "" when the key file is private and the passphrase variable is set
+    reach: dict[int, str] = field(default_factory=dict)  # ingress port -> "" when it opened from the farm's side
 
 
 def wildcard_probe(domain: str) -> str:
@@ -56,7 +60,52 @@ def names(provider: ProviderFile) -> tuple[str, str]:
 
 def verdicts(provider: ProviderFile, seen: Seen) -> list[Verdict]:
     return [_audit(seen), *_ingress(provider, seen), *_dns(provider, seen), _ports(provider, seen),
-            _rpc(provider, seen), _wallet(seen), _reclamation(provider)]
+            _reach(provider, seen), _rpc(provider, seen), _price_feed(seen), *_models(seen), _wallet(seen),
+            _reclamation(provider)]
+
+
+def _reach(provider: ProviderFile, seen: Seen) -> Verdict:
+    """The ingress's ports from the farm's side: NGF's data plane answers there once `provider apply` ran."""
+    rig = f"{provider.ingress_rig} ({seen.farm.ingress_address})"
+    forward = (f"your router must forward tcp {', '.join(map(str, INGRESS_PORTS))} and tcp+udp "
+               f"{NODE_PORTS[0]}-{NODE_PORTS[1]} from its public address to {seen.farm.ingress_address}")
+    if kind_of(seen.farm.ingress_address) == "public":
+        forward = "no port forwarding: the rig's address is public"
+    closed = {p: why for p, why in seen.reach.items() if why}
+    if not seen.reach:
+        return Verdict("warn", "reach", f"the ingress rig {rig} was not tried; {forward}")
+    if not closed:
+        return Verdict("ok", "reach", f"the ingress answers on {rig} at {', '.join(map(str, seen.reach))} from the "
+                                      f"farm's side; {forward}")
+    said = "; ".join(f"{p}: {why}" for p, why in closed.items())
+    return Verdict("warn", "reach", f"the ingress does not answer on {rig} ({said}): before `m2p provider apply`, "
+                                    "and until k3s's Helm jobs have started NGINX Gateway Fabric there, that is "
+                                    f"expected; after, the provider's API and leases are unreachable; {forward}")
+
+
+def _price_feed(seen: Seen) -> Verdict:
+    """Akash's bid script prices USD targets in AKT fetched from the internet by the provider's pod (server)."""
+    reach = seen.farm.server_reach
+    if isinstance(reach, str):
+        return Verdict("warn", "price feed", f"could not ask the k3s server whether it reaches the AKT price "
+                                             f"({reach})")
+    reached = [host for host, why in reach.items() if not why]
+    if reached:
+        return Verdict("ok", "price feed", f"the k3s server reaches {reached[0]}, where Akash's bid script reads the "
+                                           "AKT price")
+    said = "; ".join(f"{host}: {why}" for host, why in reach.items()) or "none asked"
+    return Verdict("fail", "price feed", f"the k3s server reaches no AKT price feed ({said}): Akash's bid script "
+                                         "then has no price (after a pod restart, no cached one) and bids on no "
+                                         "order; give the server internet access (https, tcp 443)")
+
+
+def _models(seen: Seen) -> list[Verdict]:
+    """Akash's hardware requirements: "Each node must have only one type of GPU"."""
+    mixed = {rig: models for rig, models in seen.farm.models.items() if len(models) > 1}
+    return [Verdict("warn", "gpu models", f"{rig} mixes {' and '.join(models)}: Akash supports one GPU model per "
+                                          "node, and a lease asking for one may be given another; move the cards so "
+                                          "each rig holds one model, or keep the rig out of the provider's inventory")
+            for rig, models in sorted(mixed.items())]
 
 
 def _reclamation(provider: ProviderFile) -> Verdict:

@@ -1,6 +1,7 @@
-"""What `m2p provider check` looks up outside the rigs: DNS names and the RPC node's ``/status`` (CometBFT
-RPC: ``result.node_info.network``, ``result.sync_info.latest_block_height`` and ``catching_up``).  Nothing
-else is contacted.  Each lookup has a deadline and comes back as a value or a sentence, never an exception."""
+"""What `m2p provider check` looks up outside the rigs: DNS names, the RPC node's ``/status`` (CometBFT
+RPC: ``result.node_info.network``, ``result.sync_info.latest_block_height`` and ``catching_up``) and TCP
+connections to the ingress rig's ports.  Nothing else is contacted.  Each lookup has a deadline and comes back as
+a value or a sentence, never an exception."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ def resolve(name: str, timeout_s: float = TIMEOUT_S) -> tuple[str, ...] | str:
     finally:
         pool.shutdown(wait=False)
     return tuple(sorted({str(info[4][0]) for info in found}))
+
+
+def reach(address: str, ports: tuple[int, ...], timeout_s: float = 3.0) -> dict[int, str]:
+    """Port -> "" when a TCP connection to ``address`` opens, else why not (from where m2p runs: the farm's side)."""
+    out = {}
+    for port in ports:
+        try:
+            with socket.create_connection((address, port), timeout=timeout_s):
+                out[port] = ""
+        except TimeoutError:
+            out[port] = f"no answer in {timeout_s:g} s"
+        except OSError as exc:
+            out[port] = exc.strerror or type(exc).__name__
+    return out
 
 
 def rpc_status(node: str, timeout_s: float = TIMEOUT_S) -> RpcStatus | str:

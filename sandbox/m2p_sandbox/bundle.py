@@ -5,18 +5,25 @@ CI cannot reach k3s's release site or NVIDIA's apt repository, so the tests and
 real ``.deb`` packages built with ``dpkg-deb`` (the same package names, dependencies,
 paths and conffile as NVIDIA's) holding scripts that answer only what m2p asks, and a
 stand-in ``k3s`` that runs as a service.  The manifest says ``standin: true``, and the
-CLI says so whenever it uses such a bundle.
+CLI says so whenever it uses such a bundle.  ``push_chart`` keeps a chart in the STAND-IN
+registry the way ``helm push`` does, for the tests of ``m2p bundle``'s provider charts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from m2p_sandbox.registry import RegistryStandin
+import yaml
+
+from m2p_sandbox.registry import OCI_MANIFEST, RegistryStandin
 from miner2provider.core.errors import BundleError
 from miner2provider.fleet.bundle import images
 from miner2provider.fleet.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
@@ -80,6 +87,26 @@ def _images(root: Path, k3s_version: str) -> list[dict[str, str]]:
         registry.close()
     return entries + [{"name": DEVICE_PLUGIN_IMAGE, "version": ref.reference, "file": "images/" + ref.file_name,
                        "sha256": sha256_of(root / "images" / ref.file_name)}]
+
+
+def push_chart(registry: RegistryStandin, repository: str, archive: bytes) -> str:
+    """Keep a chart archive in the STAND-IN registry as ``helm push`` lays one out (its Chart.yaml as the
+    config, the archive as the one chart layer), tagged with the chart's version; returns the layer digest."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        top = tar.getnames()[0].split("/")[0]
+        found = tar.extractfile(f"{top}/Chart.yaml")
+        meta = yaml.safe_load(found.read()) if found else {}
+    config = json.dumps(meta, sort_keys=True).encode()
+    blobs = [(images.HELM_CHART_CONFIG, config), (images.HELM_CHART_LAYER, archive)]
+    described = []
+    for media_type, data in blobs:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        registry.blobs[digest] = data
+        described.append({"mediaType": media_type, "digest": digest, "size": len(data)})
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": described[0],
+                           "layers": described[1:]}).encode()
+    registry.manifests[(repository, str(meta["version"]))] = (OCI_MANIFEST, manifest)
+    return str(described[1]["digest"])
 
 
 def _render(source: str, dest: Path, version: str, mode: int) -> None:

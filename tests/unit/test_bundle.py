@@ -1,11 +1,13 @@
 """Offline bundles: the stand-in test bundle loads; damage and mistakes are named clearly."""
 
+import hashlib
 import shutil
 
 import pytest
 import yaml
 
 from m2p_sandbox import bundle as standin
+from m2p_sandbox import helm
 from miner2provider.core import collection
 from miner2provider.core.errors import BundleError
 from miner2provider.fleet.bundle.manifest import load_bundle
@@ -85,3 +87,25 @@ def test_convert_refuses_a_bundle_without_the_images_its_rigs_need(bundle_dir, t
     (old / "manifest.yml").write_text(yaml.safe_dump(manifest))
     assert load_bundle(old).missing_images(["nvcr.io/nvidia/k8s-device-plugin:v0.20.0"]) == [
         f"k3s-airgap-images {standin.K3S_VERSION}", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"]
+
+
+def test_the_provider_files_are_checked_as_the_rest_and_change_nothing_convert_installs(bundle_dir, tmp_path):
+    standin.build_test_bundle(tmp_path)
+    crd = tmp_path / "charts" / "akash-crd.yaml"
+    crd.parent.mkdir()
+    crd.write_bytes((helm.SHARED_AKASH / "crds" / "akash-crd.yaml").read_bytes())
+    doc = yaml.safe_load((tmp_path / "manifest.yml").read_text())
+    doc["charts"] = [{"name": crd.name, "version": "afc4dd7", "file": "charts/akash-crd.yaml",
+                      "sha256": hashlib.sha256(crd.read_bytes()).hexdigest(), "checked": "the test's pin"}]
+    (tmp_path / "manifest.yml").write_text(yaml.safe_dump(doc))
+    b = load_bundle(tmp_path)
+    assert [(a.name, a.path) for a in b.charts] == [("akash-crd.yaml", crd.resolve())]
+    assert b.digest == load_bundle(bundle_dir).digest  # rigs converted from either are alike
+    with crd.open("ab") as f:
+        f.write(b"\n")
+    with pytest.raises(BundleError, match=r"charts/akash-crd.yaml: sha256 is [0-9a-f]{64}, the manifest says"):
+        load_bundle(tmp_path)
+    doc["charts"] = {}
+    (tmp_path / "manifest.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(BundleError, match="charts must be a list"):
+        load_bundle(tmp_path)

@@ -1,5 +1,7 @@
 """Pulling an image into an OCI archive, against the STAND-IN registry on loopback
-(m2p_sandbox.registry): token challenge, image index, digests checked."""
+(m2p_sandbox.registry): token challenge, image index, digests checked.  A chart kept in a registry,
+pulled the same way; the images charts run, read from Akash's, NGF's and cert-manager's real charts
+(../shared/akash); the marketplace's pin table, read strictly."""
 
 import hashlib
 import json
@@ -7,9 +9,11 @@ import tarfile
 
 import pytest
 
+from m2p_sandbox import bundle as standin
+from m2p_sandbox import helm
 from m2p_sandbox.registry import RegistryStandin
 from miner2provider.core.errors import BundleError
-from miner2provider.fleet.bundle import images
+from miner2provider.fleet.bundle import charts, images
 
 IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 
@@ -76,3 +80,71 @@ def test_unknown_tags_platforms_and_docker_hub_without_an_address_are_clear_erro
         images.pull(IMAGE, tmp_path / "x.tar", registry_urls=urls, arch="riscv64")
     with pytest.raises(BundleError, match="--image-registry docker.io=URL"):
         images.pull("busybox:1.36", tmp_path / "x.tar")
+
+
+def test_a_chart_kept_in_a_registry_is_pulled_checked_and_only_a_chart(registry):
+    archive = (helm.shared_charts() / "nginx-gateway-fabric-2.5.1.tgz").read_bytes()
+    layer = standin.push_chart(registry, "nginx/charts/nginx-gateway-fabric", archive)
+    urls = {"nvcr.io": registry.url}
+    assert images.pull_chart("nvcr.io/nginx/charts/nginx-gateway-fabric:2.5.1", registry_urls=urls) == (archive, layer)
+    with pytest.raises(BundleError, match=r"k8s-device-plugin:v0.20.0 is not a Helm chart \(a manifest with config "
+                                          r"none; a chart has application/vnd.cncf.helm.config.v1\+json"):
+        images.pull_chart(IMAGE, registry_urls=urls)  # an image index
+    amd64 = json.loads(registry.manifests[("nvidia/k8s-device-plugin", "v0.20.0")][1])["manifests"][0]["digest"]
+    with pytest.raises(BundleError, match=r"is not a Helm chart \(a manifest with config application/vnd.oci.image"):
+        images.pull_chart(f"nvcr.io/nvidia/k8s-device-plugin@{amd64}", registry_urls=urls)  # an image
+    registry.blobs[layer] = archive[:-1] + b"x"
+    with pytest.raises(BundleError, match="sha256 .* but the registry named"):
+        images.pull_chart("nvcr.io/nginx/charts/nginx-gateway-fabric:2.5.1", registry_urls=urls)
+
+
+def chart_images(name):
+    return charts.chart_images((helm.shared_charts() / name).read_bytes(), name)
+
+
+def test_the_images_the_charts_run():
+    provider = chart_images("provider-19.0.2.tgz")
+    assert len(provider) == 1 and provider[0].endswith("/akash-network/provider:0.16.2")  # the chart's appVersion
+    assert chart_images("akash-hostname-operator-19.0.2.tgz") == chart_images("akash-inventory-operator-19.0.2.tgz") \
+        == provider
+    assert chart_images("akash-gateway-1.2.1.tgz") == []
+    ngf = chart_images("nginx-gateway-fabric-2.5.1.tgz")  # control plane, data plane: in the nginx org of one registry
+    host = images.parse_ref(ngf[0]).registry
+    assert ngf == [f"{host}/nginx/nginx-gateway-fabric:2.5.1", f"{host}/nginx/nginx-gateway-fabric/nginx:2.5.1"]
+    cert_manager = chart_images("cert-manager-v1.19.1.tgz")
+    assert [images.parse_ref(i).repository.rsplit("/", 1)[1] for i in cert_manager] == [
+        "cert-manager-controller", "cert-manager-webhook", "cert-manager-cainjector", "cert-manager-acmesolver",
+        "cert-manager-startupapicheck"]
+    assert {images.parse_ref(i).reference for i in cert_manager} == {"v1.19.1"}
+
+
+def test_image_values_as_the_templates_read_them():
+    values = {"image": {"repository": "r.example/a"},
+              "off": {"enabled": False, "image": {"repository": "r.example/never"}},
+              "on": {"enabled": True, "image": {"registry": "r.example", "repository": "b", "tag": "2"}},
+              "pinned": {"image": {"repository": "r.example/c", "digest": "sha256:" + "a" * 64}},
+              "sidecarImage": {"repository": "r.example/not-an-image-key"}, "again": {"image": {"repository": "r.example/a"}}}
+    assert charts.images_of(values, "1.0") == ["r.example/a:1.0", "r.example/b:2", "r.example/c@sha256:" + "a" * 64]
+    with pytest.raises(BundleError, match="x.tgz: not a chart archive"):
+        charts.chart_images(b"junk", "x.tgz")
+
+
+@pytest.mark.parametrize(("entry", "error"), [
+    ({"file": "a.tgz", "version": "1", "url": "https://x/a.tgz", "sha256": "A" * 64}, "is not a sha256"),
+    ({"file": "a.tgz", "version": "1", "url": "https://x/a.tgz"}, "has no sha256 and says not why"),
+    ({"file": "a.tgz", "version": "1", "url": "oci://{registry}/a:1", "caveat": "none published"},
+     "names no pinned values.yaml"),
+    ({"file": "a.tgz", "url": "https://x/a.tgz", "sha256": "a" * 64}, "is not file, version, url"),
+    ({"file": "a.tgz", "version": "1", "url": "https://x/a.tgz", "sha256": "a" * 64, "colour": "red"},
+     "is not file, version, url"),
+])
+def test_the_marketplace_pin_table_is_read_strictly(entry, error):
+    with pytest.raises(BundleError, match=error):
+        charts.Pinned.from_mapping(entry)
+
+
+def test_optional_parts_only_when_asked():
+    table = [charts.Pinned("a.tgz", "1", "https://x/a.tgz", "a" * 64),
+             charts.Pinned("b.tgz", "1", "https://x/b.tgz", "b" * 64, extra="cert-manager")]
+    assert [p.file for p in charts.select(table, ())] == ["a.tgz"]
+    assert [p.file for p in charts.select(table, ["cert-manager"])] == ["a.tgz", "b.tgz"]

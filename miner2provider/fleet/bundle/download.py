@@ -13,6 +13,10 @@
   against the index's ``SHA256`` field.  (The index itself comes over HTTPS; its GPG
   signature is not verified here.)
 
+- The marketplace's provider (``charts.py``): its chart archives and manifests, each refused unless its
+  sha256 is the one its publisher lists (where one could be read: the pin says where not), into
+  ``charts/`` for ``m2p provider apply --charts``; and every image those charts run, pulled as above.
+
 Versions default to the roles' pins; the sites to the vendors'.  Everything is written
 to a temporary directory next to DIR and moved into place only when every file has
 been checked, so a failed download never leaves a half bundle that looks complete.
@@ -26,11 +30,12 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from miner2provider.core.errors import BundleError
+from miner2provider.fleet.bundle import charts
 from miner2provider.fleet.bundle import images as oci
 from miner2provider.fleet.bundle.manifest import AIRGAP_IMAGES, sha256_of, write_manifest
 from miner2provider.fleet.bundle.pins import (
@@ -43,6 +48,7 @@ from miner2provider.fleet.bundle.pins import (
 )
 
 TIMEOUT = 60.0
+MAX_PROVIDER_FILE = 8 << 20  # chart archives and CRD files are kilobytes to a few megabytes
 
 
 def _open(url: str) -> Any:
@@ -75,6 +81,49 @@ def fetch_file(url: str, dest: Path, sha256: str) -> None:
         dest.unlink()
         raise BundleError(f"downloading {url}: sha256 {digest.hexdigest()} but the publisher lists {sha256} "
                           "(damaged or tampered download); nothing was kept")
+
+
+def fetch_bytes(url: str, limit: int = MAX_PROVIDER_FILE) -> bytes:
+    """A small file, whole (at most ``limit`` bytes)."""
+    with _open(url) as response:
+        try:
+            data = response.read(limit + 1)
+        except OSError as exc:
+            raise BundleError(f"downloading {url}: {exc}") from None
+    if len(data) > limit:
+        raise BundleError(f"downloading {url}: more than {limit} bytes, more than a chart or manifest is")
+    return bytes(data)
+
+
+def fetch_provider_files(pins: Sequence[charts.Pinned], folder: Path, *, chart_urls: dict[str, str],
+                         registry_urls: dict[str, str] | None) -> tuple[list[dict[str, str]], list[str]]:
+    """Each pinned file into ``folder``, checked first; their manifest entries, and the images their charts run."""
+    unknown = sorted(set(chart_urls) - {p.file for p in pins})
+    if unknown:
+        raise BundleError(f"--chart-url {', '.join(unknown)}: not a file of the provider's "
+                          f"({', '.join(p.file for p in pins) or 'it has none'})")
+    entries: list[dict[str, str]] = []
+    run: list[str] = []
+    for pin in pins:
+        url = chart_urls.get(pin.file, pin.url)
+        if url.startswith("oci://"):
+            ref = url.removeprefix("oci://")
+            if charts.REGISTRY in ref:
+                ref = ref.replace(charts.REGISTRY, charts.registry_of(pin, fetch_bytes(pin.values_url)))
+            url = f"oci://{ref}"
+            data, _ = oci.pull_chart(ref, registry_urls=registry_urls)
+        else:
+            data = fetch_bytes(url)
+        charts.check(pin, data, url)
+        if pin.values_sha256:
+            charts.check_values(pin, charts.chart_values(data, pin.file), f"the values.yaml of {url}")
+        if pin.file.endswith(".tgz"):
+            run += [image for image in charts.chart_images(data, pin.file) if image not in run]
+        folder.mkdir(exist_ok=True)
+        (folder / pin.file).write_bytes(data)
+        entries.append({"name": pin.file, "version": pin.version, "file": f"{folder.name}/{pin.file}",
+                        "sha256": charts.sha256(data), "checked": pin.caveat or f"the sha256 {pin.source} lists"})
+    return entries, run
 
 
 def k3s_sha256(sums: str, asset: str, where: str) -> str:
@@ -127,8 +176,10 @@ def pick_packages(index: str, names: list[str], version: str, arch: str, where: 
 def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_version: str = TOOLKIT_VERSION,
                 k3s_release_url: str = K3S_RELEASE_URL, toolkit_repo_url: str = TOOLKIT_REPO_URL,
                 images: list[str] | None = None, registry_urls: dict[str, str] | None = None,
+                provider_files: Sequence[charts.Pinned] = (), chart_urls: dict[str, str] | None = None,
                 arch: str = "amd64") -> Path:
-    """Download, check and write a bundle into ``root`` (absent or empty); returns the manifest's path."""
+    """Download, check and write a bundle into ``root`` (absent or empty); returns the manifest's path.
+    ``provider_files``: the marketplace provider's pinned files (``charts.marketplace_files``), fetched first."""
     root = Path(root)
     if root.exists() and any(root.iterdir()):
         raise BundleError(f"{root} is not empty: give a new directory (an existing bundle is never overwritten)")
@@ -137,6 +188,8 @@ def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_ver
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".m2p-bundle-", dir=root.parent))
     try:
+        chart_entries, chart_images = fetch_provider_files(provider_files, staging / charts.FOLDER,
+                                                           chart_urls=chart_urls or {}, registry_urls=registry_urls)
         release = f"{k3s_release_url.rstrip('/')}/{urllib.parse.quote(k3s_version, safe='')}"
         sums_url = f"{release}/sha256sum-{arch}.txt"
         sums = fetch_text(sums_url)
@@ -148,7 +201,8 @@ def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_ver
         fetch_file(f"{release}/{airgap}", staging / "images" / airgap, airgap_sum)
         image_entries = [{"name": AIRGAP_IMAGES, "version": k3s_version, "file": f"images/{airgap}",
                           "sha256": airgap_sum}]
-        for ref_text in IMAGES if images is None else images:
+        wanted = list(IMAGES if images is None else images)
+        for ref_text in wanted + [image for image in chart_images if image not in wanted]:
             ref = oci.parse_ref(ref_text)
             oci.pull(ref_text, staging / "images" / ref.file_name, registry_urls=registry_urls, arch=arch)
             image_entries.append({"name": ref_text, "version": ref.reference, "file": f"images/{ref.file_name}",
@@ -164,7 +218,7 @@ def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_ver
             packages.append({"name": st["Package"], "version": st["Version"],
                              "file": f"debs/{deb.name}", "sha256": st["SHA256"].lower()})
         write_manifest(staging, standin=False, toolkit_version=toolkit_version, packages=packages,
-                       images=image_entries,
+                       images=image_entries, charts=chart_entries,
                        k3s={"name": "k3s", "version": k3s_version, "file": "k3s/k3s", "sha256": k3s_sum},
                        comment=f"m2p offline bundle: k3s from {release}, NVIDIA container toolkit from {repo}")
         if root.exists():

@@ -16,6 +16,10 @@ Facts this follows (read, not copied):
   containerd names an imported image by the ``io.containerd.image.name`` annotation of its
   ``index.json`` entry.  The tar is written with fixed times and owners, so the same image
   gives the same archive (and sha256) every time.
+- A Helm chart kept in a registry (``helm push``) is one manifest whose config has the media type
+  ``application/vnd.cncf.helm.config.v1+json`` and whose one chart layer is the ``.tgz`` itself
+  (Helm's docs, "Use OCI-based registries"); ``pull_chart`` returns those bytes, checked against the
+  layer's digest.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json")
 DOCKER_HUB = "docker.io"
+# What ``helm push`` writes (Helm's OCI support): the chart's Chart.yaml as config, the archive as the one layer.
+HELM_CHART_CONFIG = "application/vnd.cncf.helm.config.v1+json"
+HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 
 
 @dataclass(frozen=True)
@@ -161,14 +168,43 @@ def _platform_manifest(index: dict[str, Any], ref: ImageRef, arch: str) -> dict[
     raise BundleError(f"{ref.name} has no linux/{arch} image (offered: {', '.join(offered) or 'none'})")
 
 
-def pull(ref_text: str, dest: Path, *, registry_urls: dict[str, str] | None = None, arch: str = "amd64") -> ImageRef:
-    """Pull ``ref_text`` for linux/``arch`` into the OCI layout archive ``dest``."""
-    ref = parse_ref(ref_text)
+def _registry_of(ref: ImageRef, registry_urls: dict[str, str] | None) -> _Registry:
     base = (registry_urls or {}).get(ref.registry)
     if base is None and ref.registry == DOCKER_HUB:
         # Docker Hub's API is not served under its image names' host: name it (or a mirror).
         raise BundleError(f"{ref.name}: give the registry's API address with --image-registry {DOCKER_HUB}=URL")
-    registry = _Registry(base or f"https://{ref.registry}", ref.repository)
+    return _Registry(base or f"https://{ref.registry}", ref.repository)
+
+
+def pull_chart(ref_text: str, *, registry_urls: dict[str, str] | None = None) -> tuple[bytes, str]:
+    """A Helm chart kept in an OCI registry (``helm push``: a manifest whose one chart layer is the archive):
+    its ``.tgz`` bytes, checked against the layer digest the registry's manifest names, and that digest."""
+    ref = parse_ref(ref_text)
+    registry = _registry_of(ref, registry_urls)
+    response = registry.get(f"manifests/{ref.reference}", MANIFEST_TYPES)
+    if ref.reference.startswith("sha256:"):
+        raw = _read_checked(response, ref.reference, ref.name)
+    else:
+        with response:
+            raw = response.read()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise BundleError(f"{ref.name}: the registry's manifest is not JSON") from None
+    config = doc.get("config", {}).get("mediaType") if isinstance(doc, dict) else None
+    layers = [x for x in doc.get("layers", []) if x.get("mediaType") == HELM_CHART_LAYER] if config else []
+    if config != HELM_CHART_CONFIG or len(layers) != 1:
+        raise BundleError(f"{ref.name} is not a Helm chart (a manifest with config {config or 'none'}; "
+                          f"a chart has {HELM_CHART_CONFIG} and one {HELM_CHART_LAYER} layer)")
+    digest = str(layers[0]["digest"])
+    data = _read_checked(registry.get(f"blobs/{digest}"), digest, f"{ref.name} {digest}")
+    return data, digest
+
+
+def pull(ref_text: str, dest: Path, *, registry_urls: dict[str, str] | None = None, arch: str = "amd64") -> ImageRef:
+    """Pull ``ref_text`` for linux/``arch`` into the OCI layout archive ``dest``."""
+    ref = parse_ref(ref_text)
+    registry = _registry_of(ref, registry_urls)
     accept = INDEX_TYPES + MANIFEST_TYPES
     response = registry.get(f"manifests/{ref.reference}", accept)
     media_type = response.headers.get("Content-Type", "").split(";")[0].strip()

@@ -7,7 +7,10 @@ A bundle is a directory::
     debs/*.deb            NVIDIA container toolkit packages, in install order
     images/*              container images for rigs without internet: k3s's own air-gap
                           archive (k3s-airgap-images-amd64.tar.zst, of the k3s release) and an
-                          OCI archive of every image m2p's manifests name (the device plugin)
+                          OCI archive of every image m2p's manifests name (the device plugin) and
+                          of every image the provider's charts run
+    charts/*              the marketplace provider's chart archives and manifests, for
+                          `m2p provider apply --charts <bundle>/charts` (absent in older bundles)
 
 ``load_bundle`` validates the manifest and re-hashes every file; the roles check the
 hash again on the rig after copying, so a truncated copy over a bad link is caught.
@@ -47,6 +50,7 @@ class Bundle:
     toolkit_version: str
     toolkit_packages: tuple[Artifact, ...]
     images: tuple[Artifact, ...] = ()  # name: the image reference, or AIRGAP_IMAGES (version: k3s's)
+    charts: tuple[Artifact, ...] = ()  # name: the file's name in charts/ (nothing convert installs)
 
     @property
     def digest(self) -> str:
@@ -109,8 +113,13 @@ def load_bundle(root: Path | str) -> Bundle:
     if not isinstance(listed, list):
         raise BundleError("images must be a list", where=str(manifest))
     images = tuple(_artifact(root, manifest, f"images[{i}]", entry) for i, entry in enumerate(listed))
+    listed = doc.get("charts", [])
+    if not isinstance(listed, list):
+        raise BundleError("charts must be a list", where=str(manifest))
+    chart_files = tuple(_artifact(root, manifest, f"charts[{i}]", entry) for i, entry in enumerate(listed))
     return Bundle(root=root, arch=str(doc.get("arch", "amd64")), standin=bool(doc.get("standin", False)),
-                  k3s=k3s, toolkit_version=str(toolkit.get("version", "")), toolkit_packages=packages, images=images)
+                  k3s=k3s, toolkit_version=str(toolkit.get("version", "")), toolkit_packages=packages, images=images,
+                  charts=chart_files)
 
 
 def _artifact(root: Path, manifest: Path, key: str, entry: Any) -> Artifact:
@@ -130,9 +139,13 @@ def _artifact(root: Path, manifest: Path, key: str, entry: Any) -> Artifact:
 
 
 def write_manifest(root: Path, *, standin: bool, k3s: dict[str, str], toolkit_version: str,
-                   packages: list[dict[str, str]], images: list[dict[str, str]], comment: str) -> Path:
-    doc = {"format": FORMAT, "arch": "amd64", "standin": standin, "k3s": k3s,
-           "nvidia_container_toolkit": {"version": toolkit_version, "packages": packages}, "images": images}
+                   packages: list[dict[str, str]], images: list[dict[str, str]], comment: str,
+                   charts: list[dict[str, str]] | None = None) -> Path:
+    doc: dict[str, Any] = {"format": FORMAT, "arch": "amd64", "standin": standin, "k3s": k3s,
+                           "nvidia_container_toolkit": {"version": toolkit_version, "packages": packages},
+                           "images": images}
+    if charts:
+        doc["charts"] = charts
     path = root / MANIFEST
     path.write_text(f"# {comment}\n" + yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -81,7 +81,8 @@ class ProviderStack:
     reclaimer: str = ""
     # What the role makes on the server itself, as JSON: {"tls": [{"name", "namespace", "names"}] (self-signed
     # Secrets made there once, keys never leaving it), "node_labels": {label: node} (set with the admin's
-    # credential on that node only)}.
+    # credential on that node only), "prune_history": [{"namespace", "release"}] (Helm releases whose superseded
+    # revisions are deleted: their values hold a secret)}.
     server_side: str = ""
 
 
@@ -129,6 +130,9 @@ class ProviderState:
 
 
 class Marketplace(Protocol):
+    """Optional capability, asked with getattr (fleet/bundle/charts.py): ``offline_files() -> list[dict[str, str]]``,
+    the files its provider's charts folder holds, where each is published and the digest its publisher lists."""
+
     @property
     def name(self) -> str:
         """As the inventory and the CLI name it."""

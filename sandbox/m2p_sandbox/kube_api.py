@@ -487,6 +487,8 @@ class KubeApiStandin(Served):
         """The admin's GET and PUT of a Secret (PUT: a Deployment's or StatefulSet's patch too), GET of a Namespace,
         and its deletes; None: served like any other caller."""
         parts = path.strip("/").split("/")
+        if method == "GET" and len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "secrets":
+            return self._secrets_selected(parts[3], urllib.parse.urlsplit(handler.path).query)
         kind, namespace, name = _object_path(parts)
         if kind is None or method not in {"GET", "DELETE", "PUT"} or (
                 method in {"GET", "PUT"} and kind not in {"Secret", "Deployment", "StatefulSet"}
@@ -513,6 +515,18 @@ class KubeApiStandin(Served):
                 del self.objects[other]
         return 200, _status(200, "Success", "deleted") | {"status": "Success"}
 
+
+    def _secrets_selected(self, namespace: str, query: str) -> tuple[int, Any]:
+        """The Secrets of ``namespace`` whose labels match every ``key=value`` of labelSelector (the equality form
+        kubectl's --selector sends)."""
+        selector = urllib.parse.parse_qs(query).get("labelSelector", [""])[0]
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+        if not wanted or any("=" not in term or "!" in term for term in selector.split(",")):
+            return 400, _status(400, "BadRequest", "the stand-in serves only labelSelector=k=v[,k=v...] for Secrets")
+        items = [copy.deepcopy(o) for (kind, ns, _), o in self.objects.items() if kind == "Secret" and ns == namespace
+                 and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        return 200, {"kind": "SecretList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)},
+                     "items": items}
 
     def _apply_to_deployment(self, namespace: str, name: str, handler: BaseHTTPRequestHandler,
                              kind: str = "Deployment") -> tuple[int, Any]:

@@ -273,6 +273,12 @@ def _renders_from_what_the_server_holds(farm: dict[str, Any], api: KubeApiStandi
     api.apply(helm.render(helmcharts["akash-inventory-operator"]))  # k3s's Helm job, standing in
     by = {(o["kind"], o["metadata"]["name"]): o for o in provider}
     api.apply([by[("StatefulSet", "akash-provider")]])  # the provider's Helm job, standing in (m2p patches it)
+    # Helm's release history as Helm 3+ stores it: one Secret per revision (its values, the key among them).
+    api.apply([{"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                "metadata": {"name": f"sh.helm.release.v1.akash-provider.v{n}", "namespace": "akash-services",
+                             "labels": {"owner": "helm", "name": "akash-provider", "status": status,
+                                        "version": str(n)}}, "data": {"release": "c3RhbmQtaW4="}}
+               for n, status in ((1, "superseded"), (2, "superseded"), (3, "deployed"))])
     keys = by[("Secret", "akash-provider-keys")]["data"]
     assert base64.b64decode(keys["key.txt"]).decode() == KEY
     assert base64.b64decode(keys["key-pass.txt"]).decode() == passphrase
@@ -305,6 +311,8 @@ def _ingress_made_on_the_server(api: KubeApiStandin) -> None:
     env = {e["name"]: e.get("value") for c in provider["spec"]["template"]["spec"]["containers"]
            for e in c.get("env", [])}
     assert env["AKASH_DEPLOYMENT_NETWORK_POLICIES_ENABLED"] == "true" and env["AKASH_WITHDRAWAL_PERIOD"] == "12h"
+    history = sorted(name for kind, ns, name in api.objects if kind == "Secret" and name.startswith("sh.helm.release"))
+    assert history == ["sh.helm.release.v1.akash-provider.v3"]  # only the deployed revision keeps the wallet
 
 
 PROVIDER = "akash1" + "q" * 38  # the stand-in chain's provider (the pod signs as it)

@@ -148,3 +148,31 @@ def test_optional_parts_only_when_asked():
              charts.Pinned("b.tgz", "1", "https://x/b.tgz", "b" * 64, extra="cert-manager")]
     assert [p.file for p in charts.select(table, ())] == ["a.tgz"]
     assert [p.file for p in charts.select(table, ["cert-manager"])] == ["a.tgz", "b.tgz"]
+
+
+def test_the_marketplace_pins_what_its_publishers_list():
+    """The real pins (issue 52): the four Akash archives' digests as Akash's chart repository index lists them, so
+    ../shared/akash's repackaged archives are refused; the CRD files and NGF's values.yaml are the release bytes
+    the test data keeps, so they pass."""
+    table = {p.file: p for p in charts.marketplace_files()}
+    published = {
+        "provider-19.0.2.tgz": "fd4d5d8e7c1e5ef589d4c3ee3c1269b17f3a28a9ee3e73fc4197879d223e6a13",
+        "akash-hostname-operator-19.0.2.tgz": "babfd36e0b0f37cd6581c797fac0b6256c1c8572cf072c57ab25ee5737be80b4",
+        "akash-inventory-operator-19.0.2.tgz": "f777a5bf0dfebec76ece4cde483c7417623763b9b25bbf2ce6c66f1fb61beec1",
+        "akash-gateway-1.2.1.tgz": "18695126b6e818a60e235232bd6b4bebd00509a6a24e437e3667e420a58731e8",
+        "gateway-api-crds.yaml": "64ec76609a6ac885e0405dea79ca509c229fa019d342f0857aa8b6bdc8b8ba92",
+    }
+    assert {f: table[f].sha256 for f in published} == published
+    assert set(table) == {*helm.FOLDER_NAMES, *(a.name for a in helm.shared_charts().glob("*.tgz"))}
+    for name in published:
+        if name.endswith(".tgz"):
+            with pytest.raises(BundleError, match=rf"^{name} from here: sha256 .* but Akash's chart repository index"):
+                charts.check(table[name], (helm.shared_charts() / name).read_bytes(), "here")
+    for name, shared in helm.FOLDER_NAMES.items():
+        charts.check(table[name], (helm.SHARED_AKASH / "crds" / shared).read_bytes(), "here")
+    ngf, cert_manager = table["nginx-gateway-fabric-2.5.1.tgz"], table["cert-manager-v1.19.1.tgz"]
+    archive = (helm.shared_charts() / ngf.file).read_bytes()
+    charts.check_values(ngf, charts.chart_values(archive, ngf.file), "here")
+    assert ngf.sha256 == "" and "no published digest" in ngf.caveat
+    assert cert_manager.extra == "cert-manager" and "unconfirmed against jetstack's own chart index" in cert_manager.caveat
+    assert cert_manager.sha256 == "f72a727b1749df3521e7a65af5f18505f93b572d758841890270b150344b2b41"

@@ -18,6 +18,7 @@ from miner2provider.market.akash import (
     provider,
     provider_file,
     provider_status,
+    published,
     stack,
     wallet,
 )
@@ -73,6 +74,10 @@ class Akash:
                        environ: Mapping[str, str]) -> ProviderStack:
         secret = wallet.values(provider, environ)
         return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
+
+    def offline_files(self) -> list[dict[str, str]]:
+        """The --charts folder's files as `m2p bundle` fetches them, each with its publisher's digest."""
+        return [dict(entry) for entry in published.FILES]
 
     def provider_status(self, provider: provider_file.ProviderFile, ingress_address: str,
                         url: str | None = None) -> ProviderState:

@@ -24,7 +24,10 @@ What runs where: the provider, the operators, the card list and NGF's control pl
 k3s gives servers and NodeRestriction keeps from kubelets (``node-role.kubernetes.io/control-plane``), never
 by ``kubernetes.io/hostname``, which any kubelet sets on its own Node; NGF's data plane on the ingress rig only
 (ingress.py).  The TLS Secrets and the ingress rig's label are made on the server by the role
-(``tls``, ``node_labels`` of the stack), not written as manifests.
+(``tls``, ``node_labels`` of the stack), not written as manifests.  Helm keeps up to 10 revisions of a release
+(k3s's Helm controller passes no ``--history-max``), each with a copy of its values: the role deletes the
+provider release's superseded revisions at every apply (``prune_history``), so only the deployed one holds the
+wallet.
 
 Bids: the provider advertises ``capabilities/storage/1/class=ram`` (not persistent) with GPUs, as Akash's
 playbook does: an order that asks for shared memory (``/dev/shm``, every GPU training image) names that class,
@@ -189,7 +192,9 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
                                 "close_without_window": provider.close_leases_without_window,
                                 "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
     server_side = json.dumps({"tls": ingress.tls_secrets(provider.domain),
-                              "node_labels": ingress.node_labels(farm.ingress_node)}, sort_keys=True)
+                              "node_labels": ingress.node_labels(farm.ingress_node),
+                              "prune_history": [{"namespace": NAMESPACE, "release": RELEASES["provider"][0]}]},
+                             sort_keys=True)
     patches = (gpu_list.operator_patch(NAMESPACE), network_policies_patch())
     return ProviderStack(files, secret, fingerprint(files, secret, reclaimer + server_side), values,
                          (provider.wallet.passphrase_env,), patches, reclaimer, server_side)

@@ -88,8 +88,8 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
                    ssh: SshOptions) -> None:
     """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address, ports
     and port forwarding, DNS, the RPC node, the price feed from the server, one GPU model per rig, the wallet), each
-    with what to do.  Reaches only the rigs, DNS, the RPC node and the ingress's ports; changes nothing.  Exit 8
-    when something must be fixed first."""
+    with what to do.  Reaches only the rigs, DNS, the RPC node and the ingress's ports, and from the k3s server the
+    marketplace's price feeds; changes nothing.  Exit 8 when something must be fixed first."""
     market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
@@ -231,7 +231,12 @@ def ingress_of(provider: Any, hosts: list[Host]) -> Host:
         raise ProviderFileError(f"ingress_rig {textfiles.shown(provider.ingress_rig)} is not a rig of the inventory "
                                 f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})",
                                 where=provider.where("ingress_rig"))
-    return by_name[provider.ingress_rig]
+    rig = by_name[provider.ingress_rig]
+    if not {"k3s_server", "k3s_agent"} & set(rig.groups):
+        raise ProviderFileError(f"ingress_rig {textfiles.shown(rig.name)} is in neither k3s_server nor k3s_agent: the "
+                                "ingress runs on a node of the farm's cluster (convert the rig in one of them first)",
+                                where=provider.where("ingress_rig"))
+    return rig
 
 
 def _every_rig(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:

@@ -112,9 +112,9 @@ def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: Provider
 # home volume is its StatefulSet's, which Kubernetes keeps when the release goes; the provider imports the wallet's
 # key into a keyring there.
 LEFT_ON_SERVER = ("the provider's certificate (a re-install reuses the one published on the chain), its home volume "
-                  "(Kubernetes keeps it; its keyring holds the wallet's key, without passphrase), the namespaces and "
-                  "CRDs (deleting a CRD deletes every object of its kind): docs/security.md says where each lies and "
-                  "how to wipe it")
+                  "(Kubernetes keeps it; its keyring holds the wallet's key, without passphrase), the ingress's "
+                  "self-signed TLS Secrets (a re-install reuses them), the namespaces and CRDs (deleting a CRD deletes "
+                  "every object of its kind): docs/security.md says where each lies and how to wipe it")
 
 
 def remove(server: Host, fleet: list[Host], parts: ProviderParts, opts: SshOptions, *, check: bool = False,
@@ -149,4 +149,5 @@ def server_vars(server: Host, parts: ProviderParts) -> dict[str, Any]:
     return {"market_provider_k3s_data_dir": where, "market_provider_file_prefix": parts.file_prefix,
             "market_provider_releases": list(parts.releases), "market_provider_secret_name": parts.secret_name,
             "market_provider_node_label_keys": list(parts.node_labels),
+            "market_provider_other_secrets": [{"namespace": ns, "name": name} for ns, name in parts.other_secrets],
             "market_provider_record": RECORD}

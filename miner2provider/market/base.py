@@ -96,6 +96,7 @@ class ProviderParts:
     reclaimer_entry: str = ""  # the module the reclaimer's zipapp runs ("" : the marketplace has none)
     reclaimer_token: tuple[str, str] = ("", "")  # (namespace, Secret) holding its ServiceAccount's token
     node_labels: tuple[str, ...] = ()  # the node labels m2p puts on nodes for it (remove takes them off)
+    other_secrets: tuple[tuple[str, str], ...] = ()  # (namespace, name) of its Secrets outside kube-system
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def seen(**changes) -> Seen:
             "resolved": {"provider.farm.example.com": ("81.2.69.160",),
                          "m2p-check.ingress.farm.example.com": ("81.2.69.160",)},
             "rpc": RpcStatus("akashnet-2", 100, False), "wallet_problem": "",
-            "reach": {port: "" for port in checkup.INGRESS_PORTS}}
+            "reach": {port: "" for port in checkup.INGRESS_PORTS}, "acme_problem": ""}
     base.update({k: v for k, v in changes.items() if k in base})
     return Seen(**base)
 
@@ -54,7 +54,7 @@ def test_a_ready_farm_gets_only_oks(tmp_path):
     found = checkup.verdicts(provider(tmp_path), seen())
     assert {v.level for v in found} == {"ok"}, found
     assert [v.topic for v in found] == ["audit floor", "ingress", "dns", "dns", "ports", "reach", "rpc", "price feed",
-                                        "wallet", "reclamation"]
+                                        "wallet", "tls", "reclamation"]
 
 
 def test_check_states_the_trade_of_the_reclamation_window(tmp_path):
@@ -71,7 +71,7 @@ def test_check_states_the_trade_of_the_reclamation_window(tmp_path):
     ({"cores": 24, "memory_mib": 64 * 1024}, "audit floor", "warn", "Homenode (AEP-60)"),
     ({"ingress_address": "192.168.1.20", "resolved": {"provider.farm.example.com": ("81.2.69.142",),
                                                       "m2p-check.ingress.farm.example.com": ("81.2.69.142",)}},
-     "ingress", "warn", "forward tcp+udp 80, 443, 8443, 8444 and 30000-32767"),
+     "ingress", "warn", "forward tcp 80, 443, 8443, 8444 and tcp+udp 30000-32767"),
     ({"ingress_address": "100.72.3.4"}, "ingress", "fail", "carrier-grade NAT"),
     ({"resolved": {"provider.farm.example.com": "Name or service not known"}}, "dns", "fail",
      "provider.farm.example.com does not resolve (Name or service not known): add an A record"),
@@ -218,3 +218,20 @@ def test_reach_opens_a_real_connection_and_says_why_one_does_not():
         listener.close()
     assert found[open_port] == ""
     assert found[free] == "Connection refused"
+
+
+def test_a_real_certificate_needs_its_dns_credential_set(tmp_path):
+    from dataclasses import replace
+
+    from miner2provider.market.akash import acme_problem
+    from miner2provider.market.akash.provider_file import AcmeDns
+
+    asked = replace(provider(tmp_path), acme_dns=AcmeDns("cloudflare", "CF_API_TOKEN"))
+    problem = acme_problem(asked, {})
+    assert "CF_API_TOKEN (acme_dns.credential_env" in problem and acme_problem(asked, {"CF_API_TOKEN": "t"}) == ""
+    (tls,) = [v for v in checkup.verdicts(asked, seen(acme_problem=problem)) if v.topic == "tls"]
+    assert tls.level == "fail" and tls.text == problem
+    (tls,) = [v for v in checkup.verdicts(asked, seen()) if v.topic == "tls"]
+    assert tls.level == "ok" and "cloudflare DNS-01" in tls.text
+    (plain,) = [v for v in checkup.verdicts(provider(tmp_path), seen()) if v.topic == "tls"]
+    assert "self-signed" in plain.text and "set acme_dns" in plain.text

@@ -60,6 +60,16 @@ def test_a_good_file_reads_whole():
      "looks like the wallet's key or mnemonic"),
     (("website: https://farm.example.com", "website: [a, b]"), 7, "a single value"),
     (("domain: farm.example.com", "domain: farm.example.com\ndomain: other.example.com"), 2, "given twice"),
+    (("charts: {", "acme_dns: {provider: route53, credential_env: AWS}\ncharts: {"), 13,
+     "acme_dns.provider 'route53': cloudflare or google"),
+    (("charts: {", "acme_dns: {provider: cloudflare, credential_env: my token}\ncharts: {"), 13,
+     "acme_dns.credential_env: the NAME of an environment variable"),
+    (("charts: {", "acme_dns: {provider: google, credential_env: GCP_KEY}\ncharts: {"), 13,
+     "acme_dns.project '': the Google Cloud project"),
+    (("charts: {", "acme_dns: {provider: cloudflare, credential_env: CF, project: p-12345}\ncharts: {"), 13,
+     "acme_dns.project is for google only"),
+    (("charts: {", "acme_dns: cloudflare\ncharts: {"), 13, "acme_dns is a mapping"),
+    (('charts: {provider: "19.0.3"}', 'charts: {cert-manager: "v1.19.1"}'), 13, "unknown charts key 'cert-manager'"),
 ])
 def test_every_mistake_is_one_line_at_its_place(change, line, said):
     text = GOOD.replace(*change)
@@ -68,6 +78,13 @@ def test_every_mistake_is_one_line_at_its_place(change, line, said):
         provider_file.parse(text, "p.yml")
     assert caught.value.where == f"p.yml:{line}" and said in caught.value.message, caught.value
     assert MNEMONIC not in str(caught.value) and "BEGIN" not in str(caught.value)
+
+
+def test_a_dns_provider_for_a_real_certificate_brings_cert_managers_chart():
+    got = provider_file.parse(GOOD.replace("charts: {", "acme_dns: {provider: google, credential_env: GCP_KEY, "
+                                                         "project: my-farm-dns}\ncharts: {"), "p.yml")
+    assert got.acme_dns == provider_file.AcmeDns("google", "GCP_KEY", "my-farm-dns")
+    assert got.charts["cert-manager"] == "v1.19.1" and "cert-manager" not in provider_file.parse(GOOD, "p.yml").charts
 
 
 def test_go_durations_read_as_go_reads_them():

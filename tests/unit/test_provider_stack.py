@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +19,7 @@ from miner2provider.core.errors import ProviderError
 from miner2provider.detect.facts.gpu import Gpu, Gpus
 from miner2provider.market.akash import AKASH, charts, stack, wallet
 from miner2provider.market.akash.address import encode
-from miner2provider.market.akash.provider_file import parse
+from miner2provider.market.akash.provider_file import AcmeDns, parse
 from miner2provider.market.base import ProviderFarm, ProviderStack, RigGpus
 from miner2provider.market.cards import cards_of
 from miner2provider.market.pricing import floors
@@ -84,8 +85,8 @@ def helmcharts(built: ProviderStack) -> dict[str, dict]:  # type: ignore[type-ar
 
 
 def secrets(built: ProviderStack) -> dict[str, dict[str, str]]:
-    secret = json.loads(built.secret)
-    return {secret["metadata"]["name"]: secret["stringData"]}
+    sent = json.loads(built.secret)
+    return {s["metadata"]["name"]: s["stringData"] for s in sent.get("items", [sent]) if s["kind"] == "Secret"}
 
 
 def rendered(built: ProviderStack, release: str) -> list[dict]:  # type: ignore[type-arg]
@@ -291,11 +292,22 @@ K3S_SERVES = {("helm.cattle.io/v1", "HelmChart"), ("helm.cattle.io/v1", "HelmCha
 def unserved(built: ProviderStack) -> list[str]:
     """Every object the stack's files hold and its HelmCharts render that is neither built into Kubernetes 1.35
     (kubernetes-validate's schemas) nor served by a CRD in a file k3s applies before it (its manifests, by name;
-    every HelmChart's objects come after every CRD file, since its Job starts only once its file is applied)."""
+    every HelmChart's objects come after every CRD file, since its Job starts only once its file is applied; a
+    file after the HelmCharts' may use a CRD a chart installs: k3s's deploy controller applies it again until
+    the kind is served)."""
     import kubernetes_validate
 
     served: dict[tuple[str, str], str] = {}  # (apiVersion, kind) -> the file whose CRD serves it
     found: list[str] = []
+    charts_done = "m2p-akash-10-~"  # sorts after every HelmChart's file
+
+    def serve(docs: Any, where: str) -> None:
+        for doc in docs:
+            if doc and doc["kind"] == "CustomResourceDefinition":
+                for version in doc["spec"]["versions"]:
+                    if version.get("served"):
+                        served.setdefault((f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"]),
+                                          where)
 
     def check(obj: dict, where: str, after: str) -> None:  # type: ignore[type-arg]
         key = (obj["apiVersion"], obj["kind"])
@@ -306,19 +318,17 @@ def unserved(built: ProviderStack) -> list[str]:
         except kubernetes_validate.SchemaNotFoundError:
             found.append(f"{obj['apiVersion']} {obj['kind']} {obj['metadata'].get('name')} ({where})")
 
-    for name in sorted(built.files):
-        for doc in yaml.safe_load_all(built.files[name]):
-            if doc and doc["kind"] == "CustomResourceDefinition":
-                for version in doc["spec"]["versions"]:
-                    if version.get("served"):
-                        key = (f"{doc['spec']['group']}/{version['name']}", doc["spec"]["names"]["kind"])
-                        served.setdefault(key, name)
-    for name in sorted(built.files):
-        for doc in yaml.safe_load_all(built.files[name]):
-            if doc:
-                check(doc, name, name)
-    for release, chart in helmcharts(built).items():
-        for obj in helm.render(chart, secrets(built)):
+    files = {name: [d for d in yaml.safe_load_all(text) if d] for name, text in sorted(built.files.items())}
+    for name, docs in files.items():
+        serve(docs, name)
+    rendered_by_charts = {release: helm.render(chart, secrets(built)) for release, chart in helmcharts(built).items()}
+    for objects in rendered_by_charts.values():
+        serve(objects, charts_done)
+    for name, docs in files.items():
+        for doc in docs:
+            check(doc, name, name)
+    for release, objects in rendered_by_charts.items():
+        for obj in objects:
             check(obj, f"helm chart {release}", "m2p-akash-10")
     return found
 
@@ -364,3 +374,43 @@ def test_the_ingress_data_plane_runs_on_the_ingress_rig_only_and_its_control_pla
         "names"]
     written = [d for text in built.files.values() for d in yaml.safe_load_all(text) if d and d["kind"] == "Secret"]
     assert [d["type"] for d in written] == ["kubernetes.io/service-account-token"]  # the reclaimer's, filled by the API
+
+
+ACME = replace(PROVIDER, acme_dns=AcmeDns("cloudflare", "CF_API_TOKEN"),
+               charts={**PROVIDER.charts, "cert-manager": "v1.19.1"})
+TOKEN = "cf-token-" + "7" * 30
+
+
+@pytest.fixture(scope="module")
+def with_acme(chart_dir) -> ProviderStack:
+    return stack.build(ACME, farm(), charts.load(chart_dir, ACME.charts), wallet.chart_values(ACME, KEY, PASSPHRASE),
+                       TOKEN)
+
+
+def test_a_real_wildcard_certificate_through_cert_manager_on_the_server(with_acme, built):
+    assert unserved(with_acme) == []
+    objects = rendered(with_acme, "m2p-cert-manager")
+    assert {o["spec"]["names"]["kind"] for o in objects if o["kind"] == "CustomResourceDefinition"} >= {
+        "ClusterIssuer", "Certificate"}
+    pods = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 4 and all(p["nodeSelector"].items() >= SERVER.items() for p in pods)  # it holds the credential
+    issuer, certificate = [d for d in yaml.safe_load_all(with_acme.files["m2p-akash-40-certificate.yaml"]) if d]
+    assert issuer["spec"]["acme"]["solvers"] == [{"dns01": {"cloudflare": {"apiTokenSecretRef": {
+        "name": "m2p-acme-dns", "key": "credential"}}}}]
+    assert certificate["spec"]["secretName"] == "wildcard-ingress-tls"
+    assert certificate["spec"]["dnsNames"] == ["*.farm.example.com", "*.ingress.farm.example.com"]
+    # The credential: only in the Secret list sent on stdin, never a file; cert-manager's namespace made first.
+    assert all(TOKEN not in text for text in with_acme.files.values())
+    sent = json.loads(with_acme.secret)["items"]
+    assert [(o["kind"], o["metadata"]["name"]) for o in sent] == [
+        ("Namespace", "cert-manager"), ("Secret", "m2p-akash-provider-wallet"), ("Secret", "m2p-acme-dns")]
+    assert sent[2]["metadata"]["namespace"] == "cert-manager" and sent[2]["stringData"] == {"credential": TOKEN}
+    assert with_acme.secret_env == ("AKASH_KEY_PASS", "CF_API_TOKEN")
+    made = json.loads(with_acme.server_side)["tls"]
+    assert [t["name"] for t in made] == ["akash-default-tls"]  # cert-manager fills the wildcard's Secret
+    assert "m2p-cert-manager" not in helmcharts(built) and "m2p-akash-40-certificate.yaml" not in built.files
+
+
+def test_without_the_dns_credential_nothing_is_built(chart_dir):
+    with pytest.raises(ProviderError, match="CF_API_TOKEN .acme_dns.credential_env in /farm/provider.yml"):
+        stack.build(ACME, farm(), charts.load(chart_dir, ACME.charts), wallet.chart_values(ACME, KEY, PASSPHRASE), "")

@@ -73,7 +73,8 @@ class Akash:
     def provider_stack(self, provider: provider_file.ProviderFile, farm: ProviderFarm, charts_folder: Path,
                        environ: Mapping[str, str]) -> ProviderStack:
         secret = wallet.values(provider, environ)
-        return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret)
+        credential = environ.get(provider.acme_dns.credential_env, "") if provider.acme_dns else ""
+        return stack.build(provider, farm, charts.load(charts_folder, provider.charts), secret, credential)
 
     def offline_files(self) -> list[dict[str, str]]:
         """The --charts folder's files as `m2p bundle` fetches them, each with its publisher's digest."""
@@ -91,8 +92,17 @@ class Akash:
                        environ: Mapping[str, str]) -> list[Verdict]:
         seen = checkup.Seen(farm, {name: outside.resolve(name) for name in checkup.names(provider)},
                             outside.rpc_status(provider.rpc_node), wallet.problem(provider, environ),
-                            outside.reach(farm.ingress_address, checkup.INGRESS_PORTS))
+                            outside.reach(farm.ingress_address, checkup.INGRESS_PORTS), acme_problem(provider, environ))
         return checkup.verdicts(provider, seen)
+
+
+def acme_problem(provider: provider_file.ProviderFile, environ: Mapping[str, str]) -> str:
+    """Why the DNS provider's credential would not do, or "" (set, or no real certificate asked for)."""
+    if provider.acme_dns is None or environ.get(provider.acme_dns.credential_env):
+        return ""
+    return (f"the environment variable {provider.acme_dns.credential_env} (acme_dns.credential_env in "
+            f"{provider.where('acme_dns')}) is empty or unset: export the {provider.acme_dns.provider} credential "
+            "cert-manager's DNS-01 solver needs before provider apply")
 
 
 AKASH = Akash()

@@ -47,6 +47,7 @@ class Seen:
     rpc: RpcStatus | str  # the RPC node's status, or why it did not answer
     wallet_problem: str  # "" when the key file is private and the passphrase variable is set
     reach: dict[int, str] = field(default_factory=dict)  # ingress port -> "" when it opened from the farm's side
+    acme_problem: str = ""  # why the DNS provider's credential would not do ("" : fine, or none asked for)
 
 
 def wildcard_probe(domain: str) -> str:
@@ -61,7 +62,18 @@ def names(provider: ProviderFile) -> tuple[str, str]:
 def verdicts(provider: ProviderFile, seen: Seen) -> list[Verdict]:
     return [_audit(seen), *_ingress(provider, seen), *_dns(provider, seen), _ports(provider, seen),
             _reach(provider, seen), _rpc(provider, seen), _price_feed(seen), *_models(seen), _wallet(seen),
-            _reclamation(provider)]
+            _tls(provider, seen), _reclamation(provider)]
+
+
+def _tls(provider: ProviderFile, seen: Seen) -> Verdict:
+    if provider.acme_dns is None:
+        return Verdict("ok", "tls", f"self-signed certificates for *.ingress.{provider.domain}, as Akash's default: "
+                                    "tenants' browsers warn; set acme_dns for a real wildcard certificate (DNS-01)")
+    if seen.acme_problem:
+        return Verdict("fail", "tls", seen.acme_problem)
+    return Verdict("ok", "tls", f"a wildcard certificate for *.{provider.domain} and *.ingress.{provider.domain} from "
+                                f"Let's Encrypt through cert-manager, {provider.acme_dns.provider} DNS-01 "
+                                f"({provider.where('acme_dns')})")
 
 
 def _reach(provider: ProviderFile, seen: Seen) -> Verdict:
@@ -156,7 +168,7 @@ def _ingress(provider: ProviderFile, seen: Seen) -> list[Verdict]:
                                            "internet reaches it; ask your ISP for a public address, or use a public "
                                            "node (a VPS) as the ingress")]
     if kind == "private":
-        return [Verdict("warn", "ingress", f"{rig} has a private address: forward tcp+udp 80, 443, 8443, 8444 and "
+        return [Verdict("warn", "ingress", f"{rig} has a private address: forward tcp 80, 443, 8443, 8444 and tcp+udp "
                                            f"{NODE_PORTS[0]}-{NODE_PORTS[1]} from your router's public address to it")]
     return [Verdict("warn", "ingress", f"{rig}: the inventory names it by host name; m2p checks the address "
                                        "its DNS names resolve to below")]

@@ -55,11 +55,15 @@ def values() -> dict[str, Any]:
     }
 
 
-def tls_secrets(domain: str) -> list[dict[str, Any]]:
+def tls_secrets(domain: str, wildcard: bool = True) -> list[dict[str, Any]]:
     """The self-signed placeholders Akash's playbook makes when no ACME DNS provider is set (its default): made on
-    the server (role market_provider), once, so the keys never leave it nor sit in the manifests folder."""
-    return [{"name": DEFAULT_TLS, "namespace": GATEWAY_NAMESPACE, "names": ["default"]},
-            {"name": WILDCARD_TLS, "namespace": GATEWAY_NAMESPACE, "names": [f"*.ingress.{domain}", f"*.{domain}"]}]
+    the server (role market_provider), once, so the keys never leave it nor sit in the manifests folder.  With an
+    ACME DNS provider (acme.py) cert-manager fills the wildcard's Secret instead (``wildcard`` False)."""
+    made = [{"name": DEFAULT_TLS, "namespace": GATEWAY_NAMESPACE, "names": ["default"]}]
+    if wildcard:
+        made.append({"name": WILDCARD_TLS, "namespace": GATEWAY_NAMESPACE,
+                     "names": [f"*.ingress.{domain}", f"*.{domain}"]})
+    return made
 
 
 def node_labels(ingress_node: str) -> dict[str, str]:

@@ -15,7 +15,10 @@ here (every mistake a ProviderFileError at its file:line); read by `m2p provider
     reclamation_window: 24h           # AEP-82; off unless set; 1h to 720h (installs the farm's reclaimer)
     close_leases_without_window: false  # reclaimer: close leases won without a window when a rig must mine
     reclaim_leases_across_rigs: false   # reclaimer: reclaim a lease on several rigs when only some must mine
-    charts: {provider: 19.0.2}        # Akash's chart versions (defaults: the ones m2p was tested with)
+    acme_dns:                         # optional: a real wildcard certificate (cert-manager, DNS-01)
+      provider: cloudflare            # or google (then project: <GCP project>)
+      credential_env: CF_API_TOKEN    # the variable holding the API token (Google: the service account's JSON)
+    charts: {provider: 19.0.2}        # chart versions (defaults: the ones m2p was tested with)
 
 The wallet's key never goes in this file (a key or mnemonic found in it is refused): m2p reads the key
 file and the passphrase variable only when it installs the provider, and puts both only in a Secret.
@@ -40,12 +43,15 @@ from miner2provider.core.errors import ProviderFileError
 from miner2provider.market.akash import address
 
 STARTER = Path(__file__).with_name("provider.yml")  # what `m2p provider init` writes
+CERT_MANAGER, CERT_MANAGER_VERSION = "cert-manager", "v1.19.1"  # only with acme_dns (acme.py)
 # Chart -> the version m2p's tests render (../shared/akash: helm-charts @ f3d8d46; NGINX Gateway Fabric v2.5.1,
 # provider-playbooks 4e78f28's ngf_git_ref).
 CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inventory-operator": "19.0.2",
           "akash-gateway": "1.2.1", "nginx-gateway-fabric": "2.5.1"}
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
-        "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs"}
+        "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs", "acme_dns"}
+ACME_KEYS = {"provider", "credential_env", "project"}
+_GCP_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 RECLAIMER_FLAGS = ("close_leases_without_window", "reclaim_leases_across_rigs")
 REQUIRED = ("domain", "wallet", "email", "ingress_rig", "rpc_node")
 WALLET_KEYS = {"address", "key_file", "passphrase_env"}
@@ -54,7 +60,7 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}")
-_SEMVER = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}(-[0-9A-Za-z.-]{1,32})?")
+_SEMVER = re.compile(r"v?\d{1,4}\.\d{1,4}\.\d{1,4}(-[0-9A-Za-z.-]{1,32})?")
 # What a wallet's secret looks like, wherever it is pasted: an armored key, or a 12/24-word mnemonic.
 _ARMOR = "-----BEGIN"
 _MNEMONIC = re.compile(r"^(?:[a-z]{3,8} ){11}[a-z]{3,8}(?:(?: [a-z]{3,8}){12})?$")
@@ -65,6 +71,13 @@ class Wallet:
     address: str  # akash1...: the chart's ``from``
     key_file: Path  # resolved from the provider file's folder
     passphrase_env: str
+
+
+@dataclass(frozen=True)
+class AcmeDns:
+    provider: str  # cloudflare | google
+    credential_env: str  # the environment variable holding the DNS provider's credential
+    project: str = ""  # Google Cloud DNS: the project
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,7 @@ class ProviderFile:
     close_leases_without_window: bool = False
     reclaim_leases_across_rigs: bool = False
     lines: dict[str, int] = field(default_factory=dict)  # key -> its line, for messages about its value
+    acme_dns: AcmeDns | None = None  # a real wildcard certificate through cert-manager (acme.py), else self-signed
 
     def where(self, key: str) -> str:
         return f"{self.source}:{self.lines[key]}" if key in self.lines else self.source
@@ -116,16 +130,20 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
             if "reclamation_window" not in found:
                 raise ProviderFileError(f"{key} tells the reclaimer, which runs only with a reclamation_window",
                                         where=textfiles.at(path, node))
-        elif key not in ("wallet", "charts"):
+        elif key not in ("wallet", "charts", "acme_dns"):
             values[key] = _scalar(path, key, node, value)
     _check(path, found, values)
     flags = {key: bool(found[key][1]) for key in RECLAIMER_FLAGS if key in found}
+    acme = _acme(path, found["acme_dns"][0]) if "acme_dns" in found else None
+    charts = {**CHARTS, **({CERT_MANAGER: CERT_MANAGER_VERSION} if acme else {})}
+    if "charts" in found:
+        charts.update(_charts(path, found["charts"][0], acme is not None))
     return ProviderFile(path, values["domain"].rstrip(".").lower(), _wallet(path, found["wallet"][0]),
                         values["email"], values["ingress_rig"], values["rpc_node"], values.get("website", ""),
                         values.get("organization", ""), values.get("region", ""),
-                        values.get("reclamation_window", ""),
-                        {**CHARTS, **_charts(path, found["charts"][0])} if "charts" in found else dict(CHARTS),
-                        lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, **flags)
+                        values.get("reclamation_window", ""), charts,
+                        lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, acme_dns=acme,
+                        **flags)
 
 
 def go_duration_s(text: str) -> float | None:
@@ -200,17 +218,44 @@ def _wallet(path: str, node: yaml.Node) -> Wallet:
     return Wallet(address_text, resolved if resolved.is_absolute() else Path(path).parent / resolved, env)
 
 
-def _charts(path: str, node: yaml.Node) -> dict[str, str]:
+def _charts(path: str, node: yaml.Node, acme: bool) -> dict[str, str]:
+    known = {**CHARTS, **({CERT_MANAGER: CERT_MANAGER_VERSION} if acme else {})}
     if not isinstance(node, yaml.MappingNode):
-        raise ProviderFileError(f"charts is a mapping of chart: version ({', '.join(CHARTS)})",
+        raise ProviderFileError(f"charts is a mapping of chart: version ({', '.join(known)})",
                                 where=textfiles.at(path, node))
     out = {}
-    for name, (value_node, value) in textfiles.fields(node, path, ProviderFileError, "charts", set(CHARTS)).items():
+    for name, (value_node, value) in textfiles.fields(node, path, ProviderFileError, "charts", set(known)).items():
         if not isinstance(value, str) or not _SEMVER.fullmatch(value):
             raise ProviderFileError(f"charts.{name} {textfiles.shown(value)}: a chart version such as "
-                                    f"{CHARTS[name]} (quote it)", where=textfiles.at(path, value_node))
+                                    f"{known[name]} (quote it)", where=textfiles.at(path, value_node))
         out[name] = value
     return out
+
+
+def _acme(path: str, node: yaml.Node) -> AcmeDns:
+    if not isinstance(node, yaml.MappingNode):
+        raise ProviderFileError("acme_dns is a mapping: provider (cloudflare or google), credential_env (the NAME of "
+                                "the environment variable holding its credential), project (google)",
+                                where=textfiles.at(path, node))
+    found = textfiles.fields(node, path, ProviderFileError, "acme_dns", ACME_KEYS)
+    for key in ("provider", "credential_env"):
+        if key not in found:
+            raise ProviderFileError(f"acme_dns.{key} missing", where=textfiles.at(path, node))
+    provider_node, provider = found["provider"]
+    if provider not in ("cloudflare", "google"):
+        raise ProviderFileError(f"acme_dns.provider {textfiles.shown(provider)}: cloudflare or google (the DNS-01 "
+                                "providers m2p sets up)", where=textfiles.at(path, provider_node))
+    env_node, env = found["credential_env"]
+    if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
+        raise ProviderFileError("acme_dns.credential_env: the NAME of an environment variable (such as CF_API_TOKEN), "
+                                "never the credential itself", where=textfiles.at(path, env_node))
+    project_node, project = found.get("project", (node, ""))
+    if provider == "google" and not (isinstance(project, str) and _GCP_PROJECT.fullmatch(project)):
+        raise ProviderFileError(f"acme_dns.project {textfiles.shown(project)}: the Google Cloud project that holds "
+                                "the domain's zone", where=textfiles.at(path, project_node))
+    if provider == "cloudflare" and "project" in found:
+        raise ProviderFileError("acme_dns.project is for google only", where=textfiles.at(path, project_node))
+    return AcmeDns(provider, env, str(project))
 
 
 def _no_secret_in(node: yaml.Node, path: str) -> None:

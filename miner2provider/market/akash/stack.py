@@ -62,7 +62,7 @@ from typing import Any
 import yaml
 
 from miner2provider.core.errors import ProviderError
-from miner2provider.market.akash import gpu_list, ingress
+from miner2provider.market.akash import acme, gpu_list, ingress
 from miner2provider.market.akash.charts import AkashCharts
 from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.base import ProviderFarm, ProviderParts, ProviderStack
@@ -78,7 +78,8 @@ RELEASES = {ingress.CHART: (ingress.RELEASE, ingress.NAMESPACE),
             "akash-hostname-operator": ("akash-hostname-operator", NAMESPACE),
             "akash-inventory-operator": ("akash-inventory-operator", NAMESPACE),
             "akash-gateway": ("akash-gateway", ingress.GATEWAY_NAMESPACE),
-            "provider": ("akash-provider", NAMESPACE)}
+            "provider": ("akash-provider", NAMESPACE),
+            acme.CHART: (acme.RELEASE, acme.NAMESPACE)}
 NAMESPACES = {NAMESPACE: {"akash.network": "true", "akash.network/name": NAMESPACE},
               "lease": {"akash.network": "true"}, ingress.GATEWAY_NAMESPACE: {"akash.network": "true"},
               ingress.NAMESPACE: {}}
@@ -101,7 +102,7 @@ PROVIDER_POD, PROVIDER_CONTAINER = "akash-provider-0", "provider"
 HELM_JOB: dict[str, Any] = {"bootstrap": True}
 PARTS = ProviderParts(FILE_PREFIX, tuple(release for release, _ in RELEASES.values()), WALLET_SECRET,
                       "miner2provider.market.akash.reclaimer", (RECLAIMER_NAMESPACE, RECLAIMER_TOKEN),
-                      (ingress.INGRESS_LABEL,))
+                      (ingress.INGRESS_LABEL,), ((acme.NAMESPACE, acme.SECRET),))
 
 
 def price_mappings(floors: Sequence[Floor]) -> str:
@@ -158,7 +159,10 @@ def network_policies_patch() -> dict[str, str]:
     return {"namespace": NAMESPACE, "kind": kind.lower(), "name": name, "body": json.dumps(body, sort_keys=True)}
 
 
-def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str]) -> ProviderStack:
+def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str],
+          acme_credential: str = "") -> ProviderStack:
+    """``acme_credential``: the DNS provider's credential when the provider file asks for a real wildcard certificate
+    (``acme_dns``; it goes only into the Secret list, beside the wallet)."""
     if not farm.ingress_node:
         raise ProviderError(f"no ingress rig's node ({provider.where('ingress_rig')}): its data plane takes the farm's "
                             "traffic")
@@ -166,8 +170,10 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
     values: dict[str, dict[str, Any]] = {
         ingress.CHART: ingress.values(),
         "akash-hostname-operator": dict(server), "akash-inventory-operator": dict(server),
-        "akash-gateway": {"domain": provider.domain}, "provider": provider_values(provider, farm, charts.price_script)}
-    files = {f"{FILE_PREFIX}00-namespaces.yaml": _documents(_namespace(n, labels) for n, labels in NAMESPACES.items()),
+        "akash-gateway": {"domain": provider.domain}, "provider": provider_values(provider, farm, charts.price_script),
+        acme.CHART: acme.values(SERVER)}
+    namespaces = {**NAMESPACES, **({acme.NAMESPACE: {}} if provider.acme_dns else {})}
+    files = {f"{FILE_PREFIX}00-namespaces.yaml": _documents(_namespace(n, labels) for n, labels in namespaces.items()),
              f"{FILE_PREFIX}01-crds.yaml": charts.crds, f"{FILE_PREFIX}02-gateway-api-crds.yaml": charts.gateway_crds,
              f"{FILE_PREFIX}03-ingress-crds.yaml": charts.ingress_crds}
     for chart, archive in charts.charts.items():
@@ -182,22 +188,36 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
             "metadata": {"name": release, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)}, "spec": spec}])
     operator = charts.charts["akash-inventory-operator"]
     files[f"{FILE_PREFIX}20-gpu-list.yaml"] = _documents(card_list_objects(farm.card_list, operator.image))
-    secret = json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                         "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
-                         "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}, sort_keys=True)
+    wallet_secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                     "metadata": {"name": WALLET_SECRET, "namespace": HELM_NAMESPACE, "labels": dict(MANAGED)},
+                     "stringData": {WALLET_KEY: yaml.safe_dump(wallet, sort_keys=True)}}
+    secret = json.dumps(wallet_secret, sort_keys=True)
+    secret_env = [provider.wallet.passphrase_env]
+    if provider.acme_dns:
+        if not acme_credential:
+            raise ProviderError(f"the environment variable {provider.acme_dns.credential_env} (acme_dns.credential_env "
+                                f"in {provider.where('acme_dns')}) is empty or unset: it must hold the "
+                                f"{provider.acme_dns.provider} credential cert-manager's DNS-01 solver uses")
+        # One List on stdin: cert-manager's namespace first (k3s has not made it yet), then both Secrets.
+        secret = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            _namespace(acme.NAMESPACE, {}), wallet_secret, acme.secret(acme_credential, MANAGED)]}, sort_keys=True)
+        secret_env.append(provider.acme_dns.credential_env)
+        files[f"{FILE_PREFIX}40-certificate.yaml"] = _documents(acme.objects(
+            provider.domain, provider.email, provider.acme_dns.provider, provider.acme_dns.project, dict(MANAGED)))
     reclaimer = ""
     if provider.reclamation_window:  # a window is offered only with the reclaimer that honours it
         files[f"{FILE_PREFIX}30-reclaimer.yaml"] = _documents(reclaimer_objects())
         reclaimer = json.dumps({"pod_namespace": NAMESPACE, "pod": PROVIDER_POD, "container": PROVIDER_CONTAINER,
                                 "close_without_window": provider.close_leases_without_window,
                                 "reclaim_spanning": provider.reclaim_leases_across_rigs}, sort_keys=True)
-    server_side = json.dumps({"tls": ingress.tls_secrets(provider.domain),
+    server_side = json.dumps({"tls": ingress.tls_secrets(provider.domain, wildcard=provider.acme_dns is None),
                               "node_labels": ingress.node_labels(farm.ingress_node),
                               "prune_history": [{"namespace": NAMESPACE, "release": RELEASES["provider"][0]}]},
                              sort_keys=True)
     patches = (gpu_list.operator_patch(NAMESPACE), network_policies_patch())
-    return ProviderStack(files, secret, fingerprint(files, secret, reclaimer + server_side), values,
-                         (provider.wallet.passphrase_env,), patches, reclaimer, server_side)
+    return ProviderStack(files, secret, fingerprint(files, secret, reclaimer + server_side),
+                         {chart: values[chart] for chart in charts.charts}, tuple(secret_env), patches, reclaimer,
+                         server_side)
 
 
 def reclaimer_objects() -> list[dict[str, Any]]:

@@ -19,6 +19,18 @@ to land in a block: the chain sets the deadline from the block that includes the
 it was sent (a few 6-second blocks; ``MARGIN_S``).  A lease whose deadline lands after ``mining_at`` is
 said (mining waits for it).  Akash's provider labels each lease's namespace with its id
 (``akash.network/lease.id.{owner,dseq,gseq,oseq,provider}``: provider cluster/kube/builder).
+
+A lease whose container m2p's gate keeps refusing on a rig (``Refusal``: the miner cannot be stopped, the
+cards' clocks cannot be reset, a supervisor keeps restarting the miner) never runs there, and the tenant pays
+for it all the same.  Refused for longer than ``GATE_GRACE_S`` it is given up whether or not mining is due:
+reclaimed at once when it has a window (and closed at its deadline), closed at once when it has none (the
+provider cannot serve it; nothing of it runs to cut off), each with reason 10000 ("unstable").  A reclaiming
+lease is closed at its deadline whoever started the reclaim: the chain never closes it.
+
+The chain's own names for what it refuses (``chain_error``) are from akash-network/chain-sdk@4870611f
+(``go/node/market/v1/errors.go``, pkg.akt.dev/go v0.2.16; the same in go/v0.2.14, provider v0.14.0's, and in
+go/v0.3.0, provider v0.16.0-rc3's), as akash-network/node@3efe26bf (``x/market/handler/server.go``,
+v2.1.0-rc10 and later) returns them.
 """
 
 from __future__ import annotations
@@ -28,9 +40,17 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
+# Lease.ClosedReason, the provider's range (chain-sdk go/cli/flags/market.go: 10000=unstable, 10001=decommission,
+# 10002=unspecified, 10003=manifest_timeout).
+REASON_UNSTABLE = 10000
 REASON_UNSPECIFIED = 10002
 MARGIN_S = 60.0
+# How long m2p's gate may refuse a lease's container before the lease is given up: the hook waits up to 90 s a try
+# (agent/gate.py) and the kubelet retries with a back-off of at most 5 minutes, so a transient refusal (a miner
+# slow to let go) has had several tries by then.
+GATE_GRACE_S = 600.0
 REASONS = range(10000, 20000)
 LABEL = "akash.network/lease.id."
 _ADDRESS = re.compile(r"akash1[02-9ac-hj-np-z]{38}")
@@ -60,11 +80,25 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """m2p's gate on ``node`` has refused the lease's container since ``since`` (seconds since the epoch), saying
+    ``why``."""
+
+    node: str
+    since: float
+    why: str
+
+    def said(self) -> str:
+        return f"m2p's gate on {self.node} has refused its container since {utc(self.since)} ({self.why})"
+
+
+@dataclass(frozen=True)
 class Action:
     kind: str  # start-reclaim | close | wait | leave
     lease: LeaseId
     at: float  # when to send it (wait, leave: when the lease may end on its own, or the deadline)
     why: str
+    reason: int = REASON_UNSPECIFIED  # the transaction's --reason
 
 
 def lease_id(labels: Mapping[str, str]) -> LeaseId | None:
@@ -79,34 +113,59 @@ def lease_id(labels: Mapping[str, str]) -> LeaseId | None:
     return LeaseId(owner, dseq, gseq, oseq, provider)
 
 
-def plan(leases: Iterable[Lease], now: float, mining_at: float, close_without_window: bool = False,
-         margin_s: float = MARGIN_S) -> list[Action]:
-    """What to send for each lease on a node that must mine from ``mining_at``; never a close before a
-    deadline, never a reclaim of a lease without a window."""
+def plan(leases: Iterable[Lease], now: float, mining_at: float | None, close_without_window: bool = False,
+         margin_s: float = MARGIN_S, refused: Mapping[LeaseId, Refusal] | None = None,
+         grace_s: float = GATE_GRACE_S) -> list[Action]:
+    """What to send for each lease on a node that must mine from ``mining_at`` (None: no mining due), and for
+    each lease m2p's gate refuses (``refused``); never a close before a deadline, never a reclaim of a lease
+    without a window.  A lease with nothing to do (no mining due, no refusal, not reclaiming) has no action."""
+    refused = refused or {}
     actions = []
     for lease in sorted(leases, key=lambda item: item.id):
-        if lease.window_s is None:
-            if close_without_window:  # cut when mining is due (less the margin for the close to land), not sooner
-                at = mining_at - margin_s
-                kind = "close" if now >= at else "wait"
-                actions.append(Action(kind, lease.id, max(now, at), "won without a reclamation window; the owner "
-                                                                    "opted to close such leases when mining is due"))
-            else:
-                actions.append(Action("leave", lease.id, now, "won without a reclamation window: it cannot be "
-                                                              "reclaimed; mining waits until it ends"))
-            continue
-        if lease.deadline is not None:  # reclaiming already
-            kind = "close" if now >= lease.deadline else "wait"
-            actions.append(Action(kind, lease.id, max(now, lease.deadline), _late(lease.deadline, mining_at)))
-            continue
-        start = max(now, mining_at - lease.window_s - margin_s)
-        deadline = start + lease.window_s
-        if start > now:
-            actions.append(Action("wait", lease.id, start, f"reclaim at {utc(start)}, {lease.window_s:.0f} s "
-                                                           "before mining"))
-        else:
-            actions.append(Action("start-reclaim", lease.id, now, _late(deadline, mining_at)))
+        action = _one(lease, now, mining_at, close_without_window, margin_s, refused.get(lease.id), grace_s)
+        if action is not None:
+            actions.append(action)
     return actions
+
+
+def _one(lease: Lease, now: float, mining_at: float | None, close_without_window: bool, margin_s: float,
+         refusal: Refusal | None, grace_s: float) -> Action | None:
+    reason = REASON_UNSPECIFIED if refusal is None else REASON_UNSTABLE
+    if lease.deadline is not None:  # reclaiming, whoever started it: closed at its deadline, never before
+        kind = "close" if now >= lease.deadline else "wait"
+        why = (refusal.said() + "; reclaimed, closed at its deadline" if refusal is not None
+               else _late(lease.deadline, mining_at) if mining_at is not None else "reclaiming: closed at its deadline")
+        return Action(kind, lease.id, max(now, lease.deadline), why, reason)
+    if refusal is not None and now >= refusal.since + grace_s:
+        if lease.window_s is None:
+            return Action("close", lease.id, now, f"{refusal.said()}: it cannot run there; closed (it has no "
+                                                  "reclamation window)", REASON_UNSTABLE)
+        return Action("start-reclaim", lease.id, now, f"{refusal.said()}: it cannot run there; reclaimed, closed "
+                                                      f"at its deadline ({lease.window_s:.0f} s)", REASON_UNSTABLE)
+    mining = None if mining_at is None else _for_mining(lease, now, mining_at, close_without_window, margin_s)
+    if refusal is None:
+        return mining
+    give_up = refusal.since + grace_s
+    if mining is not None and (mining.kind in ("start-reclaim", "close") or
+                               (mining.kind == "wait" and mining.at <= give_up)):
+        return mining
+    return Action("wait", lease.id, give_up, f"{refusal.said()}: given up at {utc(give_up)} unless it starts")
+
+
+def _for_mining(lease: Lease, now: float, mining_at: float, close_without_window: bool,
+                margin_s: float) -> Action:
+    """A lease not reclaiming yet, on a node that must mine from ``mining_at``."""
+    if lease.window_s is None:
+        if close_without_window:  # cut when mining is due (less the margin for the close to land), not sooner
+            at = mining_at - margin_s
+            return Action("close" if now >= at else "wait", lease.id, max(now, at),
+                          "won without a reclamation window; the owner opted to close such leases when mining is due")
+        return Action("leave", lease.id, now, "won without a reclamation window: it cannot be reclaimed; mining "
+                                              "waits until it ends")
+    start = max(now, mining_at - lease.window_s - margin_s)
+    if start > now:
+        return Action("wait", lease.id, start, f"reclaim at {utc(start)}, {lease.window_s:.0f} s before mining")
+    return Action("start-reclaim", lease.id, now, _late(start + lease.window_s, mining_at))
 
 
 def utc(ts: float) -> str:
@@ -182,22 +241,95 @@ def query_argv(lease: LeaseId) -> list[str]:
             lease.provider, "--output", "json"]
 
 
-def start_argv(lease: LeaseId, reason: int = REASON_UNSPECIFIED) -> list[str]:
+# A transaction waits for its block (CometBFT's broadcast_tx_commit), so that its reply's code is the block's
+# verdict: the market module refuses a message only when the block runs it, and a ``sync`` reply says only that
+# the mempool took it (code 0 for a close the block then refuses).  Akash's CLI still has ``block`` on cosmos-sdk
+# v0.53 (upstream removed it in v0.47, cosmos/cosmos-sdk#12659): chain-sdk@3ccaa4d6, pkg.akt.dev/go/cli v0.2.4
+# (provider v0.14.0, v0.16.0-rc3 and main afc4dd7), go/cli/root.go, and the client's go/node/client/v1beta3/tx.go
+# (pkg.akt.dev/go v0.2.16 and v0.3.0: chain-sdk@4870611f, @0c10031d).  Passed explicitly, not
+# left to the chart's AKASH_BROADCAST_MODE, so that a changed environment cannot make a refusal read as success.
+BROADCAST = ["--broadcast-mode", "block"]
+
+
+def _reason(reason: int) -> list[str]:
     if reason not in REASONS:
         raise ValueError(f"reason {reason} is not a provider's (10000-19999)")
-    return ["provider-services", "tx", "market", "bid", "start-reclaim", *_lease_flags(lease), "--reason",
-            str(reason), "--yes", "--output", "json"]
+    return ["--reason", str(reason)]
 
 
-def close_argv(lease: LeaseId) -> list[str]:
-    return ["provider-services", "tx", "market", "bid", "close", *_lease_flags(lease), "--yes", "--output", "json"]
+def start_argv(lease: LeaseId, reason: int = REASON_UNSPECIFIED) -> list[str]:
+    return ["provider-services", "tx", "market", "bid", "start-reclaim", *_lease_flags(lease), *_reason(reason),
+            *BROADCAST, "--yes", "--output", "json"]
+
+
+def close_argv(lease: LeaseId, reason: int = REASON_UNSPECIFIED) -> list[str]:
+    return ["provider-services", "tx", "market", "bid", "close", *_lease_flags(lease), *_reason(reason),
+            *BROADCAST, "--yes", "--output", "json"]
+
+
+# The market module's errors a start-reclaim or a bid close can meet (codespace "market"): code -> name, message.
+MARKET_ERRORS = {
+    6: ("ErrUnknownBid", "unknown bid"),
+    7: ("ErrUnknownLease", "unknown lease"),
+    8: ("ErrUnknownLeaseForBid", "unknown lease for bid"),
+    9: ("ErrUnknownOrderForBid", "unknown order for bid"),
+    10: ("ErrLeaseNotActive", "lease not active"),
+    11: ("ErrBidNotActive", "bid not active"),
+    33: ("ErrInvalidLeaseClosedReason", "invalid lease closed reason"),
+    35: ("ErrLeaseNotReclamable", "lease does not have reclamation configured"),
+    36: ("ErrLeaseAlreadyReclaiming", "reclamation already in progress"),
+    37: ("ErrReclamationNotStarted", "reclamation not started; call MsgLeaseStartReclaim first"),
+    38: ("ErrReclamationWindowNotElapsed", "reclamation window has not elapsed"),
+}
+
+
+def chain_error(text: str, code: int | None = None, codespace: str = "") -> str:
+    """The chain's name for a refusal ('' when it is none of MARKET_ERRORS): by its code in the market codespace
+    (a transaction's reply), else by its message in the text (the CLI's error when its simulation refused the
+    message, as with the chart's ``gas: auto``, so that nothing was broadcast)."""
+    if codespace == "market" and code in MARKET_ERRORS:
+        return MARKET_ERRORS[code][0]
+    found = [(len(message), name) for name, message in MARKET_ERRORS.values() if message in text]
+    return max(found)[1] if found else ""
 
 
 def tx_error(stdout: str) -> str:
-    """'' when the transaction's reply says it was accepted (code 0), else why not (its raw_log, cut)."""
+    """'' when the transaction's reply says its block accepted it (code 0), else why not: the chain's name for
+    the refusal where it has one, the codespace and code, and its raw_log, cut."""
     try:
         reply = json.loads(stdout)
         code = int(reply.get("code", 0))
+        codespace = str(reply.get("codespace") or "")
     except (ValueError, TypeError, AttributeError):
         return "the transaction's reply is not JSON"
-    return "" if code == 0 else f"code {code}: {str(reply.get('raw_log', ''))[:200]}"
+    if code == 0:
+        return ""
+    raw = str(reply.get("raw_log", ""))
+    name = chain_error(raw, code, codespace)
+    return f"{name + ' ' if name else ''}({codespace or 'no codespace'} code {code}): {raw[:200]}"
+
+
+# What m2p's gate hook prints when it refuses a container (agent/gate.py, main); the runtime's error carries it.
+GATE_SAYS = "m2p gate: GPUs not handed over: "
+
+
+def gate_refusal(pod: Mapping[str, Any]) -> str:
+    """Why m2p's gate refuses a container of the pod ('' when it refuses none now).  The hook's stderr reaches the
+    container's status in the runtime's error (containerd: reason ``StartError``, exit 128) in ``state.terminated``
+    or, while the kubelet backs off, ``lastState.terminated``.  A container running now is not refused, whatever
+    its last state says."""
+    status = pod.get("status")
+    status = status if isinstance(status, dict) else {}
+    listed = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    for item in listed if all(isinstance(x, dict) for x in listed) else []:
+        state = item.get("state") if isinstance(item.get("state"), dict) else {}
+        if "running" in state:
+            continue
+        last = item.get("lastState") if isinstance(item.get("lastState"), dict) else {}
+        for part in (state.get("waiting"), state.get("terminated"), last.get("terminated")):
+            message = part.get("message") if isinstance(part, dict) else None
+            if isinstance(message, str) and GATE_SAYS in message:
+                # The hook's line ends at its newline; the runtime adds its own ending (": unknown") after it.
+                why = " ".join(message.split(GATE_SAYS, 1)[1].split("\n", 1)[0].split())
+                return why[:120].rstrip(" :") or "no reason given"
+    return ""

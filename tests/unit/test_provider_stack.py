@@ -394,7 +394,7 @@ def test_a_real_wildcard_certificate_through_cert_manager_on_the_server(with_acm
         "ClusterIssuer", "Certificate"}
     pods = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")]
     assert len(pods) == 4 and all(p["nodeSelector"].items() >= SERVER.items() for p in pods)  # it holds the credential
-    issuer, certificate = [d for d in yaml.safe_load_all(with_acme.files["m2p-akash-40-certificate.yaml"]) if d]
+    issuer, certificate = [d for d in yaml.safe_load_all(with_acme.files["m2p-akash-25-certificate.yaml"]) if d]
     assert issuer["spec"]["acme"]["solvers"] == [{"dns01": {"cloudflare": {"apiTokenSecretRef": {
         "name": "m2p-acme-dns", "key": "credential"}}}}]
     assert certificate["spec"]["secretName"] == "wildcard-ingress-tls"
@@ -408,7 +408,7 @@ def test_a_real_wildcard_certificate_through_cert_manager_on_the_server(with_acm
     assert with_acme.secret_env == ("AKASH_KEY_PASS", "CF_API_TOKEN")
     made = json.loads(with_acme.server_side)["tls"]
     assert [t["name"] for t in made] == ["akash-default-tls"]  # cert-manager fills the wildcard's Secret
-    assert "m2p-cert-manager" not in helmcharts(built) and "m2p-akash-40-certificate.yaml" not in built.files
+    assert "m2p-cert-manager" not in helmcharts(built) and "m2p-akash-25-certificate.yaml" not in built.files
 
 
 def test_without_the_dns_credential_nothing_is_built(chart_dir):

@@ -202,7 +202,7 @@ def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, walle
         secret = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
             _namespace(acme.NAMESPACE, {}), wallet_secret, acme.secret(acme_credential, MANAGED)]}, sort_keys=True)
         secret_env.append(provider.acme_dns.credential_env)
-        files[f"{FILE_PREFIX}40-certificate.yaml"] = _documents(acme.objects(
+        files[f"{FILE_PREFIX}25-certificate.yaml"] = _documents(acme.objects(
             provider.domain, provider.email, provider.acme_dns.provider, provider.acme_dns.project, dict(MANAGED)))
     reclaimer = ""
     if provider.reclamation_window:  # a window is offered only with the reclaimer that honours it

@@ -80,8 +80,14 @@ def objects(namespace: str, card_list_json: str, image: str, node_selector: dict
 
 
 def operator_patch(namespace: str) -> dict[str, str]:
-    kind, name, container = OPERATOR
+    return env_patch(namespace, OPERATOR, ENV, url(namespace))
+
+
+def env_patch(namespace: str, target: tuple[str, str, str], env: str, value: str) -> dict[str, str]:
+    """A server-side apply patch giving one container of a chart's workload (kind, name, container) one env entry,
+    owned by m2p's field manager (role market_provider sends it once the workload exists)."""
+    kind, name, container = target
     body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": namespace},
             "spec": {"template": {"spec": {"containers": [
-                {"name": container, "env": [{"name": ENV, "value": url(namespace)}]}]}}}}
+                {"name": container, "env": [{"name": env, "value": value}]}]}}}}
     return {"namespace": namespace, "kind": kind.lower(), "name": name, "body": json.dumps(body, sort_keys=True)}

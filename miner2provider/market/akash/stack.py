@@ -152,11 +152,7 @@ def card_list_objects(card_list: dict[str, Any], image: str) -> list[dict[str, A
 
 def network_policies_patch() -> dict[str, str]:
     """The provider's StatefulSet given the lease network-policy setting by the name the provider reads."""
-    kind, name, container = PROVIDER_STATEFULSET
-    body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"template": {"spec": {"containers": [
-                {"name": container, "env": [{"name": NETWORK_POLICIES_ENV, "value": "true"}]}]}}}}
-    return {"namespace": NAMESPACE, "kind": kind.lower(), "name": name, "body": json.dumps(body, sort_keys=True)}
+    return gpu_list.env_patch(NAMESPACE, PROVIDER_STATEFULSET, NETWORK_POLICIES_ENV, "true")
 
 
 def build(provider: ProviderFile, farm: ProviderFarm, charts: AkashCharts, wallet: dict[str, str],

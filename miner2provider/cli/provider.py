@@ -1,4 +1,4 @@
-"""``m2p provider``: the farm as a marketplace provider (issue 35): ``init`` writes a commented provider
+"""``m2p provider``: the farm as a marketplace provider: ``init`` writes a commented provider
 file, ``apply`` installs the marketplace's provider stack on the farm's k3s server, ``remove`` takes it
 off.  Everything marketplace-specific is behind the seam (market/base.py); the server run is fleet/provider.py."""
 

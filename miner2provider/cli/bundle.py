@@ -46,8 +46,8 @@ def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_versi
     Run it on a connected machine; then `m2p convert --bundle DIRECTORY` installs from it over SSH, and
     `m2p provider apply --charts DIRECTORY/charts` takes the provider's charts from it.
     """
-    registries = _pairs("--image-registry", "HOST", image_registries)
-    urls = _pairs("--chart-url", "FILE", chart_urls)
+    registries = url_pairs("--image-registry", "HOST", image_registries)
+    urls = url_pairs("--chart-url", "FILE", chart_urls)
     if not provider and (extras or urls):
         raise UsageError("--provider-extra and --chart-url need --provider (the default)")
     provider_files = charts.select(charts.marketplace_files(), extras) if provider else []
@@ -69,7 +69,7 @@ def bundle_command(ctx: Context, directory: str, k3s_version: str, toolkit_versi
     render.warnings([f"{f.file}: {f.caveat}" for f in provider_files if f.caveat])
 
 
-def _pairs(option: str, key: str, given: tuple[str, ...]) -> dict[str, str]:
+def url_pairs(option: str, key: str, given: tuple[str, ...]) -> dict[str, str]:
     found = {}
     for pair in given:
         name, sep, url = pair.partition("=")

@@ -28,6 +28,8 @@ from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import ask, detect
 from miner2provider.fleet import drain, guards
 from miner2provider.fleet import provider as provider_run
+from miner2provider.fleet.bundle import charts as bundle_charts
+from miner2provider.fleet.bundle.download import make_charts_folder
 from miner2provider.fleet.pipeline import RigOutcome, drain_rigs, farm_status
 from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
@@ -36,6 +38,7 @@ from miner2provider.timeshare import economics
 
 from . import render
 from .app import Context, cli, pass_ctx
+from .bundle import url_pairs
 from .fleet import _progress, raise_failures
 from .options import confirm, inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
 from .rigs import detect_said, gpus_of
@@ -76,6 +79,34 @@ def provider_init(ctx: Context, file: str, force: bool) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
     ctx.info(f"wrote {file}: set your domain, wallet, ingress rig and RPC node")
+
+
+@provider_group.command("fetch")
+@click.argument("directory", default="charts", type=click.Path(file_okay=False))
+@click.option("--provider-extra", "extras", multiple=True, metavar="NAME",
+              help="An optional part of the provider to fetch too: cert-manager (for a DNS-01 wildcard "
+                   "certificate); repeat it.")
+@click.option("--chart-url", "chart_urls", multiple=True, metavar="FILE=URL",
+              help="Fetch FILE from URL (a mirror); it is still checked against its pin.")
+@click.option("--image-registry", "image_registries", multiple=True, metavar="HOST=URL",
+              help="Pull charts kept in HOST's registry from URL (a mirror); repeat it.")
+@pass_ctx
+def provider_fetch(ctx: Context, directory: str, extras: tuple[str, ...], chart_urls: tuple[str, ...],
+                   image_registries: tuple[str, ...]) -> None:
+    """Download the provider's chart archives and CRD files into DIRECTORY (new or empty; default charts), each
+    checked against the digest its publisher lists, for `m2p provider apply --charts DIRECTORY`.
+
+    For a controller and rigs with internet; `m2p bundle` carries the same files, and the images, for rigs
+    without."""
+    pins = bundle_charts.select(bundle_charts.marketplace_files(), extras)
+    if not pins:
+        raise UsageError("this marketplace's provider names no files to fetch")
+    ctx.info(f"fetching the provider's {len(pins)} chart files into {directory} ...")
+    fetched = make_charts_folder(directory, pins, chart_urls=url_pairs("--chart-url", "FILE", chart_urls),
+                                 registry_urls=url_pairs("--image-registry", "HOST", image_registries))
+    render.echo(f"provider charts: {directory} ({len(fetched)} files, each checked): "
+                f"m2p provider apply --charts {directory}")
+    render.warnings([f"{p.file}: {p.caveat}" for p in pins if p.caveat])
 
 
 @provider_group.command("check")

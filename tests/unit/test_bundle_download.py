@@ -321,3 +321,28 @@ def test_without_the_provider_the_bundle_is_what_convert_installs(site, tmp_path
     b = load_bundle(tmp_path / "b")
     assert b.charts == () and [a.name for a in b.images][1:] == [pins.DEVICE_PLUGIN_IMAGE]
     assert not (tmp_path / "b" / "charts").exists()
+
+
+def test_provider_fetch_gets_the_charts_alone_checked_for_provider_apply(site, tmp_path, capsys):
+    """`m2p provider fetch`: a connected controller gets the chart folder without k3s, the toolkit or images."""
+    registries = [a for host in site["hosts"] for a in ("--image-registry", f"{host}={site['registry']}")]
+    assert main(["provider", "fetch", str(tmp_path / "charts"), *registries]) == 0
+    out, err = capsys.readouterr()
+    assert f"m2p provider apply --charts {tmp_path / 'charts'}" in out
+    assert f"warning: {NGF}: no published digest (the test's words)" in err
+    carried = sorted(p.file for p in site["pins"] if not p.extra)
+    assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == carried
+    provider_charts.load(tmp_path / "charts", provider_file.CHARTS)  # what provider apply reads
+    assert [p.name for p in tmp_path.iterdir()] == ["charts"]  # nothing staged is left beside it
+    # A file that is not its pin: refused, nothing left; a folder with files in it is never written into.
+    archive = site["root"] / "charts" / "akash-crd.yaml"
+    good = archive.read_bytes()
+    archive.write_bytes(good + b"\n")
+    try:
+        assert main(["provider", "fetch", str(tmp_path / "again"), *registries]) == BundleError.exit_code
+    finally:
+        archive.write_bytes(good)
+    assert "akash-crd.yaml: sha256 " in capsys.readouterr().err and not (tmp_path / "again").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["charts"]
+    assert main(["provider", "fetch", str(tmp_path / "charts"), *registries]) == BundleError.exit_code
+    assert "is not empty" in capsys.readouterr().err

@@ -173,6 +173,28 @@ def pick_packages(index: str, names: list[str], version: str, arch: str, where: 
     return [found[n] for n in names]
 
 
+def make_charts_folder(root: Path | str, provider_files: Sequence[charts.Pinned], *,
+                       chart_urls: dict[str, str] | None = None,
+                       registry_urls: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The provider's pinned files alone into ``root`` (absent or empty), for a controller with internet whose rigs
+    have it too: what `provider apply --charts` reads, without k3s, the toolkit or images.  Staged beside ``root``
+    and renamed only once every file checks out, so a refusal leaves nothing."""
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise BundleError(f"{root} is not empty: give a new directory (files already there are never overwritten)")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".m2p-charts-", dir=root.parent))
+    try:
+        entries, _ = fetch_provider_files(provider_files, staging / charts.FOLDER, chart_urls=chart_urls or {},
+                                          registry_urls=registry_urls)
+        if root.exists():
+            root.rmdir()
+        (staging / charts.FOLDER).rename(root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return entries
+
+
 def make_bundle(root: Path | str, *, k3s_version: str = K3S_VERSION, toolkit_version: str = TOOLKIT_VERSION,
                 k3s_release_url: str = K3S_RELEASE_URL, toolkit_repo_url: str = TOOLKIT_REPO_URL,
                 images: list[str] | None = None, registry_urls: dict[str, str] | None = None,

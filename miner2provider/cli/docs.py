@@ -80,7 +80,8 @@ def records_table() -> str:
         version = ", ".join(f"the `{s.line}` probe line" for s in r.version_from) or "unknown (gap)"
         does = (f"refused (`{r.refusal.code}`)" if r.refusal else "convert, revert, time-share" if r.has_adapter
                 else "convert (k3s without time-share)")
-        rows.append(f"| {r.label} (`{r.kind}`) | {' or '.join(seen)} | {version} | {r.miner_control} "
+        control = os_records.CONTROLS_SHOWN[r.miner_control]
+        rows.append(f"| {r.label} (`{r.kind}`) | {' or '.join(seen)} | {version} | {control} "
                     f"| {r.driver_upgrade} | {does} |")
     rows.append("| plain Ubuntu/Debian | `/etc/os-release` | - | the owner's systemd unit, if any | apt on Ubuntu, "
                 "else none | convert, revert, time-share |")

@@ -16,6 +16,7 @@ import yaml
 from miner2provider.agent.status import hand_over_said
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
+from miner2provider.detect.os_records import CONTROLS_SHOWN
 from miner2provider.detect.report import RigReport, handshake_said, silent_peer_said
 from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
@@ -91,7 +92,7 @@ def report(ctx: Context, r: RigReport) -> None:
             ("python3", f"{f.python.version or 'missing'}   sudo: {f.sudo.state}"),
             ("gpus", gpus_line(f)),
             ("miner", (("running (" + ", ".join(f.miner.sessions) + ")") if f.miner.running else "not running")
-                      + f"; control: {mos.miner_control}"),
+                      + f"; control: {CONTROLS_SHOWN.get(mos.miner_control, mos.miner_control)}"),
             ("on gpus", holders_line(f)),
             ("stack", f"container toolkit: {f.installed.container_toolkit or '-'}, k3s: {f.installed.k3s or '-'}"
                       f"{' (' + f.installed.k3s_service + ' active)' if f.installed.k3s_service else ''}, "

@@ -33,6 +33,10 @@ PREFIX = "mining_os_"
 #   or user scripts, then the miner's processes ended by m2p itself (TERM, then KILL);
 #   none: no adapter (k3s without time-share).
 MINER_CONTROLS = ("verified", "generic (unverified)", "none")
+# What each says to an owner: "verified" is the record's word for "read in the OS's own scripts", never "run on a
+# real rig" (nothing of m2p's has run on a real mining OS yet; its tests run on sandbox containers).
+CONTROLS_SHOWN = {"verified": "the OS's own commands (read in its scripts)",
+                  "generic (unverified)": "generic (from third-party copies)", "none": "none"}
 DRIVER_UPGRADES = ("hiveos", "apt", "none")
 
 

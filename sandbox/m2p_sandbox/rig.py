@@ -55,6 +55,8 @@ class RigSpec:
     flavour: str = "plain"
     gpus: tuple[str, ...] = ()
     python: tuple[str, ...] = ()
+    # STAND-IN for a board with this much RAM: the rig's /proc/meminfo says it (0: this machine's, as it is).
+    memory_mb: int = 0
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Rig:
     dir: str
     gpus: list[str] = field(default_factory=list)
     python: list[str] = field(default_factory=list)
+    memory_mb: int = 0
     owner_pid: int | None = None
     owner_start: int | None = None
     port: int = 22
@@ -133,6 +136,7 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
             dir=str(rig_dir),
             gpus=list(spec.gpus),
             python=list(spec.python),
+            memory_mb=spec.memory_mb,
             owner_pid=owner_pid,
             owner_start=processes.start_time(owner_pid) if owner_pid else None,
         )
@@ -199,6 +203,48 @@ def _personalise(rig: Rig, root: Path, flavour: flavours.Flavour) -> None:
     gpu_standin.install_miner(root)
     if rig.gpus:
         gpu_standin.install(root, rig.gpus, rig.name)
+    if rig.memory_mb:
+        _write(root / MEMINFO.lstrip("/"), small_board_meminfo(Path("/proc/meminfo").read_text(), rig.memory_mb))
+        # Bound from inside at boot, before anything reads it (nspawn refuses a --bind onto its own /proc).
+        _write(root / "etc/systemd/system/m2p-standin-meminfo.service", MEMINFO_UNIT)
+        wants = root / "etc/systemd/system/sysinit.target.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        (wants / "m2p-standin-meminfo.service").symlink_to("../m2p-standin-meminfo.service")
+
+
+MEMINFO = "/usr/local/share/m2p-standin/meminfo"
+MEMINFO_UNIT = f"""[Unit]
+Description=STAND-IN: this rig's RAM as a small board shows it (m2p's sandbox)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/mount --bind -o ro {MEMINFO} /proc/meminfo
+"""
+
+
+def small_board_meminfo(real: str, total_mb: int) -> str:
+    """This machine's /proc/meminfo as a board with ``total_mb`` of usable RAM shows it: MemTotal is what the kernel
+    leaves after firmware and its own reservations (a 4 GB board: about 3854 MB; tests/unit/facts/memory), and
+    MemFree, MemAvailable, swap and the caches are cut to fit it, so no reader sees more free than total.  A STAND-IN
+    for a small board: a file bound over the rig's /proc/meminfo (as LXCFS does for containers), read by m2p's probe
+    and by Ansible's facts alike; the figures do not move as the rig works."""
+    total_kb = total_mb * 1024
+    caps = {"MemTotal": total_kb, "MemFree": total_kb * 6 // 10, "MemAvailable": total_kb * 7 // 10,
+            "Cached": total_kb // 10, "Buffers": total_kb // 50, "SwapTotal": 0, "SwapFree": 0}
+    lines = []
+    for line in real.splitlines():
+        key, _, rest = line.partition(":")
+        value = rest.split()
+        if key in caps:
+            lines.append(f"{key + ':':<16}{caps[key]:>8} kB")
+        elif value and value[-1] == "kB" and int(value[0]) > total_kb:
+            lines.append(f"{key + ':':<16}{total_kb // 20:>8} kB")
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 # -- booting -------------------------------------------------------------------------

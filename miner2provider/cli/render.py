@@ -87,7 +87,8 @@ def report(ctx: Context, r: RigReport) -> None:
         cg = f"cgroup v{f.cgroup.version}{' (hybrid)' if f.cgroup.hybrid else ''}"
         rows = [
             ("system", f"{f.os_release.pretty_name}, kernel {f.kernel.release} {f.kernel.machine}, {cg}"),
-            ("cpu/ram", f"{f.cpu.cores} cores {f.cpu.model}, {f.memory.total_mb} MB RAM"),
+            ("cpu/ram", f"{f.cpu.cores} cores {f.cpu.model}, {f.memory.total_mb} MB RAM usable "
+                        f"(about {f.memory.installed_mb // 1024} GB installed)"),
             ("disks", "; ".join(f"{m.mountpoint} {m.size_gb:g} GB ({m.free_gb:g} GB free)" for m in f.disks) or "-"),
             ("python3", f"{f.python.version or 'missing'}   sudo: {f.sudo.state}"),
             ("gpus", gpus_line(f)),

@@ -113,10 +113,12 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
         _gpu_reasons(facts, blockers, warnings)
     _disk_reasons(facts, settings, blockers, warnings)
 
-    if facts.memory.total_mb < settings.min_ram_mb:
+    # The floor is installed RAM (what the owner bought), judged from MemTotal, which is always below it.
+    if facts.memory.installed_mb < settings.min_ram_mb:
         blockers.append_code(
             "low-ram",
-            f"{facts.memory.total_mb} MB RAM: k3s with GPU workloads needs at least {settings.min_ram_mb} MB"
+            f"{facts.memory.total_mb} MB usable of about {facts.memory.installed_mb} MB installed: k3s with GPU "
+            f"workloads needs at least {settings.min_ram_mb} MB installed"
         )
 
     if facts.cgroup.version == 1:

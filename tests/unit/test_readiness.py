@@ -117,7 +117,20 @@ def test_warnings_cgroup_v1_mixed_models_old_cuda_sudo_password():
 
 def test_low_ram_blocks():
     v = assess(facts(memory="MemTotal: 2000000 kB\nMemAvailable: 1000000 kB\n"))
-    assert v.blockers == (Finding("low-ram", "1953 MB RAM: k3s with GPU workloads needs at least 4096 MB"),)
+    assert v.blockers == (Finding("low-ram", "1953 MB usable of about 2048 MB installed: k3s with GPU workloads "
+                                             "needs at least 4096 MB installed"),)
+
+
+@pytest.mark.parametrize("mem_total_kb,passes", [
+    (3946496, True),   # a 4 GB board as the project's fixture shows it: 3854 MB usable
+    (4194304, True),   # exactly 4 GiB
+    (3145728, False),  # a 3 GB board
+    (3670016, True),   # 3584 MB: a 4 GB board whose onboard GPU keeps 512 MB
+    (8053040, True),
+])
+def test_the_ram_floor_is_installed_memory_not_memtotal(mem_total_kb, passes):
+    v = assess(facts(memory=f"MemTotal: {mem_total_kb} kB\nMemAvailable: 1000000 kB\n"))
+    assert ("low-ram" not in {b.code for b in v.blockers}) is passes, v.blockers
 
 
 def test_no_default_route_blocks_and_xid_errors_warn():

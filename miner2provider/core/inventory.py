@@ -71,7 +71,9 @@ def _noted() -> Any:
         found = _PROBLEMS.get()
         if found is None:
             raise
-        found.append(exc)
+        # A mistake in a group's vars (all: vars:) is met once per rig that inherits it: said once, at its line.
+        if not any(str(seen) == str(exc) for seen in found):
+            found.append(exc)
 
 
 class Secret:

@@ -129,3 +129,25 @@ def test_every_command_finds_the_inventory_the_same_way(tmp_path, capsys, monkey
     (tmp_path / "rigs.yml").unlink()
     assert main(["status"]) == 2
     assert "no inventory: pass -i FILE, set M2P_INVENTORY, or run m2p where rigs.yml is" in capsys.readouterr().err
+
+
+def test_a_mistake_in_all_vars_is_said_once_not_once_per_rig(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("RIG_PW", raising=False)
+    path = tmp_path / "rigs.yml"
+    path.write_text("all:\n  vars:\n    m2p_ssh_password_env: RIG_PW\n  hosts:\n"
+                    + "".join(f"    rig0{i}: {{ansible_host: 10.0.0.{i}}}\n" for i in range(1, 6))
+                    + "    rig09: {ansible_host: 10.0.0.9, ansible_port: many}\n")
+    with pytest.raises(InventoryProblems) as raised:
+        inventory.load(path)
+    assert sorted(p.where for p in raised.value.problems) == [f"{path}:10", f"{path}:3"]
+    assert sum("names $RIG_PW, which is not set" in p.message for p in raised.value.problems) == 1
+    assert main(["inventory", "check", str(path)]) == 3
+    assert capsys.readouterr().err.count("$RIG_PW") == 1
+
+
+def test_one_rig_under_two_names_is_a_mistake(tmp_path):
+    path = tmp_path / "rigs.yml"
+    path.write_text("all:\n  hosts:\n    rig01: {ansible_host: 10.0.0.1}\n    spare: {ansible_host: 10.0.0.1, ansible_port: 22}\n"
+                    "    other-port: {ansible_host: 10.0.0.1, ansible_port: 2222}\n")
+    with pytest.raises(InventoryError, match=r"rigs.yml:4: host 'spare' has the same address 10.0.0.1:22 as 'rig01'"):
+        inventory.load(path)

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from . import bundle, dashboard, fleet, harness, keys, miner, provider, rigs, schedule, sites  # noqa: F401 - each registers its commands
+from . import bundle, dashboard, economics, fleet, harness, keys, miner, provider, rigs, schedule, sites  # noqa: F401 - each registers its commands
 from .app import cli, entry, main
 
 harness.load()  # commands other distributions add (the sandbox harness: m2p demo)

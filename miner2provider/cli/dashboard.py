@@ -19,7 +19,7 @@ from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.market import marketplace
+from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import ProviderState
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.model import duration_seconds
@@ -124,7 +124,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     if kube_api is not None and not (checks.is_api_server(kube_api) and kube_token_file):
         raise UsageError(f"--kube-api {textfiles.shown(kube_api)}: give https://HOST:PORT and --kube-token-file")
     token, token_path = (read_token(token_file), Path(token_file)) if token_file else default_token()
-    econ = economics_file.load(economics_path) if economics_path else economics_file.NONE
+    econ = pricing.load_checked(economics_path) if economics_path else economics_file.NONE
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     db = Path(db_path) if db_path else DEFAULT_PATH
     History(db).close()  # a bad or newer database is refused now, not in the page

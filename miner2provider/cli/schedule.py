@@ -9,6 +9,7 @@ import click
 from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.fleet.role_vars import RunInputs
+from miner2provider.market import pricing
 from miner2provider.timeshare import model as schedule_model
 from miner2provider.timeshare import policy as schedule_policy
 from miner2provider.timeshare.apply import economics_files, schedule_files
@@ -16,12 +17,24 @@ from miner2provider.timeshare.apply import economics_files, schedule_files
 from . import fleet as fleet_run
 from . import render
 from .app import Context, cli, pass_ctx
+from .economics import STARTERS, write_starter
 from .options import FleetSettings, fleet_options, load_inventory, yes_option
 
 
 @cli.group("schedule")
 def schedule_group() -> None:
     """Time-share schedules: when each rig mines and when it leases its GPUs."""
+
+
+@schedule_group.command("init")
+@click.argument("file", default="schedule.yml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@pass_ctx
+def schedule_init(ctx: Context, file: str, force: bool) -> None:
+    """Write a commented starter schedule to FILE (default schedule.yml): policy lease-first, the rigs mining
+    whenever no lease holds their GPUs."""
+    write_starter(file, STARTERS / "schedule.yml", force, schedule_model.parse)
+    ctx.info(f"wrote {file}: check it with m2p schedule check {file}")
 
 
 @schedule_group.command("check")
@@ -82,7 +95,10 @@ def schedule_apply(ctx: Context, file: str | None, api_server: str | None, econo
     inv = load_inventory(fleet.inventory_file, fleet.vault_password_file)
     hosts = inv.select(fleet.limit)
     schedules = schedule_files(hosts, file, inv.path)
-    run_inputs = RunInputs(schedules, api_server or None, economics_files(hosts, economics_file, inv.path, schedules))
+    economics = economics_files(hosts, economics_file, inv.path, schedules)
+    for path in sorted(set(economics.values())):  # a misspelt model is an error here too, before any rig changes
+        pricing.load_checked(path)
+    run_inputs = RunInputs(schedules, api_server or None, economics)
     outcomes = fleet_run.run(ctx, "schedule", fleet, check=check, confirm=not (yes or check), run_inputs=run_inputs,
                              inv=inv)
     render.outcomes(outcomes, fleet.as_json, show_tasks=check or ctx.verbosity > 0)

@@ -103,7 +103,7 @@ class ScheduleError(M2PError):
     """A time-share schedule file is invalid (file:line says where)."""
 
     exit_code = 7
-    meaning = "bad schedule (file:line)"
+    meaning = "bad schedule or economics file (file:line)"
 
 
 class ProviderError(M2PError):
@@ -147,8 +147,9 @@ def _subclasses(cls: type[M2PError] = M2PError) -> list[type[M2PError]]:
     return found
 
 
-class EconomicsError(UsageError):
-    """An economics file (prices and mining revenue) is invalid (file:line says where; exit 2)."""
+class EconomicsError(ScheduleError):
+    """An economics file (prices, power and mining revenue) is invalid, or does not price the farm's cards
+    (file:line says where; exit 7, as a schedule: the two files the time-share reads)."""
 
 
 class ProviderFileError(UsageError):

@@ -21,13 +21,18 @@ Marketplaces take these floors in their own form (Marketplace.price_mappings); a
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from miner2provider.agent.status import Measured
+from miner2provider.core.errors import EconomicsError
+from miner2provider.market import cards as card_database
 from miner2provider.market.cards import Card, amd_combos, cards_of
+from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.economics import Economics
 
 if TYPE_CHECKING:  # base.py imports Floor from here
@@ -108,6 +113,55 @@ def fleet_floors(rigs: Iterable[RigGpus], economics: Economics) -> list[Floor]:
     cards += [(slug, memory) for rig in listed for slug, memory, _ in amd_combos(rig.amd)]
     measured = [m for rig in listed for m in measured_cards(cards_of(rig.gpus), rig.measured)]
     return floors(cards, economics, measured)
+
+
+def known_models() -> set[str]:
+    """Every model name m2p's card database gives a card: the names an economics file may price."""
+    return {card.slug for card in card_database.load().values()}
+
+
+def check_models(economics: Economics, farm_models: Iterable[str] = ()) -> Economics:
+    """A money mistake is an error, never a silent default: every model the file names must be a card m2p knows
+    (or one the farm has), with the closest known name offered; with a power price, every model the farm has
+    must have its watts (its own or ``default``), since a card without them would be priced as if its power
+    were free.  Returns ``economics``."""
+    farm = set(farm_models)
+    allowed = known_models() | farm
+    for model, where in economics.models().items():
+        if model not in allowed:
+            close = closest_models(model, farm, allowed)
+            hint = f"did you mean {' or '.join(close)}?" if close else \
+                "`m2p pricing` and `m2p attributes` name each rig's"
+            raise EconomicsError(f"{model} is not a GPU model m2p knows, so its figure would price nothing: {hint}",
+                                 where=where)
+    if economics.power_price_per_kwh is not None:
+        lacking = sorted(m for m in farm if economics.power(m) is None)
+        if lacking:
+            raise EconomicsError(f"gpu_power_watts has no figure for {', '.join(lacking)} (cards this farm has) and no "
+                                 f"default: a card's power is a cost, never free; add {lacking[0]}: <watts>",
+                                 where=economics.lines.get("gpu_power_watts", f"{economics.source}:1"))
+    return economics
+
+
+def closest_models(model: str, farm: set[str], allowed: set[str]) -> list[str]:
+    """The likeliest meant names, the farm's own first: swapped digits (rtx3700 for rtx3070) before what
+    difflib finds alike."""
+    order = sorted(farm) + sorted(allowed - farm)
+    swapped = [m for m in order if sorted(m) == sorted(model)]
+    alike = difflib.get_close_matches(model, order, n=3, cutoff=0.75)
+    return swapped[:3] or alike
+
+
+def load_checked(path: str | Path, farm_models: Iterable[str] = ()) -> Economics:
+    """The economics file at ``path``, read and held to ``check_models``."""
+    return check_models(economics_file.load(path), farm_models)
+
+
+def farm_models(rigs: Iterable[RigGpus]) -> set[str]:
+    """The model names of every card the rigs have (NVIDIA and AMD)."""
+    listed = list(rigs)
+    return {c.slug for rig in listed for c in cards_of(rig.gpus)} | {
+        slug for rig in listed for slug, _, _ in amd_combos(rig.amd)}
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -32,6 +32,7 @@ from miner2provider.core import textfiles
 from miner2provider.core.errors import EconomicsError
 
 PRICES = ("lease_price_per_gpu_hour", "mining_revenue_per_gpu_day", "gpu_power_watts", "mining_revenue_per_mhs_day")
+PER_MODEL = PRICES[:3]  # keyed by GPU model; the last is keyed by algorithm
 SCALARS = ("power_price_per_kwh", "margin")
 KEYS = {"currency", *PRICES, *SCALARS}
 MAX_PRICE = 1_000_000.0  # per GPU-hour or GPU-day: anything above is a typo, not a market
@@ -48,6 +49,17 @@ class Economics:
     power_price_per_kwh: float | None = None
     margin: float = 0.0
     mining_per_mhs_day: dict[str, float] = field(default_factory=dict)  # by algorithm
+    # "key.model" -> "file:line", for the per-model maps: where a model's figure was written
+    lines: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def models(self) -> dict[str, str]:
+        """Every model the per-GPU maps name (not ``default``), with where it was first written."""
+        found: dict[str, str] = {}
+        for name, where in self.lines.items():
+            key, _, model = name.partition(".")
+            if key in PER_MODEL and model and model != "default":
+                found.setdefault(model, where)
+        return found
 
     def lease_price(self, model: str) -> float | None:
         return self.lease_per_gpu_hour.get(model, self.lease_per_gpu_hour.get("default"))
@@ -101,17 +113,20 @@ def parse(text: str, path: str = "<economics>") -> Economics:
             raise EconomicsError(f"currency {textfiles.shown(currency)}: use a code such as USD or AKT",
                                  where=textfiles.at(path, node))
     prices: dict[str, dict[str, float]] = {}
+    lines: dict[str, str] = {}
     for key in PRICES:
         if key not in fields:
             prices[key] = {}
             continue
         node, _ = fields[key]
+        lines[key] = textfiles.at(path, node)
         if not isinstance(node, yaml.MappingNode):
             raise EconomicsError(f"{key} is a mapping of model: price (and default: price)",
                                  where=textfiles.at(path, node))
         models = textfiles.fields(node, path, EconomicsError, key, None)
         prices[key] = {model: _price(path, key, model, value_node, value)
                        for model, (value_node, value) in models.items()}
+        lines.update({f"{key}.{model}": textfiles.at(path, value_node) for model, (value_node, _) in models.items()})
     scalars: dict[str, float | None] = {}
     for key in SCALARS:
         if key in fields:
@@ -121,7 +136,7 @@ def parse(text: str, path: str = "<economics>") -> Economics:
             scalars[key] = None
     margin = scalars["margin"] or 0.0
     return Economics(path, str(currency), prices[PRICES[0]], prices[PRICES[1]], prices[PRICES[2]],
-                     scalars["power_price_per_kwh"], margin, mining_per_mhs_day=prices[PRICES[3]])
+                     scalars["power_price_per_kwh"], margin, mining_per_mhs_day=prices[PRICES[3]], lines=lines)
 
 
 def _price(path: str, key: str, model: str, node: yaml.Node, value: object, most: float = MAX_PRICE) -> float:

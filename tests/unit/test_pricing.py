@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from miner2provider.cli import main
+from miner2provider.core.errors import EconomicsError
 from miner2provider.market import pricing
 from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.timeshare import economics
@@ -58,7 +60,7 @@ def test_the_command_prints_the_charts_mapping_and_refuses_a_bad_file(tmp_path, 
     assert main(["pricing", "--from", str(report), "--economics", str(econ), "--format", "akash"]) == 0
     assert capsys.readouterr().out.strip() == "rtx3090.24Gi=29.29"
     econ.write_text("margin: 0.15\nmargin: 0.2\n")
-    assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == 2
+    assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == EconomicsError.exit_code == 7  # the code schedules use
     assert f"{econ}:2: margin is given twice" in capsys.readouterr().err
 
 
@@ -103,3 +105,40 @@ def test_measured_figures_pair_with_cards_only_on_one_model_rigs():
     assert pricing.measured_cards([rtx], both) == []  # two hashrates for one card
     (one,) = pricing.measured_cards([rtx], Measured("kawpow", (58.0,), ()))
     assert one == pricing.MeasuredCard("rtx3090", "24Gi", "kawpow", 58.0, None)
+
+
+def test_a_misspelt_model_is_an_error_with_the_name_meant_not_free_power(tmp_path, capsys):
+    """gpu_power_watts: {rtx3700: 130} for a farm of RTX 3070s once priced the cards as if their power were free:
+    now the file is refused at the misspelt line, naming the model meant."""
+    text = ("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\nmargin: 0.15\n"
+            "gpu_power_watts:\n  rtx3700: 130\n")
+    with pytest.raises(EconomicsError, match=r"econ.yml:5: rtx3700 is not a GPU model m2p knows.*did you mean "
+                                             r"rtx3070\?"):
+        pricing.check_models(economics.parse(text, "econ.yml"), {"rtx3070"})
+    right = pricing.check_models(economics.parse(text.replace("rtx3700", "rtx3070"), "econ.yml"), {"rtx3070"})
+    (floor,) = pricing.floors([("rtx3070", "8Gi")], right)
+    # 130 W at 0.12 a kWh is 0.0156 an hour; mining nets 0.40 / 24 - 0.0156; the floor adds 15 % of that net
+    assert round(floor.floor_per_month or 0, 2) == round((0.0156 + 1.15 * (0.40 / 24 - 0.0156)) * 730, 2) == 12.28
+
+
+def test_every_farm_model_needs_its_power_when_power_has_a_price(tmp_path):
+    econ = economics.parse("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\n"
+                           "gpu_power_watts:\n  rtx3090: 300\n", "econ.yml")
+    with pytest.raises(EconomicsError, match=r"econ.yml:4: gpu_power_watts has no figure for rtx3070 \(cards this "
+                                             r"farm has\) and no default"):
+        pricing.check_models(econ, {"rtx3070", "rtx3090"})
+    pricing.check_models(econ, {"rtx3090"})
+    unpriced = economics.parse("mining_revenue_per_gpu_day: {default: 0.40}\n", "econ.yml")
+    pricing.check_models(unpriced, {"rtx3070"})  # no power price: power is not counted for any card
+
+
+def test_economics_and_schedule_starters_pass_their_checks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["economics", "init"]) == 0 and main(["economics", "check"]) == 0
+    assert "economics.yml: ok (USD; models: default only; power priced)" in capsys.readouterr().out
+    assert main(["schedule", "init"]) == 0 and main(["schedule", "check", "schedule.yml"]) == 0
+    assert "policy lease-first" in capsys.readouterr().out
+    assert main(["schedule", "init"]) == 2 and "schedule.yml exists; use --force" in capsys.readouterr().err
+    (tmp_path / "bad.yml").write_text("gpu_power_watts: {rtx3700: 130}\n")
+    assert main(["economics", "check", "bad.yml"]) == 7
+    assert "bad.yml:1: rtx3700 is not a GPU model m2p knows" in capsys.readouterr().err

@@ -131,7 +131,8 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     models = {rig.name: tuple(sorted({c.slug for c in cards_of(rig.gpus)})) for rig in gpus_of(hosts, reports)}
     farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
                      ingress.address, listening, models,
-                     provider_run.server_reaches(server, market.provider_fetches, ssh))
+                     provider_run.server_reaches(server, market.provider_fetches, ssh),
+                     provider_run.ingress_sight(ingress, getattr(provider, "public_address_echo", ""), ssh))
     # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
     found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
                                      "and provider apply waits until every rig answers") for r in reports if not r.ok]

@@ -9,6 +9,7 @@ is converged without running Ansible: one SSH read, so a converged provider re-a
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from miner2provider.fleet import agent_zipapp
 from miner2provider.fleet.pipeline import RigOutcome, outcome_of
 from miner2provider.fleet.role_vars import Rig, data_dir
 from miner2provider.fleet.runner import Event, run_playbook
-from miner2provider.market.base import ProviderParts, ProviderStack
+from miner2provider.market.base import IngressSight, ProviderParts, ProviderStack
 
 RECORD = "/var/lib/m2p/provider.json"  # one provider per farm; 0644, {"fingerprint": ...}
 WAITING = ("installed; k3s's Helm jobs have not made every object m2p patches yet (they pull images first): run "
@@ -66,6 +67,57 @@ def server_reaches(server: Host, targets: tuple[str, ...], opts: SshOptions) -> 
         return f"{server.name}: {result.error}"
     found = dict(line.split("\t", 1) for line in result.stdout.splitlines() if "\t" in line)
     return {t: found.get(t, "not asked (no python3 on the server?)") for t in targets}
+
+
+# The ingress rig's own way out (its default route and global addresses) and, only when the owner named an echo
+# service, the address the internet sees it leave from.  Python 3.6+ (old rigs), bounded in time and size.
+_SIGHT = """ip -4 route show default 2>/dev/null | head -n 1 | sed 's/^/route\t/'
+ip -4 -o addr show scope global 2>/dev/null | awk '{{print "addr\t" $4}}'
+[ -z {url} ] || python3 - {url} <<'M2P_SIGHT'
+import sys, urllib.request
+try:
+    body = urllib.request.urlopen(sys.argv[1], timeout=5).read(64).decode("ascii", "replace").split()
+    print("echo\t" + (body[0] if body else ""))
+except Exception as exc:
+    print("echo-error\t" + type(exc).__name__)
+M2P_SIGHT
+"""
+
+
+def ingress_sight(ingress: Host, echo_url: str, opts: SshOptions) -> IngressSight | str:
+    """How the ingress rig reaches the internet (its gateway and addresses, and the address an echo service saw
+    when ``echo_url`` is given), or why the rig could not be asked."""
+    result = run_one(ingress, _SIGHT.format(url=shlex.quote(echo_url)), opts, file_notes=False)
+    if not result.ok:
+        return f"{ingress.name}: {result.error}"
+    return parse_sight(result.stdout, asked=bool(echo_url))
+
+
+def parse_sight(text: str, asked: bool) -> IngressSight:
+    """``route<TAB>default via 192.168.1.1 dev eth0 ...``, ``addr<TAB>192.168.1.23/24``, ``echo<TAB>81.2.69.160``
+    (or ``echo-error<TAB>why``) lines, as _SIGHT prints them."""
+    gateway, addresses, public, why = "", [], "", ("no answer (no python3 on the rig?)" if asked else "")
+    for line in text.splitlines():
+        kind, _, value = line.partition("\t")
+        words = value.split()
+        if kind == "route" and "via" in words[:-1]:
+            gateway = words[words.index("via") + 1]
+        elif kind == "addr" and words:
+            addresses.append(words[0].split("/")[0])
+        elif kind == "echo":
+            public, why = _address_or_empty(value.strip()), ""
+            if not public:
+                why = f"the echo service answered {value.strip()[:48]!r}, not an address"
+        elif kind == "echo-error":
+            why = f"the echo service did not answer ({value.strip()[:80]})"
+    return IngressSight(gateway, tuple(addresses), public, why)
+
+
+def _address_or_empty(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return ""
 
 
 def recorded_fingerprint(server: Host, opts: SshOptions) -> str:

@@ -100,6 +100,17 @@ class ProviderParts:
 
 
 @dataclass(frozen=True)
+class IngressSight:
+    """How the ingress rig reaches the internet: its default gateway and global addresses, and the public address
+    an echo service saw it leave from ("" when not asked, or ``echo_problem`` says why not)."""
+
+    gateway: str = ""
+    addresses: tuple[str, ...] = ()
+    public_address: str = ""
+    echo_problem: str = ""
+
+
+@dataclass(frozen=True)
 class FarmFacts:
     """What `m2p provider check` read of the farm's rigs for the marketplace's verdicts."""
 
@@ -112,6 +123,7 @@ class FarmFacts:
     # what the k3s server reached of the hosts the provider's pods fetch from (host -> "" or why not), or why it
     # could not be asked
     server_reach: dict[str, str] | str = field(default_factory=dict)
+    ingress_sight: IngressSight | str = field(default_factory=IngressSight)  # or why the rig could not be asked
 
 
 @dataclass(frozen=True)

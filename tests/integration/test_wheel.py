@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from m2p_sandbox import rig as sandbox
-from m2p_sandbox.bundle import build_test_bundle
 from miner2provider import __version__
+
+from .quick_start import walk_the_page
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,20 +104,6 @@ def test_ansible_galaxy_builds_the_collection_and_a_playbook_uses_it(installed):
           env={**env, "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections")}))
 
 
-def test_installed_m2p_converts_and_reverts_a_sandbox_rig(installed, boot_rigs):
-    venv, tmp = installed["venv"], installed["tmp"] / "rig"
-    tmp.mkdir()
-    (rig,) = boot_rigs(sandbox.RigSpec("wh-hive", "hiveos", ("rtx3090",)))
-    build_test_bundle(tmp / "bundle")
-    inv = tmp / "rigs.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"wh-hive": {
-        "ansible_host": rig.address, "ansible_user": rig.user, "ansible_ssh_private_key_file": rig.key_file,
-        "m2p_min_free_disk_gb": 5}}}}))
-    env = {"PYTHONPATH": "", "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
-    ssh = ["--known-hosts", str(tmp / "known_hosts")]
-    ok(sh(venv / "bin/m2p", "detect", "-i", inv, "--accept-new", *ssh, cwd=tmp, env=env))
-    for command in ("convert", "revert"):
-        out = ok(sh(venv / "bin/m2p", command, "-i", inv, "--bundle", tmp / "bundle", *ssh, "--yes", cwd=tmp, env=env))
-        assert "wh-hive" in out and "changed" in out, out
-    status = ok(sh(venv / "bin/m2p", "status", "-i", inv, *ssh, cwd=tmp, env=env))
-    assert "not converged" in status, status
+def test_quick_start_walked_with_the_installed_m2p_on_a_4gb_hiveos_rig(installed, boot_rigs):
+    """docs/quick-start.md's commands in order, each exiting as the page says (tests/integration/quick_start.py)."""
+    walk_the_page(boot_rigs, installed["tmp"] / "walk", installed["venv"])

@@ -12,11 +12,12 @@ import pytest
 
 from m2p_sandbox.akash_node import RpcStandin
 from miner2provider.detect.facts.listening import Listening
+from miner2provider.fleet.provider import parse_sight
 from miner2provider.market.akash import checkup, outside, provider_status, wallet
 from miner2provider.market.akash.address import encode
 from miner2provider.market.akash.checkup import RpcStatus, Seen
 from miner2provider.market.akash.provider_file import parse
-from miner2provider.market.base import FarmFacts
+from miner2provider.market.base import FarmFacts, IngressSight
 
 KEY = ("-----BEGIN TENDERMINT PRIVATE KEY-----\nkdf: bcrypt\nsalt: 00112233445566778899AABBCCDDEEFF\n"
        "type: secp256k1\n\nc29tZSBieXRlcw==\n=Ab12\n-----END TENDERMINT PRIVATE KEY-----\n")
@@ -31,7 +32,8 @@ def provider(tmp_path, domain: str = "farm.example.com"):
 def seen(**changes) -> Seen:
     farm = {"rigs": 12, "cores": 72, "memory_mib": 140 * 1024, "ingress_address": "81.2.69.160",
             "ingress_listening": Listening((22,), (), True), "models": {"rig01": ("rtx3090",)},
-            "server_reach": {"api.diadata.org:443": "", "api.coingecko.com:443": "Connection refused"}}
+            "server_reach": {"api.diadata.org:443": "", "api.coingecko.com:443": "Connection refused"},
+            "ingress_sight": IngressSight()}
     farm.update({k: v for k, v in changes.items() if k in farm})
     base = {"farm": FarmFacts(**farm),
             "resolved": {"provider.farm.example.com": ("81.2.69.160",),
@@ -235,3 +237,59 @@ def test_a_real_certificate_needs_its_dns_credential_set(tmp_path):
     assert tls.level == "ok" and "cloudflare DNS-01" in tls.text
     (plain,) = [v for v in checkup.verdicts(provider(tmp_path), seen()) if v.topic == "tls"]
     assert "self-signed" in plain.text and "set acme_dns" in plain.text
+
+
+PRIVATE = "192.168.1.23"
+
+
+def ingress_said(tmp_path, sight, dns=("81.2.69.160",)):
+    found = checkup.verdicts(provider(tmp_path), seen(ingress_address=PRIVATE, ingress_sight=sight, resolved={
+        "provider.farm.example.com": dns, "m2p-check.ingress.farm.example.com": dns}))
+    return [(v.level, v.text) for v in found if v.topic == "ingress"]
+
+
+def test_carrier_grade_nat_is_judged_from_outside_not_from_the_lan_address(tmp_path):
+    # Without an echo service: the DNS answer stands for the router's address, and the page says how CGNAT shows.
+    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,)))
+    assert level == "warn" and text.startswith(f"ingress rig rig01 ({PRIVATE}) has a private address: forward tcp "
+                                               "80, 443, 8443, 8444 and tcp+udp 30000-32767 from your router's "
+                                               "public address (81.2.69.160, as your DNS says) to it")
+    assert "set public_address_echo in provider.yml" in text and "WAN address (its status page) is not 81.2.69.160" \
+        in text
+    # The rig's own route through the ISP's shared space: carrier-grade NAT, whatever the LAN address says.
+    ((level, text),) = ingress_said(tmp_path, IngressSight("100.72.0.1", ("100.72.3.4",)))
+    assert level == "fail" and "its route leaves through 100.72.0.1, carrier-grade NAT" in text
+    # The echo service's answer: the public address as the internet sees it.
+    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "81.2.69.160"))
+    assert level == "warn" and "from your router's public address 81.2.69.160 (as the internet sees it)" in text
+    said = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "81.2.69.161"))
+    assert said[0] == ("fail", "provider.farm.example.com points at 81.2.69.160, but the farm leaves from "
+                               "81.2.69.161 (the echo service's answer): point the A records at 81.2.69.161, or "
+                               "the ingress is another line's")
+    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "100.64.9.9"))
+    assert level == "fail" and "saw the farm leave from 100.64.9.9, not a public address" in text
+    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "", "the echo service did not "
+                                                           "answer (URLError)"))
+    assert level == "warn" and "m2p could not ask: the echo service did not answer (URLError)" in text
+
+
+def test_the_ingress_rigs_sight_is_read_from_its_own_output():
+    text = ("route\tdefault via 192.168.1.1 dev eth0 proto dhcp src 192.168.1.23 metric 100\n"
+            "addr\t192.168.1.23/24\naddr\t10.0.3.1/16\necho\t81.2.69.160\n")
+    assert parse_sight(text, asked=True) == IngressSight("192.168.1.1", ("192.168.1.23", "10.0.3.1"), "81.2.69.160")
+    assert parse_sight("echo\t<html>\n", asked=True).echo_problem == \
+        "the echo service answered '<html>', not an address"
+    assert parse_sight("echo-error\tTimeoutError\n", asked=True).echo_problem == \
+        "the echo service did not answer (TimeoutError)"
+    assert parse_sight("", asked=True).echo_problem == "no answer (no python3 on the rig?)"
+    assert parse_sight("route\tdefault dev wg0 scope link\n", asked=False) == IngressSight()
+
+
+def test_public_address_echo_must_be_https(tmp_path):
+    text = (tmp_path / "p.yml")
+    base = ("domain: farm.example.com\nwallet: {address: " + encode(bytes(20)) + ", key_file: k.key, passphrase_env: "
+            "PASS}\nemail: ops@example.com\ningress_rig: rig01\nrpc_node: http://127.0.0.1:1\n")
+    assert parse(base + "public_address_echo: https://echo.invalid/ip\n", str(text)).public_address_echo == \
+        "https://echo.invalid/ip"
+    with pytest.raises(Exception, match=r"p.yml:6: public_address_echo.*an https URL"):
+        parse(base + "public_address_echo: http://echo.invalid/ip\n", str(text))

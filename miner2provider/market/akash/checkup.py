@@ -14,7 +14,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from miner2provider.market.akash.provider_file import ProviderFile
-from miner2provider.market.base import FarmFacts, Verdict
+from miner2provider.market.base import FarmFacts, IngressSight, Verdict
 
 AUDIT_CORES, AUDIT_MEMORY_GIB = 64, 128
 INGRESS_PORTS = (80, 443, 8443, 8444)
@@ -159,19 +159,58 @@ def _audit(seen: Seen) -> Verdict:
 
 
 def _ingress(provider: ProviderFile, seen: Seen) -> list[Verdict]:
+    """Carrier-grade NAT is judged where it shows: the ingress rig's own route, and (when the owner named an echo
+    service) the address the internet sees the farm leave from; never from the rig's LAN address alone."""
     kind = kind_of(seen.farm.ingress_address)
     rig = f"ingress rig {provider.ingress_rig} ({seen.farm.ingress_address})"
-    if kind == "public":
-        return [Verdict("ok", "ingress", f"{rig} has a public address")]
-    if kind == "cgnat":
-        return [Verdict("fail", "ingress", f"{rig} is behind carrier-grade NAT (100.64.0.0/10): nothing from the "
+    sight = seen.farm.ingress_sight
+    dns = next((a for a in _answers(seen, f"provider.{provider.domain}") if kind_of(a) == "public"), "")
+    ports = f"tcp {', '.join(map(str, INGRESS_PORTS))} and tcp+udp {NODE_PORTS[0]}-{NODE_PORTS[1]}"
+    shared = [a for a in (sight.gateway, *sight.addresses) if kind_of(a) == "cgnat"] \
+        if isinstance(sight, IngressSight) else []
+    if kind == "cgnat" or shared:
+        where = f"its route leaves through {shared[0]}" if shared else "it has a 100.64.0.0/10 address"
+        return [Verdict("fail", "ingress", f"{rig}: {where}, carrier-grade NAT (your ISP's NAT): nothing from the "
                                            "internet reaches it; ask your ISP for a public address, or use a public "
                                            "node (a VPS) as the ingress")]
+    if isinstance(sight, IngressSight) and sight.public_address:
+        seen_as = sight.public_address
+        if kind_of(seen_as) != "public":
+            return [Verdict("fail", "ingress", f"{rig}: the echo service saw the farm leave from {seen_as}, not a "
+                                               "public address: carrier-grade NAT; ask your ISP for a public "
+                                               "address, or use a VPS as the ingress")]
+        out = []
+        if dns and dns != seen_as:
+            out.append(Verdict("fail", "ingress", f"provider.{provider.domain} points at {dns}, but the farm leaves "
+                                                  f"from {seen_as} (the echo service's answer): point the A records "
+                                                  f"at {seen_as}, or the ingress is another line's"))
+        if kind == "public":
+            return [*out, Verdict("ok", "ingress", f"{rig} has a public address; the internet sees {seen_as}")]
+        return [*out, Verdict("warn", "ingress", f"{rig} has a private address: forward {ports} from your "
+                                                 f"router's public address {seen_as} (as the internet sees it) to "
+                                                 f"{seen.farm.ingress_address}")]
+    if kind == "public":
+        return [Verdict("ok", "ingress", f"{rig} has a public address")]
     if kind == "private":
-        return [Verdict("warn", "ingress", f"{rig} has a private address: forward tcp 80, 443, 8443, 8444 and tcp+udp "
-                                           f"{NODE_PORTS[0]}-{NODE_PORTS[1]} from your router's public address to it")]
+        router = f"your router's public address ({dns}, as your DNS says)" if dns else "your router's public address"
+        unseen = "m2p did not ask (set public_address_echo in provider.yml to let the ingress rig ask a service " \
+                 "you trust)" if not isinstance(sight, IngressSight) or not sight.echo_problem \
+            else f"m2p could not ask: {sight.echo_problem}"
+        if isinstance(sight, str):
+            unseen += f"; the rig's route could not be read ({sight})"
+        return [Verdict("warn", "ingress", f"{rig} has a private address: forward {ports} from {router} to it. "
+                                           "Carrier-grade NAT shows only from outside, and "
+                                           f"{unseen}: if your router's own WAN address (its status page) is not "
+                                           f"{dns or 'that public address'}, your ISP's NAT is in the way and no "
+                                           "lease is reachable: ask for a public address or use a VPS as the "
+                                           "ingress")]
     return [Verdict("warn", "ingress", f"{rig}: the inventory names it by host name; m2p checks the address "
                                        "its DNS names resolve to below")]
+
+
+def _answers(seen: Seen, name: str) -> tuple[str, ...]:
+    found = seen.resolved.get(name, ())
+    return found if isinstance(found, tuple) else ()
 
 
 def _dns(provider: ProviderFile, seen: Seen) -> list[Verdict]:

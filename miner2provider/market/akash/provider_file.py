@@ -49,7 +49,8 @@ CERT_MANAGER, CERT_MANAGER_VERSION = "cert-manager", "v1.19.1"  # only with acme
 CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inventory-operator": "19.0.2",
           "akash-gateway": "1.2.1", "nginx-gateway-fabric": "2.5.1"}
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
-        "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs", "acme_dns"}
+        "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs", "acme_dns",
+        "public_address_echo"}
 ACME_KEYS = {"provider", "credential_env", "project"}
 _GCP_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 RECLAIMER_FLAGS = ("close_leases_without_window", "reclaim_leases_across_rigs")
@@ -97,6 +98,9 @@ class ProviderFile:
     reclaim_leases_across_rigs: bool = False
     lines: dict[str, int] = field(default_factory=dict)  # key -> its line, for messages about its value
     acme_dns: AcmeDns | None = None  # a real wildcard certificate through cert-manager (acme.py), else self-signed
+    # An https URL that answers with the caller's address, which the ingress rig may ask (the owner's choice, off
+    # by default): the farm's public address as the internet sees it, where carrier-grade NAT shows
+    public_address_echo: str = ""
 
     def where(self, key: str) -> str:
         return f"{self.source}:{self.lines[key]}" if key in self.lines else self.source
@@ -143,7 +147,7 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
                         values.get("organization", ""), values.get("region", ""),
                         values.get("reclamation_window", ""), charts,
                         lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, acme_dns=acme,
-                        **flags)
+                        public_address_echo=values.get("public_address_echo", ""), **flags)
 
 
 def go_duration_s(text: str) -> float | None:
@@ -178,6 +182,8 @@ def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str,
                             "*.ingress.<domain> point at the ingress rig)")
     if not _EMAIL.fullmatch(values["email"]):
         raise bad("email", "an address such as ops@farm.example.com")
+    if "public_address_echo" in values and not _url(values["public_address_echo"], ("https",)):
+        raise bad("public_address_echo", "an https URL that answers with the caller's IP address as plain text")
     if "website" in values and not _url(values["website"], ("https", "http")):
         raise bad("website", "a URL such as https://farm.example.com")
     if "region" in values and not checks.is_region(values["region"]):

@@ -119,8 +119,10 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
                    ssh: SshOptions) -> None:
     """Is the farm ready to be a provider?  One verdict per need (cores and memory, the ingress rig's address, ports
     and port forwarding, DNS, the RPC node, the price feed from the server, one GPU model per rig, the wallet), each
-    with what to do.  Reaches only the rigs, DNS, the RPC node and the ingress's ports, and from the k3s server the
-    marketplace's price feeds; changes nothing.  Exit 8 when something must be fixed first."""
+    with what to do.  Reaches only the rigs, DNS, the RPC node and the ingress's ports, from the k3s server the
+    marketplace's price feeds, and from the ingress rig the echo service provider.yml names, if any (the address
+    the internet sees, where carrier-grade NAT shows); changes nothing.  Exit 8 when something must be fixed
+    first."""
     market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
@@ -132,7 +134,8 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
                      ingress.address, listening, models,
                      provider_run.server_reaches(server, market.provider_fetches, ssh),
-                     provider_run.ingress_sight(ingress, getattr(provider, "public_address_echo", ""), ssh))
+                     provider_run.ingress_sight(ingress, getattr(provider, "public_address_echo", ""),
+                                                getattr(market, "public_target", lambda _: "")(provider), ssh))
     # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
     found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
                                      "and provider apply waits until every rig answers") for r in reports if not r.ok]

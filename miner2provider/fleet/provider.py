@@ -69,10 +69,12 @@ def server_reaches(server: Host, targets: tuple[str, ...], opts: SshOptions) -> 
     return {t: found.get(t, "not asked (no python3 on the server?)") for t in targets}
 
 
-# The ingress rig's own way out (its default route and global addresses) and, only when the owner named an echo
-# service, the address the internet sees it leave from.  Python 3.6+ (old rigs), bounded in time and size.
-_SIGHT = """ip -4 route show default 2>/dev/null | head -n 1 | sed 's/^/route\t/'
-ip -4 -o addr show scope global 2>/dev/null | awk '{{print "addr\t" $4}}'
+# The ingress rig's own way out: its default route, and the route it takes toward ``target`` (the address the
+# owner's DNS gives the provider, when it gave a public one: where leases' traffic goes back to); and, only when
+# the owner named an echo service, the address the internet sees it leave from.  Python 3.6+ (old rigs), bounded
+# in time (5 s) and size (64 bytes).
+_SIGHT = """ip -4 route show default 2>/dev/null | head -n 1 | sed 's/^/default\t/'
+[ -z {target} ] || ip -4 route get {target} 2>/dev/null | head -n 1 | sed 's/^/toward\t/'
 [ -z {url} ] || python3 - {url} <<'M2P_SIGHT'
 import sys, urllib.request
 try:
@@ -84,33 +86,41 @@ M2P_SIGHT
 """
 
 
-def ingress_sight(ingress: Host, echo_url: str, opts: SshOptions) -> IngressSight | str:
-    """How the ingress rig reaches the internet (its gateway and addresses, and the address an echo service saw
-    when ``echo_url`` is given), or why the rig could not be asked."""
-    result = run_one(ingress, _SIGHT.format(url=shlex.quote(echo_url)), opts, file_notes=False)
+def ingress_sight(ingress: Host, echo_url: str, target: str, opts: SshOptions) -> IngressSight | str:
+    """How the ingress rig reaches the internet (its default gateway, its route toward ``target`` when given, and
+    the address an echo service saw when ``echo_url`` is given), or why the rig could not be asked."""
+    script = _SIGHT.format(url=shlex.quote(echo_url), target=shlex.quote(_address_or_empty(target)))
+    result = run_one(ingress, script, opts, file_notes=False)
     if not result.ok:
         return f"{ingress.name}: {result.error}"
     return parse_sight(result.stdout, asked=bool(echo_url))
 
 
 def parse_sight(text: str, asked: bool) -> IngressSight:
-    """``route<TAB>default via 192.168.1.1 dev eth0 ...``, ``addr<TAB>192.168.1.23/24``, ``echo<TAB>81.2.69.160``
-    (or ``echo-error<TAB>why``) lines, as _SIGHT prints them."""
-    gateway, addresses, public, why = "", [], "", ("no answer (no python3 on the rig?)" if asked else "")
+    """Lines as _SIGHT prints them: ``default<TAB>default via 192.168.1.1 dev eth0 proto dhcp ...`` (``ip -4 route
+    show default``), ``toward<TAB>81.2.69.160 via 192.168.1.1 dev eth0 src 192.168.1.23 uid 0`` (``ip -4 route
+    get``), ``echo<TAB>81.2.69.160`` or ``echo-error<TAB>why``."""
+    gateway, via, source, public = "", "", "", ""
+    why = "no answer (no python3 on the rig?)" if asked else ""
     for line in text.splitlines():
         kind, _, value = line.partition("\t")
-        words = value.split()
-        if kind == "route" and "via" in words[:-1]:
-            gateway = words[words.index("via") + 1]
-        elif kind == "addr" and words:
-            addresses.append(words[0].split("/")[0])
+        if kind == "default":
+            gateway = _word_after(value, "via")
+        elif kind == "toward":
+            via, source = _word_after(value, "via"), _word_after(value, "src")
         elif kind == "echo":
             public, why = _address_or_empty(value.strip()), ""
             if not public:
                 why = f"the echo service answered {value.strip()[:48]!r}, not an address"
         elif kind == "echo-error":
             why = f"the echo service did not answer ({value.strip()[:80]})"
-    return IngressSight(gateway, tuple(addresses), public, why)
+    return IngressSight(gateway, via, source, public, why)
+
+
+def _word_after(line: str, key: str) -> str:
+    """The address after ``key`` in one line of ``ip route`` output ("" when absent or not an address)."""
+    words = line.split()
+    return _address_or_empty(words[words.index(key) + 1]) if key in words[:-1] else ""
 
 
 def _address_or_empty(text: str) -> str:

@@ -101,11 +101,13 @@ class ProviderParts:
 
 @dataclass(frozen=True)
 class IngressSight:
-    """How the ingress rig reaches the internet: its default gateway and global addresses, and the public address
-    an echo service saw it leave from ("" when not asked, or ``echo_problem`` says why not)."""
+    """How the ingress rig reaches the internet, as it says itself: its default route's gateway, the gateway and
+    source address of its route toward the provider's public address (``ip route get``; "" when not asked), and the
+    public address an echo service saw it leave from ("" when not asked, or ``echo_problem`` says why not)."""
 
     gateway: str = ""
-    addresses: tuple[str, ...] = ()
+    via: str = ""
+    source: str = ""
     public_address: str = ""
     echo_problem: str = ""
 
@@ -144,7 +146,9 @@ class ProviderState:
 
 class Marketplace(Protocol):
     """Optional capability, asked with getattr (fleet/bundle/charts.py): ``offline_files() -> list[dict[str, str]]``,
-    the files its provider's charts folder holds, where each is published and the digest its publisher lists."""
+    the files its provider's charts folder holds, where each is published and the digest its publisher lists; and
+    (cli/provider.py) ``public_target(provider) -> str``, the public address its DNS gives the provider ("" when
+    none), toward which `provider check` reads the ingress rig's route."""
 
     @property
     def name(self) -> str:

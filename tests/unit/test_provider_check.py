@@ -5,8 +5,11 @@ to (documentation ranges such as 203.0.113.0/24 are not global, so they cannot s
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -249,40 +252,86 @@ def ingress_said(tmp_path, sight, dns=("81.2.69.160",)):
 
 
 def test_carrier_grade_nat_is_judged_from_outside_not_from_the_lan_address(tmp_path):
-    # Without an echo service: the DNS answer stands for the router's address, and the page says how CGNAT shows.
-    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,)))
+    home = IngressSight("192.168.1.1", "192.168.1.1", PRIVATE)  # behind a home router: all the rig itself sees
+    # Without an echo service: the DNS answer stands for the router's address, and the verdict says how CGNAT shows.
+    ((level, text),) = ingress_said(tmp_path, home)
     assert level == "warn" and text.startswith(f"ingress rig rig01 ({PRIVATE}) has a private address: forward tcp "
                                                "80, 443, 8443, 8444 and tcp+udp 30000-32767 from your router's "
-                                               "public address (81.2.69.160, as your DNS says) to it")
-    assert "set public_address_echo in provider.yml" in text and "WAN address (its status page) is not 81.2.69.160" \
-        in text
-    # The rig's own route through the ISP's shared space: carrier-grade NAT, whatever the LAN address says.
-    ((level, text),) = ingress_said(tmp_path, IngressSight("100.72.0.1", ("100.72.3.4",)))
-    assert level == "fail" and "its route leaves through 100.72.0.1, carrier-grade NAT" in text
-    # The echo service's answer: the public address as the internet sees it.
-    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "81.2.69.160"))
-    assert level == "warn" and "from your router's public address 81.2.69.160 (as the internet sees it)" in text
-    said = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "81.2.69.161"))
-    assert said[0] == ("fail", "provider.farm.example.com points at 81.2.69.160, but the farm leaves from "
-                               "81.2.69.161 (the echo service's answer): point the A records at 81.2.69.161, or "
-                               "the ingress is another line's")
-    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "100.64.9.9"))
-    assert level == "fail" and "saw the farm leave from 100.64.9.9, not a public address" in text
-    ((level, text),) = ingress_said(tmp_path, IngressSight("192.168.1.1", (PRIVATE,), "", "the echo service did not "
-                                                           "answer (URLError)"))
+                                               "public address (81.2.69.160, as your DNS says) to it. ")
+    assert "set public_address_echo in provider.yml" in text
+    assert text.endswith("if your router's own WAN address (its status page) is not 81.2.69.160, the line is "
+                         "behind carrier-grade NAT and no lease is reachable: ask your ISP for a public address or "
+                         "use a VPS as the ingress")
+    # The rig's own route through the ISP's shared space: carrier-grade NAT, whatever its LAN address says.
+    for sight, where in ((IngressSight("192.168.1.1", "100.72.0.1", PRIVATE), "its route to the internet leaves "
+                                                                               "through 100.72.0.1"),
+                         (IngressSight("100.72.0.1"), "its default gateway is 100.72.0.1"),
+                         (IngressSight("", "", "100.72.3.4"), "its route's source address is 100.72.3.4")):
+        ((level, text),) = ingress_said(tmp_path, sight)
+        assert (level, text) == ("fail", f"ingress rig rig01 ({PRIVATE}): {where}, carrier-grade NAT (your ISP's "
+                                         "NAT): nothing from the internet reaches it; ask your ISP for a public "
+                                         "address, or use a public node (a VPS) as the ingress")
+    # The echo service's answer Y: the public address as the internet sees it.
+    ((level, text),) = ingress_said(tmp_path, replace(home, public_address="81.2.69.160"))
+    assert (level, text) == ("warn", f"ingress rig rig01 ({PRIVATE}) has a private address: forward tcp 80, 443, "
+                                     "8443, 8444 and tcp+udp 30000-32767 from your router's public address "
+                                     "81.2.69.160 (as the internet sees it) to it")
+    moved = checkup.verdicts(provider(tmp_path), seen(ingress_address=PRIVATE, ingress_sight=replace(
+        home, public_address="81.2.69.161")))
+    said = [(v.level, v.text) for v in moved if v.topic in ("ingress", "dns")]
+    assert said[0] == ("fail", "provider.farm.example.com points at 81.2.69.160; the farm leaves from 81.2.69.161 "
+                               "(the echo service's answer): point provider.farm.example.com and "
+                               "*.ingress.farm.example.com at 81.2.69.161, or pick an ingress rig on the line "
+                               "behind 81.2.69.160")
+    assert [v.topic for v in moved][1:3] == ["dns", "ingress"]
+    assert said[1][0] == "warn" and "from your router's public address 81.2.69.161" in said[1][1]
+    ((level, text),) = ingress_said(tmp_path, replace(home, public_address="100.64.9.9"))
+    assert level == "fail" and "saw the farm leave from 100.64.9.9, not a public address: carrier-grade NAT" in text
+    ((level, text),) = ingress_said(tmp_path, replace(home, echo_problem="the echo service did not answer (URLError)"))
     assert level == "warn" and "m2p could not ask: the echo service did not answer (URLError)" in text
+    ((level, text),) = ingress_said(tmp_path, "rig01: connection refused")
+    assert level == "warn" and "the rig's route could not be read (rig01: connection refused)" in text
+
+
+def test_the_rigs_route_source_says_whether_it_is_public(tmp_path):
+    """The rig's route leaves from the public address (a rig on the line itself): no forwarding, with or without
+    the echo; a rig the inventory names by a VPN address in 100.64.0.0/10 is judged by the way it leaves."""
+    public = IngressSight("81.2.69.1", "81.2.69.1", "81.2.69.160")
+    for sight in (public, replace(public, public_address="81.2.69.160")):
+        ((level, text),) = ingress_said(tmp_path, sight)
+        assert level == "ok" and f"ingress rig rig01 ({PRIVATE}) has a public address (81.2.69.160)" in text
+        assert "no port forwarding" in text
+    reach = {v.topic: v.text for v in checkup.verdicts(provider(tmp_path), seen(ingress_address=PRIVATE,
+                                                                               ingress_sight=public))}["reach"]
+    assert "no port forwarding: the rig's address is public" in reach
+    vpn = checkup.verdicts(provider(tmp_path), seen(ingress_address="100.100.7.7", ingress_sight=IngressSight(
+        "192.168.1.1", "192.168.1.1", PRIVATE)))
+    ((level, text),) = [(v.level, v.text) for v in vpn if v.topic == "ingress"]
+    assert level == "warn" and "has a private address: forward" in text and f"to {PRIVATE}." in text
 
 
 def test_the_ingress_rigs_sight_is_read_from_its_own_output():
-    text = ("route\tdefault via 192.168.1.1 dev eth0 proto dhcp src 192.168.1.23 metric 100\n"
-            "addr\t192.168.1.23/24\naddr\t10.0.3.1/16\necho\t81.2.69.160\n")
-    assert parse_sight(text, asked=True) == IngressSight("192.168.1.1", ("192.168.1.23", "10.0.3.1"), "81.2.69.160")
+    """Golden output of ``ip -4 route show default``, ``ip -4 route get`` (iproute2) and echo answers."""
+    text = ("default\tdefault via 192.168.1.1 dev eth0 proto dhcp src 192.168.1.23 metric 100\n"
+            "toward\t81.2.69.160 via 192.168.1.1 dev eth0 src 192.168.1.23 uid 0 \n"
+            "echo\t81.2.69.160\n")
+    assert parse_sight(text, asked=True) == IngressSight("192.168.1.1", "192.168.1.1", "192.168.1.23", "81.2.69.160")
+    cgnat = ("default\tdefault via 100.72.0.1 dev wan0 proto static\n"
+             "toward\t81.2.69.160 via 100.72.0.1 dev wan0 src 100.72.3.4 uid 1000 \n")
+    assert parse_sight(cgnat, asked=False) == IngressSight("100.72.0.1", "100.72.0.1", "100.72.3.4")
+    # On the line itself (the route toward its own public address is local), and a tunnel's link route.
+    assert parse_sight("toward\tlocal 81.2.69.160 dev lo table local src 81.2.69.160 uid 0 \n", asked=False) == \
+        IngressSight("", "", "81.2.69.160")
+    assert parse_sight("default\tdefault dev wg0 scope link\n", asked=False) == IngressSight()
+    assert parse_sight("echo\t81.2.69.160\n", asked=True).public_address == "81.2.69.160"
+    assert parse_sight("echo\t2001:db8::1\n", asked=True).public_address == "2001:db8::1"
     assert parse_sight("echo\t<html>\n", asked=True).echo_problem == \
         "the echo service answered '<html>', not an address"
+    assert parse_sight("echo\t\n", asked=True).echo_problem == "the echo service answered '', not an address"
     assert parse_sight("echo-error\tTimeoutError\n", asked=True).echo_problem == \
         "the echo service did not answer (TimeoutError)"
     assert parse_sight("", asked=True).echo_problem == "no answer (no python3 on the rig?)"
-    assert parse_sight("route\tdefault dev wg0 scope link\n", asked=False) == IngressSight()
+    assert parse_sight("", asked=False) == IngressSight()
 
 
 def test_public_address_echo_must_be_https(tmp_path):
@@ -293,3 +342,65 @@ def test_public_address_echo_must_be_https(tmp_path):
         "https://echo.invalid/ip"
     with pytest.raises(Exception, match=r"p.yml:6: public_address_echo.*an https URL"):
         parse(base + "public_address_echo: http://echo.invalid/ip\n", str(text))
+
+
+def test_the_ingress_rig_is_asked_its_route_toward_the_dns_answer_and_the_echo(tmp_path, monkeypatch):
+    """_SIGHT run here by sh, as the rig's shell runs it: a stand-in ``ip`` prints iproute2's output, and the
+    echo is a loopback listener answering with an address as plain text."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from threading import Thread
+
+    from miner2provider.core.inventory import Host
+    from miner2provider.detect.ssh import Result
+    from miner2provider.fleet import provider as provider_run
+
+    (tmp_path / "ip").write_text("#!/bin/sh\necho \"$*\" >> \"$0.args\"\ncase \"$*\" in\n"
+                                 "*default*) echo 'default via 192.168.1.1 dev eth0 proto dhcp metric 100' ;;\n"
+                                 "*get*) printf '81.2.69.160 via 192.168.1.1 dev eth0 src 192.168.1.23 uid 0 \\n"
+                                 "    cache \\n' ;;\nesac\n")
+    (tmp_path / "ip").chmod(0o755)
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"81.2.69.160\n" + b"x" * 4096)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Echo)
+    Thread(target=server.serve_forever, daemon=True).start()
+    scripts = []
+
+    def here(host, script, opts, **kw):
+        scripts.append(script)
+        done = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+        return Result(host, done.stdout, done.returncode)
+
+    monkeypatch.setattr(provider_run, "run_one", here)
+    rig = Host("rig01", "192.168.1.23", 22, "user", None, None, None, ("all",), {})
+    try:
+        echo = f"http://127.0.0.1:{server.server_port}/ip"
+        assert provider_run.ingress_sight(rig, echo, "81.2.69.160", None) == IngressSight(
+            "192.168.1.1", "192.168.1.1", "192.168.1.23", "81.2.69.160")
+        assert (tmp_path / "ip.args").read_text() == "-4 route show default\n-4 route get 81.2.69.160\n"
+        # No echo named: none asked; a target that is not an address never reaches the shell.
+        assert provider_run.ingress_sight(rig, "", "$(reboot)", None) == IngressSight("192.168.1.1")
+        assert "reboot" not in scripts[-1] and (tmp_path / "ip.args").read_text().count("\n") == 3
+    finally:
+        server.shutdown()
+    monkeypatch.setattr(provider_run, "run_one", lambda host, script, opts, **kw: Result(
+        host, failure="refused", error="connection refused (is sshd running?)"))
+    assert provider_run.ingress_sight(rig, "", "", None) == "rig01: connection refused (is sshd running?)"
+
+
+def test_the_akash_target_is_the_first_public_dns_answer(tmp_path, monkeypatch):
+    from miner2provider.market.akash import AKASH
+
+    monkeypatch.setattr(outside, "resolve", lambda name: ("10.0.0.5", "81.2.69.160") if name.startswith(
+        "provider.") else ())
+    assert AKASH.public_target(provider(tmp_path)) == "81.2.69.160"
+    monkeypatch.setattr(outside, "resolve", lambda name: "Name or service not known")
+    assert AKASH.public_target(provider(tmp_path)) == ""

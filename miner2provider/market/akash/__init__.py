@@ -88,6 +88,11 @@ class Akash:
     def provider_fetches(self) -> tuple[str, ...]:
         return checkup.PRICE_FEEDS
 
+    def public_target(self, provider: provider_file.ProviderFile) -> str:
+        """The first public address DNS gives provider.<domain> ("" when none): the ingress rig's route toward it
+        is the way leases' traffic goes back out."""
+        return checkup.public_answer(outside.resolve(checkup.names(provider)[0]))
+
     def provider_check(self, provider: provider_file.ProviderFile, farm: FarmFacts,
                        environ: Mapping[str, str]) -> list[Verdict]:
         seen = checkup.Seen(farm, {name: outside.resolve(name) for name in checkup.names(provider)},

@@ -81,7 +81,7 @@ def _reach(provider: ProviderFile, seen: Seen) -> Verdict:
     rig = f"{provider.ingress_rig} ({seen.farm.ingress_address})"
     forward = (f"your router must forward tcp {', '.join(map(str, INGRESS_PORTS))} and tcp+udp "
                f"{NODE_PORTS[0]}-{NODE_PORTS[1]} from its public address to {seen.farm.ingress_address}")
-    if kind_of(seen.farm.ingress_address) == "public":
+    if kind_of(_local(seen)) == "public":
         forward = "no port forwarding: the rig's address is public"
     closed = {p: why for p, why in seen.reach.items() if why}
     if not seen.reach:
@@ -158,59 +158,73 @@ def _audit(seen: Seen) -> Verdict:
                                           "to be audited")
 
 
-def _ingress(provider: ProviderFile, seen: Seen) -> list[Verdict]:
-    """Carrier-grade NAT is judged where it shows: the ingress rig's own route, and (when the owner named an echo
-    service) the address the internet sees the farm leave from; never from the rig's LAN address alone."""
-    kind = kind_of(seen.farm.ingress_address)
-    rig = f"ingress rig {provider.ingress_rig} ({seen.farm.ingress_address})"
+def public_answer(found: tuple[str, ...] | str) -> str:
+    """The first public address in a DNS answer ("" when it has none, or the name did not resolve)."""
+    return next((a for a in found if kind_of(a) == "public"), "") if isinstance(found, tuple) else ""
+
+
+def _local(seen: Seen) -> str:
+    """The ingress rig's own address on its way out: its route's source when it said one, else the inventory's (a
+    rig named by its VPN address still leaves through its LAN)."""
     sight = seen.farm.ingress_sight
-    dns = next((a for a in _answers(seen, f"provider.{provider.domain}") if kind_of(a) == "public"), "")
+    return sight.source if isinstance(sight, IngressSight) and sight.source else seen.farm.ingress_address
+
+
+def _ingress(provider: ProviderFile, seen: Seen) -> list[Verdict]:
+    """Carrier-grade NAT is judged where it shows: the ingress rig's own route (its gateways and source address),
+    and, when the owner named an echo service, the address the internet sees the farm leave from; never from the
+    rig's LAN address alone (behind a home router on a CGNAT line the rig has an ordinary private address)."""
+    sight = seen.farm.ingress_sight
+    told = sight if isinstance(sight, IngressSight) else IngressSight()
+    rig = f"ingress rig {provider.ingress_rig} ({seen.farm.ingress_address})"
+    local = _local(seen)
+    kind = kind_of(local)
+    to = "it" if local == seen.farm.ingress_address else local
+    dns = public_answer(seen.resolved.get(f"provider.{provider.domain}", ()))
     ports = f"tcp {', '.join(map(str, INGRESS_PORTS))} and tcp+udp {NODE_PORTS[0]}-{NODE_PORTS[1]}"
-    shared = [a for a in (sight.gateway, *sight.addresses) if kind_of(a) == "cgnat"] \
-        if isinstance(sight, IngressSight) else []
-    if kind == "cgnat" or shared:
-        where = f"its route leaves through {shared[0]}" if shared else "it has a 100.64.0.0/10 address"
-        return [Verdict("fail", "ingress", f"{rig}: {where}, carrier-grade NAT (your ISP's NAT): nothing from the "
-                                           "internet reaches it; ask your ISP for a public address, or use a public "
-                                           "node (a VPS) as the ingress")]
-    if isinstance(sight, IngressSight) and sight.public_address:
-        seen_as = sight.public_address
+    nat = ("carrier-grade NAT (your ISP's NAT): nothing from the internet reaches it; ask your ISP for a public "
+           "address, or use a public node (a VPS) as the ingress")
+    shared = [f"{what} {address}" for what, address in (("its route to the internet leaves through", told.via),
+                                                         ("its default gateway is", told.gateway),
+                                                         ("its route's source address is", told.source))
+              if kind_of(address) == "cgnat"]
+    if shared or kind == "cgnat":
+        return [Verdict("fail", "ingress", f"{rig}: {shared[0] if shared else 'it has a 100.64.0.0/10 address'}, "
+                                           f"{nat}")]
+    if told.public_address:
+        seen_as = told.public_address
         if kind_of(seen_as) != "public":
             return [Verdict("fail", "ingress", f"{rig}: the echo service saw the farm leave from {seen_as}, not a "
-                                               "public address: carrier-grade NAT; ask your ISP for a public "
-                                               "address, or use a VPS as the ingress")]
+                                               f"public address: {nat}")]
         out = []
         if dns and dns != seen_as:
-            out.append(Verdict("fail", "ingress", f"provider.{provider.domain} points at {dns}, but the farm leaves "
-                                                  f"from {seen_as} (the echo service's answer): point the A records "
-                                                  f"at {seen_as}, or the ingress is another line's"))
-        if kind == "public":
-            return [*out, Verdict("ok", "ingress", f"{rig} has a public address; the internet sees {seen_as}")]
+            out.append(Verdict("fail", "dns", f"provider.{provider.domain} points at {dns}; the farm leaves from "
+                                              f"{seen_as} (the echo service's answer): point provider.{provider.domain}"
+                                              f" and *.ingress.{provider.domain} at {seen_as}, or pick an ingress "
+                                              f"rig on the line behind {dns}"))
+        if kind == "public" or local == seen_as:
+            return [*out, Verdict("ok", "ingress", f"{rig} has a public address ({local}); the internet sees the "
+                                                   f"farm as {seen_as}: no port forwarding")]
         return [*out, Verdict("warn", "ingress", f"{rig} has a private address: forward {ports} from your "
                                                  f"router's public address {seen_as} (as the internet sees it) to "
-                                                 f"{seen.farm.ingress_address}")]
-    if kind == "public":
-        return [Verdict("ok", "ingress", f"{rig} has a public address")]
+                                                 f"{to}")]
+    if kind == "public" or (dns and local == dns):
+        return [Verdict("ok", "ingress", f"{rig} has a public address ({local}): no port forwarding")]
     if kind == "private":
         router = f"your router's public address ({dns}, as your DNS says)" if dns else "your router's public address"
-        unseen = "m2p did not ask (set public_address_echo in provider.yml to let the ingress rig ask a service " \
-                 "you trust)" if not isinstance(sight, IngressSight) or not sight.echo_problem \
-            else f"m2p could not ask: {sight.echo_problem}"
+        unseen = (f"m2p could not ask: {told.echo_problem}" if told.echo_problem else
+                  "m2p did not ask (set public_address_echo in provider.yml to let the ingress rig ask a service "
+                  "you trust)")
         if isinstance(sight, str):
             unseen += f"; the rig's route could not be read ({sight})"
-        return [Verdict("warn", "ingress", f"{rig} has a private address: forward {ports} from {router} to it. "
+        return [Verdict("warn", "ingress", f"{rig} has a private address: forward {ports} from {router} to {to}. "
                                            "Carrier-grade NAT shows only from outside, and "
                                            f"{unseen}: if your router's own WAN address (its status page) is not "
-                                           f"{dns or 'that public address'}, your ISP's NAT is in the way and no "
-                                           "lease is reachable: ask for a public address or use a VPS as the "
-                                           "ingress")]
+                                           f"{dns or 'that public address'}, the line is behind carrier-grade NAT "
+                                           "and no lease is reachable: ask your ISP for a public address or use a "
+                                           "VPS as the ingress")]
     return [Verdict("warn", "ingress", f"{rig}: the inventory names it by host name; m2p checks the address "
                                        "its DNS names resolve to below")]
-
-
-def _answers(seen: Seen, name: str) -> tuple[str, ...]:
-    found = seen.resolved.get(name, ())
-    return found if isinstance(found, tuple) else ()
 
 
 def _dns(provider: ProviderFile, seen: Seen) -> list[Verdict]:

@@ -71,12 +71,14 @@ def server_reaches(server: Host, targets: tuple[str, ...], opts: SshOptions) -> 
 
 # The ingress rig's own way out: its default route, and the route it takes toward ``target`` (the address the
 # owner's DNS gives the provider, when it gave a public one: where leases' traffic goes back to); and, only when
-# the owner named an echo service, the address the internet sees it leave from.  Python 3.6+ (old rigs), bounded
-# in time (5 s) and size (64 bytes).
+# the owner named an echo service, the IPv4 address the internet sees it leave from (asked over IPv4).  Python 3.6+
+# (old rigs), bounded in time (5 s) and size (64 bytes).
 _SIGHT = """ip -4 route show default 2>/dev/null | head -n 1 | sed 's/^/default\t/'
 [ -z {target} ] || ip -4 route get {target} 2>/dev/null | head -n 1 | sed 's/^/toward\t/'
 [ -z {url} ] || python3 - {url} <<'M2P_SIGHT'
-import sys, urllib.request
+import socket, sys, urllib.request
+ask = socket.getaddrinfo  # IPv4 only: the ingress is the A records' address
+socket.getaddrinfo = lambda host, port, family=0, *rest, **kw: ask(host, port, socket.AF_INET, *rest, **kw)
 try:
     body = urllib.request.urlopen(sys.argv[1], timeout=5).read(64).decode("ascii", "replace").split()
     print("echo\t" + (body[0] if body else ""))
@@ -110,8 +112,8 @@ def parse_sight(text: str, asked: bool) -> IngressSight:
             via, source = _word_after(value, "via"), _word_after(value, "src")
         elif kind == "echo":
             public, why = _address_or_empty(value.strip()), ""
-            if not public:
-                why = f"the echo service answered {value.strip()[:48]!r}, not an address"
+            if ":" in public or not public:
+                public, why = "", f"the echo service answered {value.strip()[:48]!r}, not an IPv4 address"
         elif kind == "echo-error":
             why = f"the echo service did not answer ({value.strip()[:80]})"
     return IngressSight(gateway, via, source, public, why)

@@ -324,10 +324,11 @@ def test_the_ingress_rigs_sight_is_read_from_its_own_output():
         IngressSight("", "", "81.2.69.160")
     assert parse_sight("default\tdefault dev wg0 scope link\n", asked=False) == IngressSight()
     assert parse_sight("echo\t81.2.69.160\n", asked=True).public_address == "81.2.69.160"
-    assert parse_sight("echo\t2001:db8::1\n", asked=True).public_address == "2001:db8::1"
+    assert parse_sight("echo\t2001:db8::1\n", asked=True) == IngressSight(
+        echo_problem="the echo service answered '2001:db8::1', not an IPv4 address")
     assert parse_sight("echo\t<html>\n", asked=True).echo_problem == \
-        "the echo service answered '<html>', not an address"
-    assert parse_sight("echo\t\n", asked=True).echo_problem == "the echo service answered '', not an address"
+        "the echo service answered '<html>', not an IPv4 address"
+    assert parse_sight("echo\t\n", asked=True).echo_problem == "the echo service answered '', not an IPv4 address"
     assert parse_sight("echo-error\tTimeoutError\n", asked=True).echo_problem == \
         "the echo service did not answer (TimeoutError)"
     assert parse_sight("", asked=True).echo_problem == "no answer (no python3 on the rig?)"

@@ -88,6 +88,8 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics,
         if per_mhs is not None:
             power = (economics.power_cost_of(m.watts) if m.watts is not None
                      else economics.power_cost_per_hour(m.model))
+            if power is None:  # power priced, but neither measured nor in the file: unknown, never free
+                continue
             priced.setdefault((m.model, m.memory), []).append((m.mhs * per_mhs, power, m.watts))
     out = []
     for (model, memory), count in sorted(Counter(cards).items()):
@@ -101,7 +103,8 @@ def floors(cards: Iterable[tuple[str, str]], economics: Economics,
                              f"measured ({len(rows)} GPUs)"))
             continue
         figure, watts_figure = economics.mining_revenue(model), economics.power(model)
-        net = None if figure is None else figure / 24 - economics.power_cost_per_hour(model)
+        power = economics.power_cost_per_hour(model)
+        net = None if figure is None or power is None else figure / 24 - power
         out.append(Floor(model, memory, count, figure, watts_figure, net, economics.floor_per_hour(model)))
     return out
 

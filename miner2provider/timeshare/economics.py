@@ -17,7 +17,10 @@ measured figures into the same shape).
 
 Models are the names m2p's Akash labels use (``rtx3090``, ``cmp90hx``); ``default`` serves a model
 the file does not list.  A model with neither its own figure nor a default has no estimate: it is
-shown as unknown, never guessed.  Every mistake is an EconomicsError at its file:line.
+shown as unknown, never guessed; with a power price, a model without watts has no floor (its power
+is unknown, never free).  The names themselves are held to m2p's card database on the controller
+(market/pricing.py ``check_models``): this parser runs on rigs too and knows no marketplace.
+Every mistake is an EconomicsError at its file:line.
 """
 
 from __future__ import annotations
@@ -70,23 +73,35 @@ class Economics:
     def power(self, model: str) -> float | None:
         return self.power_watts.get(model, self.power_watts.get("default"))
 
-    def power_cost_per_hour(self, model: str) -> float:
-        """What one card of ``model`` costs in power per hour, by the file's watts (0 without watts or price)."""
-        return self.power_cost_of(self.power(model))
+    def power_cost_per_hour(self, model: str) -> float | None:
+        """What one card of ``model`` costs in power per hour, by the file's watts: 0 when the file prices no
+        power (power is then counted for no card), None when it prices power but gives ``model`` no watts (its
+        own or ``default``): unknown, never free."""
+        if self.power_price_per_kwh is None:
+            return 0.0
+        watts = self.power(model)
+        return None if watts is None else self.power_cost_of(watts)
 
-    def power_cost_of(self, watts: float | None) -> float:
-        """What drawing ``watts`` (a figure or a measurement) costs per hour (0 without watts or price)."""
-        if watts is None or self.power_price_per_kwh is None:
+    def power_cost_of(self, watts: float) -> float:
+        """What drawing ``watts`` (a figure or the agent's measurement) costs per hour (0 without a power price)."""
+        if self.power_price_per_kwh is None:
             return 0.0
         return watts / 1000 * self.power_price_per_kwh
 
     def floor_per_hour(self, model: str) -> float | None:
         """The lowest lease price per GPU-hour that beats mining by the margin (pricing.py says why the
-        lease covers the power too); None without a mining revenue figure for the model."""
-        revenue = self.mining_revenue(model)
-        if revenue is None:
+        lease covers the power too); None without a mining revenue figure for the model, or without its
+        watts when power has a price (``lacking`` says which)."""
+        revenue, power = self.mining_revenue(model), self.power_cost_per_hour(model)
+        if revenue is None or power is None:
             return None
-        return self.floor(revenue, self.power_cost_per_hour(model))
+        return self.floor(revenue, power)
+
+    def lacking(self, model: str) -> str:
+        """Why ``model`` has no floor (the key it lacks), or "" when it has one."""
+        if self.mining_revenue(model) is None:
+            return "mining_revenue_per_gpu_day"
+        return "gpu_power_watts" if self.power_cost_per_hour(model) is None else ""
 
     def floor(self, revenue_per_day: float, power_per_hour: float) -> float:
         """The floor for one card earning ``revenue_per_day`` mining and costing ``power_per_hour``."""

@@ -111,8 +111,15 @@ def quote(cards: Mapping[str, int], economics: Economics, measured: Hashrates | 
                      f"economics file (no mining_revenue_per_mhs_day for the measured {algo})")
     lease = sum(n * (economics.lease_price(m) or 0.0) for m, n in cards.items())
     gpus = sum(cards.values())
-    file_power = sum(n * economics.power_cost_per_hour(m) for m, n in cards.items()) / max(gpus, 1)
-    powers = [economics.power_cost_of(w) for w in watts] if watts else [file_power] * len(mhs)
+    if watts:  # the agent's measured watts: the file's are not needed
+        powers = [economics.power_cost_of(w) for w in watts]
+    else:
+        costs = {m: economics.power_cost_per_hour(m) for m in cards}
+        unknown = sorted(m for m, cost in costs.items() if cost is None)
+        if unknown:  # power priced but these models have no watts: unknown, never free
+            return Quote(lease, None, "; ".join(f"gpu_power_watts for {m}" for m in unknown),
+                         f"measured {algo} hashrate of {len(mhs)} GPUs")
+        powers = [sum(n * (costs[m] or 0.0) for m, n in cards.items()) / max(gpus, 1)] * len(mhs)
     floor = sum(economics.floor(rate * per_mhs, power) for rate, power in zip(mhs, powers))
     return Quote(lease, floor, "", f"measured {algo} hashrate of {len(mhs)} GPUs")
 
@@ -126,7 +133,7 @@ def _file_quote(cards: Mapping[str, int], economics: Economics) -> Quote:
         else:
             lease += count * price
         if model_floor is None:
-            missing.append(f"mining_revenue_per_gpu_day for {model}")
+            missing.append(f"{economics.lacking(model)} for {model}")
         else:
             floor += count * model_floor
     if not cards:

@@ -142,3 +142,77 @@ def test_economics_and_schedule_starters_pass_their_checks(tmp_path, monkeypatch
     (tmp_path / "bad.yml").write_text("gpu_power_watts: {rtx3700: 130}\n")
     assert main(["economics", "check", "bad.yml"]) == 7
     assert "bad.yml:1: rtx3700 is not a GPU model m2p knows" in capsys.readouterr().err
+
+
+def test_unknown_power_is_no_floor_never_free_power():
+    """With a power price, a model the file gives no watts has no floor (check_models says so first, at the
+    command; the floor path itself never prices its power at 0)."""
+    econ = economics.parse("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\n"
+                           "gpu_power_watts: {rtx3090: 300}\n")
+    assert econ.power_cost_per_hour("rtx3070") is None and econ.lacking("rtx3070") == "gpu_power_watts"
+    (floor,) = pricing.floors([("rtx3070", "8Gi")], econ)
+    assert floor.floor_per_hour is None and floor.net_per_hour is None and akash_mappings([floor]) == ""
+    # the agent's measured watts stand in for the file's
+    (measured,) = pricing.floors([("rtx3070", "8Gi")], economics.parse(
+        "mining_revenue_per_mhs_day: {kawpow: 0.02}\npower_price_per_kwh: 0.12\n"), [
+        pricing.MeasuredCard("rtx3070", "8Gi", "kawpow", 20.0, 130.0)])
+    assert measured.floor_per_hour == pytest.approx(max(0.4 / 24, 0.0156)) and measured.source.startswith("measured")
+    unmeasured = pricing.floors([("rtx3070", "8Gi")], economics.parse(
+        "mining_revenue_per_mhs_day: {kawpow: 0.02}\npower_price_per_kwh: 0.12\n"), [
+        pricing.MeasuredCard("rtx3070", "8Gi", "kawpow", 20.0, None)])
+    assert unmeasured[0].floor_per_hour is None  # neither measured nor written: unknown
+    # no power price: power is counted for no card, by the owner's choice
+    free = economics.parse("mining_revenue_per_gpu_day: {default: 0.48}\n")
+    assert free.power_cost_per_hour("rtx3070") == 0.0 and free.floor_per_hour("rtx3070") == pytest.approx(0.02)
+
+
+def test_default_watts_cover_every_farm_model_and_known_names_pass():
+    econ = economics.parse("mining_revenue_per_gpu_day: {default: 0.40, cmp90hx: 1.1}\npower_price_per_kwh: 0.12\n"
+                           "gpu_power_watts: {default: 200, rtx3070: 130}\nlease_price_per_gpu_hour: {default: 0.1}\n",
+                           "econ.yml")
+    assert pricing.check_models(econ, {"rtx3070", "rtx3090", "cmp90hx"}) is econ
+    assert set(econ.models()) == {"cmp90hx", "rtx3070"}  # default is no model
+    assert {"rtx3070", "cmp90hx"} <= pricing.known_models()
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("lease_price_per_gpu_hour:\n  default: 0.1\n  rtx3700: 0.2\n", "econ.yml:3: rtx3700 is not a GPU model"),
+    ("mining_revenue_per_gpu_day: {cmp90xh: 1.0}\n", "econ.yml:1: cmp90xh is not a GPU model"),
+])
+def test_a_misspelt_model_in_any_per_model_map_is_refused_with_the_name_meant(text, said):
+    with pytest.raises(EconomicsError) as caught:
+        pricing.check_models(economics.parse(text, "econ.yml"))
+    assert said in str(caught.value) and "did you mean" in str(caught.value)
+    assert caught.value.exit_code == 7
+
+
+def test_a_name_m2p_does_not_know_and_nothing_alike_says_where_to_find_the_names():
+    with pytest.raises(EconomicsError, match=r"econ.yml:1: qqq is not a GPU model .*`m2p pricing` and "
+                                             r"`m2p attributes` name each rig's"):
+        pricing.check_models(economics.parse("gpu_power_watts: {qqq: 100}\n", "econ.yml"))
+
+
+def test_pricing_refuses_a_misspelt_model_and_a_farm_model_without_power_exit_7(tmp_path, capsys, saved_report):
+    report = saved_report(("NVIDIA GeForce RTX 3070", "2484", 8192))
+    econ = tmp_path / "econ.yml"
+    econ.write_text("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\nmargin: 0.15\n"
+                    "gpu_power_watts:\n  rtx3700: 130\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == 7
+    err = capsys.readouterr().err
+    assert f"{econ}:5: rtx3700 is not a GPU model m2p knows" in err and "did you mean rtx3070?" in err
+    econ.write_text("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ)]) == 7
+    assert "no figure for rtx3070 (cards this farm has)" in capsys.readouterr().err
+    econ.write_text("mining_revenue_per_gpu_day: {default: 0.40}\npower_price_per_kwh: 0.12\nmargin: 0.15\n"
+                    "gpu_power_watts:\n  rtx3070: 130\n")
+    assert main(["pricing", "--from", str(report), "--economics", str(econ), "--format", "akash"]) == 0
+    assert capsys.readouterr().out.strip() == "rtx3070.8Gi=12.28"  # docs/economics.md's worked example
+
+
+def test_schedule_apply_refuses_a_misspelt_economics_file_before_any_rig(tmp_path, capsys):
+    (tmp_path / "rigs.yml").write_text("all:\n  hosts:\n    rig1:\n      ansible_host: 10.0.0.1\n")
+    (tmp_path / "s.yml").write_text("timezone: UTC\npolicy: profit\n")
+    (tmp_path / "e.yml").write_text("gpu_power_watts: {rtx3700: 130}\n")
+    code = main(["schedule", "apply", str(tmp_path / "s.yml"), "--economics", str(tmp_path / "e.yml"),
+                 "-i", str(tmp_path / "rigs.yml"), "--yes"])
+    assert code == 7 and f"{tmp_path / 'e.yml'}:1: rtx3700 is not a GPU model" in capsys.readouterr().err

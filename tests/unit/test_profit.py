@@ -168,3 +168,17 @@ def test_profit_schedule_mistakes_name_their_line(text, line, said):
 def test_a_profit_schedule_reads_its_hysteresis():
     assert model.parse("timezone: UTC\npolicy: profit\nhysteresis: 0.1\n").hysteresis == 0.1
     assert model.parse("timezone: UTC\npolicy: profit\n").hysteresis == model.DEFAULT_HYSTERESIS
+
+
+def test_a_rig_model_without_watts_has_no_floor_when_power_has_a_price():
+    """Unknown power is never free: the quote names the watts it lacks and decides nothing; measured watts serve."""
+    econ = economics.parse("lease_price_per_gpu_hour: {default: 0.30}\nmining_revenue_per_gpu_day: {default: 2.4}\n"
+                           "mining_revenue_per_mhs_day: {kawpow: 0.02}\ngpu_power_watts: {rtx3090: 300}\n"
+                           "power_price_per_kwh: 0.20\n")
+    q = profit.quote({"rtx3070": 1}, econ)
+    assert q.floor_per_hour is None and q.missing == "gpu_power_watts for rtx3070"
+    unmeasured = profit.quote({"rtx3070": 1}, econ, ("kawpow", (20.0,), ()))
+    assert unmeasured.floor_per_hour is None and unmeasured.missing == "gpu_power_watts for rtx3070"
+    measured = profit.quote({"rtx3070": 1}, econ, ("kawpow", (20.0,), (130.0,)))
+    assert measured.floor_per_hour == pytest.approx(0.026 + max(0.4 / 24 - 0.026, 0)) and not measured.missing
+    assert profit.decide_offer(profit.Offer(), q, 0.0, 0.05, 600) == profit.Offer()

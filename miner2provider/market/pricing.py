@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from miner2provider.agent.status import Measured
 from miner2provider.core.errors import EconomicsError
+from miner2provider.detect.facts.amd import AMDGPU_IDS
 from miner2provider.market import cards as card_database
 from miner2provider.market.cards import Card, amd_combos, cards_of
 from miner2provider.timeshare import economics as economics_file
@@ -119,8 +120,9 @@ def fleet_floors(rigs: Iterable[RigGpus], economics: Economics) -> list[Floor]:
 
 
 def known_models() -> set[str]:
-    """Every model name m2p's card database gives a card: the names an economics file may price."""
-    return {card.slug for card in card_database.load().values()}
+    """Every model name m2p gives a card it knows (its NVIDIA database and the AMD cards detect names): the
+    names an economics file may price."""
+    return {card.slug for card in card_database.load().values()} | {slug for slug, _ in AMDGPU_IDS.values()}
 
 
 def check_models(economics: Economics, farm_models: Iterable[str] = ()) -> Economics:

@@ -172,7 +172,8 @@ def test_default_watts_cover_every_farm_model_and_known_names_pass():
                            "econ.yml")
     assert pricing.check_models(econ, {"rtx3070", "rtx3090", "cmp90hx"}) is econ
     assert set(econ.models()) == {"cmp90hx", "rtx3070"}  # default is no model
-    assert {"rtx3070", "cmp90hx"} <= pricing.known_models()
+    assert {"rtx3070", "cmp90hx", "rx580", "rx6800"} <= pricing.known_models()  # AMD rigs' cards too
+    pricing.check_models(economics.parse("gpu_power_watts: {rx580: 120}\n", "econ.yml"))  # no farm needed
 
 
 @pytest.mark.parametrize(("text", "said"), [

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from miner2provider.agent.status import Measured
+from miner2provider.core import textfiles
 from miner2provider.core.errors import EconomicsError
 from miner2provider.detect.facts.amd import AMDGPU_IDS
 from miner2provider.market import cards as card_database
@@ -137,7 +138,8 @@ def check_models(economics: Economics, farm_models: Iterable[str] = ()) -> Econo
             close = closest_models(model, farm, allowed)
             hint = f"did you mean {' or '.join(close)}?" if close else \
                 "`m2p pricing` and `m2p attributes` name each rig's"
-            raise EconomicsError(f"{model} is not a GPU model m2p knows, so its figure would price nothing: {hint}",
+            name = textfiles.printable(model if len(model) <= 40 else model[:40] + "...")  # the user's own key
+            raise EconomicsError(f"{name} is not a GPU model m2p knows, so its figure would price nothing: {hint}",
                                  where=where)
     if economics.power_price_per_kwh is not None:
         lacking = sorted(m for m in farm if economics.power(m) is None)
@@ -149,12 +151,14 @@ def check_models(economics: Economics, farm_models: Iterable[str] = ()) -> Econo
 
 
 def closest_models(model: str, farm: set[str], allowed: set[str]) -> list[str]:
-    """The likeliest meant names, the farm's own first: swapped digits (rtx3700 for rtx3070) before what
-    difflib finds alike."""
-    order = sorted(farm) + sorted(allowed - farm)
-    swapped = [m for m in order if sorted(m) == sorted(model)]
-    alike = difflib.get_close_matches(model, order, n=3, cutoff=0.75)
-    return swapped[:3] or alike
+    """The likeliest meant names, the farm's own first: the name in lower case (RTX3070), then swapped digits
+    (rtx3700 for rtx3070), then what difflib finds alike (``default`` among them: defualt)."""
+    order = sorted(farm) + sorted(allowed - farm) + ["default"]
+    lower = model.lower().replace(" ", "").replace("-", "")
+    cased = [m for m in order if m == lower]
+    swapped = [m for m in order if sorted(m) == sorted(lower)]
+    alike = difflib.get_close_matches(lower, order, n=3, cutoff=0.75)
+    return cased or swapped[:3] or alike
 
 
 def load_checked(path: str | Path, farm_models: Iterable[str] = ()) -> Economics:

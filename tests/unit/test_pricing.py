@@ -179,6 +179,9 @@ def test_default_watts_cover_every_farm_model_and_known_names_pass():
 @pytest.mark.parametrize(("text", "said"), [
     ("lease_price_per_gpu_hour:\n  default: 0.1\n  rtx3700: 0.2\n", "econ.yml:3: rtx3700 is not a GPU model"),
     ("mining_revenue_per_gpu_day: {cmp90xh: 1.0}\n", "econ.yml:1: cmp90xh is not a GPU model"),
+    ("gpu_power_watts: {RTX 3070: 130}\n", "did you mean rtx3070?"),
+    ("gpu_power_watts: {defualt: 130}\n", "did you mean default?"),
+    ('gpu_power_watts: {"rtx\\e[2J3070": 130}\n', "rtx\\x1b[2J3070 is not a GPU model"),  # no terminal control
 ])
 def test_a_misspelt_model_in_any_per_model_map_is_refused_with_the_name_meant(text, said):
     with pytest.raises(EconomicsError) as caught:

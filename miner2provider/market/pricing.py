@@ -138,7 +138,7 @@ def check_models(economics: Economics, farm_models: Iterable[str] = ()) -> Econo
             close = closest_models(model, farm, allowed)
             hint = f"did you mean {' or '.join(close)}?" if close else \
                 "`m2p pricing` and `m2p attributes` name each rig's"
-            name = textfiles.printable(model if len(model) <= 40 else model[:40] + "...")  # the user's own key
+            name = textfiles.printable(model if len(model) <= textfiles.SHOWN else model[:textfiles.SHOWN] + "...")
             raise EconomicsError(f"{name} is not a GPU model m2p knows, so its figure would price nothing: {hint}",
                                  where=where)
     if economics.power_price_per_kwh is not None:

@@ -149,3 +149,22 @@ def test_status_shows_each_rigs_reclaimed_leases_and_the_servers_reclaimer_escap
     assert ("lease akash1x/7/1/1/akash1y: reclaiming until 2026-11-26T02:00:00+00:00, window 1 h; next wait (its "
             "deadline comes before mining starts)") in out
     assert "\x1b[2J" not in out and "\nrig01 converged" not in out and "error: query: x" in out
+
+
+@pytest.mark.parametrize("econ, said", [
+    ("gpu_power_watts: {rtx3900: 350}\n", "econ.yml:3: rtx3900 is not a GPU model m2p knows, so its figure would "
+                                          "price nothing: did you mean rtx3090?"),
+    ("gpu_power_watts: {rtx3070: 130}\n", "econ.yml:3: gpu_power_watts has no figure for rtx3090 (cards this farm has)"),
+])
+def test_apply_bids_nothing_on_a_misspelt_or_unpowered_model(tmp_path, capsys, monkeypatch, econ, said):
+    """A misspelt model would make its card's power free and bid under the electricity bill: exit 7, no install."""
+    args = write(tmp_path, {"k3s_server": ["rig01"], "k3s_agent": ["rig02"]})
+    (tmp_path / "econ.yml").write_text("mining_revenue_per_gpu_day: {default: 0.4}\npower_price_per_kwh: 0.1\n" + econ)
+    monkeypatch.setattr(rigs_cli, "detect", leased_reports)  # each rig an RTX 3090
+    ran = []
+    monkeypatch.setattr(provider_cli.provider_run, "apply", lambda *a, **k: ran.append(a))
+    command = [str(tmp_path / "econ.yml") if a == "ECON" else str(tmp_path) if a == "CHARTS" else a for a in APPLY]
+    assert main(["provider", *command, *args]) == 7
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+    assert ran == []

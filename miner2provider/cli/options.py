@@ -206,3 +206,26 @@ def fleet_options(bundle: bool = True, drain: bool = False) -> Decorator:
         ])
 
     return decorate
+
+
+STARTERS = Path(__file__).resolve().parent / "templates"  # the commented starters every `init` writes
+
+
+def starter_arguments(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """FILE (default ``default``) and --force, as every ``init`` takes them."""
+    def stack(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")(f)
+        return click.argument("file", default=default, type=click.Path(dir_okay=False))(f)
+    return stack
+
+
+def write_starter(file: str, text: str, force: bool) -> None:
+    """Write a starter's ``text`` to ``file``; an existing file needs ``force``.  The caller has read the starter
+    with its own checker first, so no starter that fails its check is ever written."""
+    target = Path(file)
+    if target.exists() and not force:
+        raise UsageError(f"{file} exists; use --force to overwrite it")
+    try:
+        target.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None

@@ -40,7 +40,17 @@ from . import render
 from .app import Context, cli, pass_ctx
 from .bundle import url_pairs
 from .fleet import _progress, raise_failures
-from .options import confirm, inventory_option, json_option, load_inventory, ssh_options, vault_option, yes_option
+from .options import (
+    confirm,
+    inventory_option,
+    json_option,
+    load_inventory,
+    ssh_options,
+    starter_arguments,
+    vault_option,
+    write_starter,
+    yes_option,
+)
 from .rigs import detect_said, gpus_of
 
 provider_option = click.option("-p", "--provider", "provider_path", default="provider.yml", show_default=True,
@@ -63,21 +73,14 @@ def provider_group() -> None:
 
 
 @provider_group.command("init")
-@click.argument("file", default="provider.yml", type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@starter_arguments("provider.yml")
 @pass_ctx
 def provider_init(ctx: Context, file: str, force: bool) -> None:
     """Write a commented starter provider file to FILE (default provider.yml)."""
-    target = Path(file)
     market = marketplace()
     text = market.provider_starter()
     market.read_provider_file(text, "m2p's starter provider file")  # the starter itself reads clean
-    if target.exists() and not force:
-        raise UsageError(f"{file} exists; use --force to overwrite it")
-    try:
-        target.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
+    write_starter(file, text, force)
     ctx.info(f"wrote {file}: set your domain, wallet, ingress rig and RPC node")
 
 

@@ -27,31 +27,25 @@ from miner2provider.timeshare import economics
 from . import render
 from .app import Context, cli, error_json, pass_ctx
 from .options import (
+    STARTERS,
     find_inventory,
     inventory_option,
     json_option,
     limit_option,
     load_inventory,
     ssh_options,
+    starter_arguments,
     vault_option,
+    write_starter,
 )
-
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @cli.command()
-@click.argument("file", default="rigs.yml", type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@starter_arguments("rigs.yml")
 @pass_ctx
 def init(ctx: Context, file: str, force: bool) -> None:
     """Write a commented starter inventory to FILE (default rigs.yml)."""
-    target = Path(file)
-    if target.exists() and not force:
-        raise UsageError(f"{file} exists; use --force to overwrite it")
-    try:
-        target.write_text((TEMPLATES / "inventory.yml").read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
+    write_starter(file, (STARTERS / "inventory.yml").read_text(), force)
     ctx.info(f"wrote {file}: edit the hosts, then run `m2p inventory check {file}`")
 
 

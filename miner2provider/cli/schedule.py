@@ -17,8 +17,15 @@ from miner2provider.timeshare.apply import economics_files, schedule_files
 from . import fleet as fleet_run
 from . import render
 from .app import Context, cli, pass_ctx
-from .economics import STARTERS, write_starter
-from .options import FleetSettings, fleet_options, load_inventory, yes_option
+from .options import (
+    STARTERS,
+    FleetSettings,
+    fleet_options,
+    load_inventory,
+    starter_arguments,
+    write_starter,
+    yes_option,
+)
 
 
 @cli.group("schedule")
@@ -27,13 +34,14 @@ def schedule_group() -> None:
 
 
 @schedule_group.command("init")
-@click.argument("file", default="schedule.yml", type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@starter_arguments("schedule.yml")
 @pass_ctx
 def schedule_init(ctx: Context, file: str, force: bool) -> None:
     """Write a commented starter schedule to FILE (default schedule.yml): policy lease-first, the rigs mining
     whenever no lease holds their GPUs."""
-    write_starter(file, STARTERS / "schedule.yml", force, schedule_model.parse)
+    text = (STARTERS / "schedule.yml").read_text()
+    schedule_model.parse(text, "m2p's starter schedule.yml")  # the starter itself reads clean
+    write_starter(file, text, force)
     ctx.info(f"wrote {file}: check it with m2p schedule check {file}")
 
 

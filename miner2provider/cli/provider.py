@@ -190,13 +190,13 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     """Install the marketplace's provider on the farm's k3s server (through k3s's own Helm controller), priced
     at every model's lease floor.  Nothing is installed unless every rig answers and every value checks."""
     market, provider = read_provider(provider_path)
-    economics.load(economics_path)  # its own mistakes first, before any rig is asked
+    econ = economics.load(economics_path)  # its own mistakes first, before any rig is asked
     hosts = _hosts(inventory_file, vault_password_file)
     server = provider_run.server_of(hosts)
     ingress = ingress_of(provider, hosts)
     reports = _every_rig(hosts, ssh)
     rigs = gpus_of(hosts, reports)
-    econ = pricing.load_checked(economics_path, pricing.farm_models(rigs))
+    pricing.check_models(econ, pricing.farm_models(rigs))  # then its models against the farm's cards
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
                         tuple(pricing.fleet_floors(rigs, econ)), server.node_name,
                         market.card_list(rigs)[0], ingress.node_name)

@@ -214,9 +214,9 @@ def pricing_command(inventory_file: str | None, report: str | None, economics_pa
                     limit: str | None, vault_password_file: str | None, ssh: SshOptions) -> None:
     """Per card model and VRAM of the fleet: the lowest lease price per GPU that beats mining (its revenue
     and power, by the economics file's margin).  Changes nothing."""
-    economics.load(economics_path)  # its own mistakes first, before any rig is asked
+    econ = economics.load(economics_path)  # its own mistakes first, before any rig is asked
     rigs, failed = fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
-    econ = pricing.load_checked(economics_path, pricing.farm_models(rigs))
+    pricing.check_models(econ, pricing.farm_models(rigs))  # then its models against the farm's cards
     render.pricing(pricing.fleet_floors(rigs, econ), econ, shape)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))

@@ -34,13 +34,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detect_fanout import BIN, PY, USER, address, ensure_user, start_sshds, stop_sshds, timed  # noqa: E402
 
-from miner2provider.agent.ledger import Entry  # noqa: E402
 from miner2provider.core.inventory import load as load_inventory  # noqa: E402
 from miner2provider.dashboard.actions import Actions, Fleet  # noqa: E402
 from miner2provider.dashboard.app import DashboardConfig, create_app  # noqa: E402
 from miner2provider.dashboard.history import History  # noqa: E402
 from miner2provider.dashboard.limits import HeaderDeadline  # noqa: E402
 from miner2provider.detect.ssh import SshOptions  # noqa: E402
+from miner2provider.rigside.ledger import Entry  # noqa: E402
 from miner2provider.timeshare.economics import parse as parse_economics  # noqa: E402
 
 TOKEN = "bench-" + "t" * 32  # every request signs in, as the dashboard now always asks

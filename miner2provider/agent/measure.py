@@ -26,9 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from miner2provider.rigside.ledger import ALGO_CHARS
+
 UNITS = {"hs": 1e-6, "khs": 1e-3, "mhs": 1.0, "ghs": 1e3}  # -> MH/s
 SMOOTHING = 0.1  # each new sample's weight: about the last ten samples (~100 s of HiveOS's loop)
-ALGO_CHARS = 32  # an algorithm's name is short; anything longer is cut, never trusted as a key
 MAX_AGE_S = 24 * 3600.0  # an average older than this (the miner stopped a day ago) is no longer used
 
 

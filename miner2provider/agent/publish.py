@@ -6,13 +6,12 @@ remembered (saved with its state) so that a label it no longer wants is removed,
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miner2provider.agent import kube
-from miner2provider.agent.status import STATUS_ANNOTATION
+from miner2provider.rigside import disk, kube
+from miner2provider.rigside.status import STATUS_ANNOTATION
 
 
 @dataclass
@@ -26,7 +25,7 @@ class Publisher:
         """status.json, when it changed; returns its text (the annotation's too)."""
         text = json.dumps(status, sort_keys=True)
         if text != self._written:
-            write_json(self.status_file, status)
+            disk.write_json(self.status_file, status)
             self._written = text
         return text
 
@@ -46,10 +45,3 @@ class Publisher:
         client.patch_node(node, {"metadata": {"labels": {**labels, **stale}}})
         self.applied_labels = labels
         return True
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomic: a rig that loses power mid-write keeps the previous file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
-    os.replace(tmp, path)

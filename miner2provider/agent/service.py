@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import decide, economy, flight_sheet, gate, kube, ledger, measure, publish, rig
+from miner2provider.agent import decide, economy, flight_sheet, gate, measure, publish, rig
 from miner2provider.agent.decide import Observation, State
-from miner2provider.agent.status import MODE_LABEL, STATUS_SCHEMA
+from miner2provider.rigside import disk, kube, ledger
+from miner2provider.rigside.status import MODE_LABEL, STATUS_SCHEMA
 from miner2provider.timeshare import model, policy, profit
 
 # m2p's first time-share held idle-mining GPUs with a placeholder pod (a DaemonSet selecting this
@@ -674,7 +675,7 @@ class Agent:
     def _save(self) -> bool:
         """The state on disk; False (and said in the status) when the disk refuses it."""
         try:
-            publish.write_json(self.dir / "state.json", {
+            disk.write_json(self.dir / "state.json", {
                 "state": asdict(self.state), "boot": self.boot, "applied_labels": self.publisher.applied_labels,
                 "watchdog_was": self.watchdog_was, "offer": self.profit.saved(),
                 "measured": asdict(self.stats.shown) if self.stats.shown else None})

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from miner2provider.agent.kube import KubeClient
 from miner2provider.core import checks, private, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
@@ -21,6 +20,7 @@ from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market import marketplace, pricing
 from miner2provider.market.base import ProviderState
+from miner2provider.rigside.kube import KubeClient
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.model import duration_seconds
 

@@ -1,6 +1,6 @@
 """The controller's history of the fleet (issue 16): every rig's ledger and detect snapshots, in SQLite.
 
-The rigs keep their own ledgers (agent/ledger.py, bounded and rotated); the controller keeps them for
+The rigs keep their own ledgers (rigside/ledger.py, bounded and rotated); the controller keeps them for
 good, merged without duplicates: the same ledger read twice adds nothing (a line is keyed by rig,
 time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig.  The
 schema moves forward by numbered migrations (``PRAGMA user_version``); a database from a newer m2p
@@ -19,8 +19,8 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
-from miner2provider.agent.ledger import Entry, seconds_by_mode, spans
 from miner2provider.core.errors import UsageError
+from miner2provider.rigside.ledger import Entry, seconds_by_mode, spans
 
 DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
 
@@ -59,12 +59,12 @@ MIGRATIONS = (
     UPDATE snapshots SET report = json_set(report, '$.schema', 1) WHERE json_type(report, '$.schema') IS NULL;
     UPDATE latest SET report = json_set(report, '$.schema', 1) WHERE json_type(report, '$.schema') IS NULL;
     """,
-    # 6: the GPUs the leases held (agent/ledger.py ``leased``); a line from before it leased the whole rig.
+    # 6: the GPUs the leases held (rigside/ledger.py ``leased``); a line from before it leased the whole rig.
     """
     ALTER TABLE ledger ADD COLUMN leased INTEGER NOT NULL DEFAULT 0;
     UPDATE ledger SET leased = gpus WHERE leases != '[]';
     """,
-    # 7: the GPUs the miner mined on beside the leases (agent/ledger.py ``mining``: per-card hand-over).
+    # 7: the GPUs the miner mined on beside the leases (rigside/ledger.py ``mining``: per-card hand-over).
     """
     ALTER TABLE ledger ADD COLUMN mining INTEGER NOT NULL DEFAULT 0;
     """,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from miner2provider.agent.kube import ApiError, KubeClient
-from miner2provider.agent.status import MODE_LABEL, node_states
 from miner2provider.dashboard.history import History
+from miner2provider.rigside.kube import ApiError, KubeClient
+from miner2provider.rigside.status import MODE_LABEL, node_states
 
 
 def collect(history: History, client: KubeClient, now: float | None = None) -> int:

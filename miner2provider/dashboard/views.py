@@ -1,7 +1,7 @@
 """What the dashboard shows, computed from the history and nothing else (no I/O): the fleet's rows,
 a rig's timeline, hours per day and estimated earnings.  The page and ``/api/`` serve these dicts.
 
-Hours come from the rigs' ledgers (agent/ledger.py).  A rig's last ledger line counts until the
+Hours come from the rigs' ledgers (rigside/ledger.py).  A rig's last ledger line counts until the
 sweep that last read it, never until "now": a rig that went dark is not credited with hours nobody saw.
 Earnings are estimates: GPU-hours with a lease on the node x the lease price per GPU-hour, and
 GPU-hours mining (mining, idle-mining) x the mining revenue per GPU-day / 24, from the economics file.
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from miner2provider.agent.ledger import Entry, Span, seconds_by_mode, spans
-from miner2provider.agent.status import AgentStatus, agent_status_from, hand_over_said
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
+from miner2provider.rigside.ledger import Entry, Span, seconds_by_mode, spans
+from miner2provider.rigside.status import AgentStatus, agent_status_from, hand_over_said
 from miner2provider.timeshare.economics import Economics
 
 MINING_MODES = ("mining", "idle-mining")
@@ -149,7 +149,7 @@ def _money(value: float | None) -> float | None:
 
 
 def economy(agent: AgentStatus, economics: Economics) -> dict[str, Any]:
-    """The agent's measured miner and profit quote, as its status (agent/status.py) says them."""
+    """The agent's measured miner and profit quote, as its status (rigside/status.py) says them."""
     measured = agent.measured
     per_mhs = economics.mining_per_mhs_day.get(measured.algo) if measured else None
     per_gpu_day = (sum(measured.mhs) / len(measured.mhs) * per_mhs

@@ -14,11 +14,11 @@ import shlex
 import time
 from collections.abc import Callable
 
-from miner2provider.agent.status import Lease
 from miner2provider.core.inventory import Host
 from miner2provider.detect.ssh import SshOptions, run_one
 from miner2provider.detect.survey import detect
-from miner2provider.fleet.guards import DRAIN_REQUEST
+from miner2provider.rigside.disk import DRAIN_REQUEST
+from miner2provider.rigside.status import Lease
 
 POLL_S = 5.0
 

@@ -22,17 +22,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from miner2provider.agent.status import Lease
 from miner2provider.core import k8s_lines, textfiles
 from miner2provider.core.errors import BundleError, UsageError
 from miner2provider.core.inventory import Host
 from miner2provider.detect.report import RigReport, handshake_said, tunnel_row
 from miner2provider.fleet.bundle import pins
 from miner2provider.fleet.bundle.manifest import Bundle
+from miner2provider.rigside.status import Lease
 from miner2provider.timeshare.model import duration_seconds
 
 # The agent cordons its node while this file exists (agent/service.py keep_drain).
-DRAIN_REQUEST = "/var/lib/m2p/agent/drain"
 SHOWN = 3  # leases named in a refusal; the count says how many more
 DEFAULT_DRAIN_TIMEOUT = "2h"
 MAX_SPAN_S = 7 * 86400.0  # m2p waits for leases at most a week (a convert must not hang for ever)

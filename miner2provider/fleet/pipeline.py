@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from miner2provider.agent.status import Lease
 from miner2provider.core import collection
 from miner2provider.core.inventory import Host
 from miner2provider.detect.report import RigReport, status_rows
@@ -34,6 +33,7 @@ from miner2provider.fleet import drain, fingerprint, guards, tunnel
 from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.fleet.role_vars import Rig, RunInputs, role_vars
 from miner2provider.fleet.runner import Event, RunReport, run_playbook
+from miner2provider.rigside.status import Lease
 
 
 @dataclass(frozen=True)

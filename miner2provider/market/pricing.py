@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from miner2provider.agent.status import Measured
 from miner2provider.core import textfiles
 from miner2provider.core.errors import EconomicsError
 from miner2provider.detect.facts.amd import AMDGPU_IDS
 from miner2provider.market import cards as card_database
 from miner2provider.market.cards import Card, amd_combos, cards_of
+from miner2provider.rigside.status import Measured
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.economics import Economics
 

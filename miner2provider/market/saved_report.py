@@ -12,12 +12,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from miner2provider.agent.status import measured_from
 from miner2provider.core import textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpu, Gpus
 from miner2provider.market.base import RigGpus
+from miner2provider.rigside.status import measured_from
 
 
 def _text(pattern: str) -> Callable[[Any], bool]:

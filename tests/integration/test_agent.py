@@ -798,9 +798,9 @@ def test_a_lease_with_a_window_is_reclaimed_in_time_and_the_miner_runs_when_the_
     from datetime import UTC, datetime, timedelta
 
     from m2p_sandbox.akash_chain import ChainStandin, ProviderPod
-    from miner2provider.agent.kube import KubeClient
     from miner2provider.market.akash.reclaimer import Config as ReclaimerConfig
     from miner2provider.market.akash.reclaimer import KubectlExec, Reclaimer
+    from miner2provider.rigside.kube import KubeClient
 
     (r,) = boot_rigs(sandbox.RigSpec("ag-reclaim", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)))
     api = KubeApiStandin(host=str(network.gateway()))

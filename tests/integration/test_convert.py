@@ -18,10 +18,10 @@ from m2p_sandbox import gpu_standin, network
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 from m2p_sandbox.kube_api import KubeApiStandin, NodePasswordRejected
-from miner2provider.agent import kube
 from miner2provider.core import collection, inventory
 from miner2provider.fleet import runner
 from miner2provider.fleet.bundle.manifest import load_bundle
+from miner2provider.rigside import kube
 
 from .conftest import (
     M2P,

@@ -20,8 +20,9 @@ from test_agent_service import (
     wait_waiting,
 )
 
-from miner2provider.agent import publish, service
+from miner2provider.agent import service
 from miner2provider.market import AKASH
+from miner2provider.rigside import disk
 
 __all__ = ["api"]  # the fixture, imported for the tests below
 
@@ -79,12 +80,12 @@ def full_disk(monkeypatch):
         if broken["errno"] is not None:
             raise OSError(broken["errno"], "No space left on device" if broken["errno"] == errno.ENOSPC
                           else "Read-only file system")
-    real_write_json = publish.write_json
+    real_write_json = disk.write_json
 
     def write_json(path, data):
         check()
         real_write_json(path, data)
-    monkeypatch.setattr(publish, "write_json", write_json)
+    monkeypatch.setattr(disk, "write_json", write_json)
     real_append = service.ledger.append
 
     def append(*args, **kwargs):

@@ -17,10 +17,10 @@ import pytest
 from m2p_sandbox import gpu_standin
 from m2p_sandbox.kube_api import KubeApiStandin
 from miner2provider.agent import gate, rig
-from miner2provider.agent import kube as kube_api
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
-from miner2provider.agent.status import agent_status_from
 from miner2provider.cli import render
+from miner2provider.rigside import kube as kube_api
+from miner2provider.rigside.status import agent_status_from
 from miner2provider.timeshare import model
 
 NODE = "rig01"
@@ -515,7 +515,7 @@ def test_status_lists_tenant_pods_and_drain_cordons_then_uncordons(api, tmp_path
 
 
 def test_the_ledger_gets_one_line_per_change_never_per_tick_across_restarts(api, tmp_path):
-    from miner2provider.agent import ledger
+    from miner2provider.rigside import ledger
 
     agent = make_agent(api, tmp_path, LEASE_FIRST)
     for _ in range(5):
@@ -688,7 +688,7 @@ def test_the_miners_own_stats_are_averaged_shown_every_ten_minutes_and_price_the
     assert agent.measured.mhs[0] < 50 and json.loads((tmp_path / "state/status.json").read_text())["measured"] == \
         status["measured"]
     assert agent.state.mode == "idle-mining"  # the slower miner earns less than the lease pays
-    from miner2provider.agent import ledger
+    from miner2provider.rigside import ledger
     lines, _ = ledger.read(tmp_path / "state")
     assert [(e.mode, e.algo) for e in lines] == [("mining", "kawpow"), ("idle-mining", "kawpow")]
     assert lines[0].mhs == (58.0, 58.0) and lines[1].mhs[0] < 58  # the average when the rig switched

@@ -97,7 +97,7 @@ def test_status_line_of_the_agent():
     assert _agent_line({**agent, "mode": ""}) == "service active, no status yet"
     draining = {**agent, "mode": "draining", "mine_at": "2026-11-23T06:00:00+00:00"}
     assert _agent_line(draining).endswith("(schedule night-lease); mines from 2026-11-23T06:00:00+00:00")
-    from miner2provider.agent.status import agent_status_from
+    from miner2provider.rigside.status import agent_status_from
 
     assert agent_status_from({"schema": 1, "mode": "draining", "mine_at": "2026-11-23T06:00:00+00:00"}).mine_at \
         == "2026-11-23T06:00:00+00:00"

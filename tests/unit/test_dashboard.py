@@ -15,8 +15,6 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from test_readiness import facts  # tests/unit is on sys.path (no package)
 
-from miner2provider.agent.ledger import Entry
-from miner2provider.agent.status import AgentStatus, Lease
 from miner2provider.core import inventory
 from miner2provider.core.errors import EconomicsError
 from miner2provider.dashboard import views
@@ -30,6 +28,8 @@ from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market.base import ProviderState
+from miner2provider.rigside.ledger import Entry
+from miner2provider.rigside.status import AgentStatus, Lease
 from miner2provider.timeshare import economics
 
 HOUR, DAY = 3600.0, 86_400.0
@@ -441,8 +441,8 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
     import json
 
     from m2p_sandbox.kube_api import KubeApiStandin  # the STAND-IN API server, on loopback
-    from miner2provider.agent.kube import ApiError, KubeClient
     from miner2provider.dashboard import kube_sweep
+    from miner2provider.rigside.kube import ApiError, KubeClient
 
     api = KubeApiStandin()
     try:
@@ -512,9 +512,9 @@ def test_the_fleet_pages_sql_sums_equal_the_spans(drawn, gpus):
 
 
 def test_the_agents_measured_miner_and_quote_reach_the_row_from_ssh_or_the_api():
-    """The sweep's report carries the agent's status checked (agent/status.py); the API's annotation is the
+    """The sweep's report carries the agent's status checked (rigside/status.py); the API's annotation is the
     agent's raw status.json, checked by the same reader (a garbled figure is dropped, never shown)."""
-    from miner2provider.agent.status import AgentStatus, Measured, agent_status_from
+    from miner2provider.rigside.status import AgentStatus, Measured, agent_status_from
 
     econ = economics.parse("mining_revenue_per_gpu_day: {rtx3090: 1.20}\nmining_revenue_per_mhs_day: {kawpow: 0.05}\n")
     swept = AgentStatus(True, "idle-mining", measured=Measured("kawpow", (58.0, 56.0), (240.0, 240.0)),

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miner2provider.agent.ledger import Entry
 from miner2provider.core.errors import UsageError
 from miner2provider.dashboard.history import MIGRATIONS, History
+from miner2provider.rigside.ledger import Entry
 
 DAY = 86_400.0
 T0 = 1_800_000_000.0 - 1_800_000_000.0 % DAY  # a UTC midnight

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from miner2provider.agent import kube
+from miner2provider.rigside import kube
 
 
 class Counting(http.server.BaseHTTPRequestHandler):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent.kube import ApiError, KubeClient
+from miner2provider.rigside.kube import ApiError, KubeClient
 
 
 def kubelet_client(api: KubeApiStandin, node: str, folder) -> KubeClient:
@@ -96,7 +96,7 @@ def test_as_its_kubelet_the_agent_cordons_though_it_may_not_lift_the_first_desig
     same (schedule apply removes that taint through the server's admin)."""
     from test_agent_service import FIXED_MINE, NODE, cordoned, make_agent  # tests/unit is on sys.path
 
-    from miner2provider.agent.kube import OLD_MINING_TAINT_KEY
+    from miner2provider.rigside.kube import OLD_MINING_TAINT_KEY
 
     api = KubeApiStandin(tls=True)
     try:

@@ -16,10 +16,10 @@ import pytest
 from miner2provider.fleet import agent_zipapp
 
 PACKAGE = Path(__file__).resolve().parents[2] / "miner2provider"
-LAYERS = ("core", "timeshare", "agent", "detect", "market", "fleet", "dashboard", "cli")
+LAYERS = ("core", "timeshare", "rigside", "agent", "detect", "market", "fleet", "dashboard", "cli")
 # What may run on a rig: the agent, the time-share code it shares with the controller, and two of
 # core's modules.  timeshare/apply.py is the controller's (it reads the inventory).
-RIG_SIDE = ("miner2provider", "miner2provider.agent", "miner2provider.timeshare", "miner2provider.core",
+RIG_SIDE = ("miner2provider", "miner2provider.agent", "miner2provider.rigside", "miner2provider.timeshare", "miner2provider.core",
             "miner2provider.core.errors", "miner2provider.core.textfiles")
 CONTROLLER_ONLY = ("miner2provider.timeshare.apply",)
 TOP_LEVEL = {"__init__.py", "__main__.py"}

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from miner2provider.agent.status import Lease
 from miner2provider.core.errors import UsageError
 from miner2provider.fleet import guards as leases
+from miner2provider.rigside.status import Lease
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miner2provider.agent import ledger
-from miner2provider.agent.ledger import Entry
 from miner2provider.detect.facts.base import Output
+from miner2provider.rigside import ledger
+from miner2provider.rigside.ledger import Entry
 
 T0 = 1_800_000_000.0
 

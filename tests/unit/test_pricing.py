@@ -92,9 +92,9 @@ def test_measured_hashrates_price_their_model_and_say_so(tmp_path, capsys, saved
 
 
 def test_measured_figures_pair_with_cards_only_on_one_model_rigs():
-    from miner2provider.agent.status import Measured
     from miner2provider.detect.facts.gpu import Gpu
     from miner2provider.market.cards import card_for
+    from miner2provider.rigside.status import Measured
 
     def card(name, device, mib):
         return card_for(Gpu(0, name, "GPU-0", "00000000:01:00.0", "10de", device, "0x0", mib, "550.54"))

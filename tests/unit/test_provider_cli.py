@@ -10,7 +10,6 @@ import pytest
 import yaml
 from test_readiness import facts  # tests/unit is on sys.path (no package)
 
-from miner2provider.agent.status import AgentStatus, Lease
 from miner2provider.cli import main
 from miner2provider.cli import provider as provider_cli
 from miner2provider.cli import rigs as rigs_cli
@@ -18,6 +17,7 @@ from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport
 from miner2provider.market.akash import outside
 from miner2provider.market.akash.address import encode
+from miner2provider.rigside.status import AgentStatus, Lease
 
 PROVIDER = f"""domain: farm.example.com
 wallet: {{address: {encode(bytes(20))}, key_file: k.key, passphrase_env: M2P_TEST_PASS}}

@@ -16,9 +16,9 @@ import pytest
 
 from m2p_sandbox.akash_chain import ChainLease, ChainStandin, ProviderPod
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent.kube import KubeClient
 from miner2provider.market.akash import reclaim
 from miner2provider.market.akash.reclaimer import Config, KubectlExec, Reclaimer, main
+from miner2provider.rigside.kube import KubeClient
 
 K3S = Path(__file__).resolve().parents[2] / "sandbox/m2p_sandbox/bundle_files/k3s"
 PROVIDER = "akash1" + "q" * 38

@@ -42,9 +42,9 @@ def test_a_report_of_another_schema_is_refused_by_name(data, found):
 def test_the_agent_status_carries_its_schema_and_one_reader_reads_it_from_the_rig_and_the_node(tmp_path):
     """status.json on the rig and the m2p.io/status annotation are the same text, read by agent_status_from;
     a status of a newer schema is said to be one, never read as a wrong one; one without (older agents) is 1."""
-    from miner2provider.agent.status import STATUS_SCHEMA, agent_status_from
     from miner2provider.detect.facts.base import Output
     from miner2provider.detect.facts.node import AgentStatusFact
+    from miner2provider.rigside.status import STATUS_SCHEMA, agent_status_from
 
     written = {"schema": STATUS_SCHEMA, "mode": "leasing", "since": "2026-11-25T10:00:00+00:00",
                "leases": [{"pod": "tenant/job", "since": "2026-11-25T10:00:01Z"}], "drain": False,

@@ -107,8 +107,8 @@ def test_an_http_api_is_refused_outside_the_sandbox_and_redirects_keep_no_token(
     import http.server
     import threading
 
-    from miner2provider.agent.kube import ApiError, KubeClient
     from miner2provider.core import checks
+    from miner2provider.rigside.kube import ApiError, KubeClient
 
     monkeypatch.delenv(checks.STANDIN_PLAIN_HTTP)
     assert not checks.is_api_server("http://10.0.0.1:6443") and checks.is_api_server("https://10.0.0.1:6443")
@@ -144,10 +144,10 @@ def test_a_100_character_card_name_gives_legal_label_keys_and_the_status_still_u
     STAND-IN API validates labels as the real one does), and a label the API refuses does not silence the
     status, which goes in its own patch first."""
     from m2p_sandbox.kube_api import KubeApiStandin, _legal_label
-    from miner2provider.agent.kube import ApiError, KubeClient
     from miner2provider.agent.publish import Publisher
     from miner2provider.detect.facts.gpu import Gpu, Gpus
     from miner2provider.market.akash.labels import node_labels
+    from miner2provider.rigside.kube import ApiError, KubeClient
 
     name = "NVIDIA GeForce " + "RTX Hyper Ultra Edition " * 4
     assert len(name) >= 100

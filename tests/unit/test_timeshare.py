@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from miner2provider.agent import kube
 from miner2provider.core import inventory
 from miner2provider.core.errors import EconomicsError, ScheduleError
+from miner2provider.rigside import kube
 from miner2provider.timeshare.apply import economics_files, schedule_files
 
 GOOD = "timezone: UTC\npolicy: lease-first\n"

@@ -6,15 +6,15 @@ import json
 import re
 from dataclasses import dataclass
 
-from miner2provider.agent.ledger import Entry
-from miner2provider.agent.ledger import parse as parse_ledger
-from miner2provider.agent.status import STATUS_FILE, AgentStatus, agent_status_from
 from miner2provider.detect.facts.base import Fact, Output
+from miner2provider.rigside.disk import LEDGER_FILE, LEDGER_ROTATED, STATUS_FILE
+from miner2provider.rigside.ledger import Entry
+from miner2provider.rigside.ledger import parse as parse_ledger
+from miner2provider.rigside.status import AgentStatus, agent_status_from
 
 AGENT_UNIT = "m2p-agent.service"  # roles/timeshare_agent
-AGENT_STATUS = STATUS_FILE  # the agent writes it (agent/status.py)
-AGENT_LEDGER = "/var/lib/m2p/agent/ledger.jsonl"  # one line per change of mode (agent/ledger.py), 0644
-AGENT_LEDGER_ROTATED = "/var/lib/m2p/agent/ledger.1.jsonl"  # the agent's previous ledger file (agent/ledger.py)
+AGENT_STATUS = STATUS_FILE  # the agent writes it (rigside/status.py)
+AGENT_LEDGER, AGENT_LEDGER_ROTATED = LEDGER_FILE, LEDGER_ROTATED  # the agent's ledger files (rigside/ledger.py)
 # The lines the probe reads: a week of a rig switching hourly, twice over, whatever the rotation did in between
 # (the dashboard's history stores each line once); reports keep the last LEDGER_TAIL (what status shows).
 LEDGER_READ = 500
@@ -83,7 +83,7 @@ class AgentStatusFact(Fact[AgentStatus]):
 
 class AgentLedgerFact(Fact[tuple[Entry, ...]]):
     """The last lines of the agent's ledger (``{"at", "mode", "gpus", "blind"?, "leases"?}`` per line);
-    empty when no agent has run.  A torn or foreign line is skipped (agent/ledger.py reads it)."""
+    empty when no agent has run.  A torn or foreign line is skipped (rigside/ledger.py reads it)."""
 
     name = "agent_ledger"
     # The rotated file, then the current one: a sweep after a rotation still reads the lines before it.

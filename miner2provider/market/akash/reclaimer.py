@@ -37,11 +37,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol  # noqa: UP035 (Callable: as the agent's, for 3.8)
 
-from miner2provider.agent import kube
-from miner2provider.agent.publish import write_json
-from miner2provider.agent.status import MODE_LABEL, agent_status_from, node_states
 from miner2provider.market.akash import reclaim
 from miner2provider.market.akash.reclaim import Lease, LeaseId
+from miner2provider.rigside import kube
+from miner2provider.rigside.disk import write_json
+from miner2provider.rigside.status import MODE_LABEL, agent_status_from, node_states
 
 PENDING_S = 60.0  # a sent transaction is not sent again for this long: a few blocks for it to land
 DUE = ("start-reclaim", "close")  # the plan's actions that are transactions

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
-
-from miner2provider.agent.measure import ALGO_CHARS
 
 LEDGER = "ledger.jsonl"
 ROTATED = "ledger.1.jsonl"
 MAX_GPUS = 64  # measured hashrates in one line: more is not a rig
+ALGO_CHARS = 32  # an algorithm's name is short; anything longer is cut, never trusted as a key
 MAX_BYTES = 256 * 1024  # about 2,000 changes per file; a rig that switches hourly fills one in a month
 
 

@@ -13,13 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from miner2provider.agent.ledger import MAX_GPUS
-from miner2provider.agent.measure import ALGO_CHARS
+from miner2provider.rigside.disk import STATUS_FILE
+from miner2provider.rigside.ledger import ALGO_CHARS, MAX_GPUS
 
 STATUS_SCHEMA = 1
 # Where the agent publishes on its node (publish.py): its mode label and its status annotation.
 MODE_LABEL, STATUS_ANNOTATION = "m2p.io/mode", "m2p.io/status"
-STATUS_FILE = "/var/lib/m2p/agent/status.json"  # written by the agent (service.py) when it changes, 0644
 
 
 @dataclass(frozen=True)

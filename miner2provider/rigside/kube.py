@@ -23,7 +23,6 @@ import contextlib
 import http.client
 import json
 import os
-import socket
 import ssl
 import threading
 import urllib.parse
@@ -224,7 +223,7 @@ def _exchange(end: Endpoint, method: str, path: str, data: bytes | None, headers
     if conn is not None:
         try:
             return _send(conn, method, target, data, headers, kept, key)
-        except socket.timeout:
+        except TimeoutError:
             raise  # the server does not answer: a new connection would wait as long again
         except (OSError, http.client.HTTPException):
             pass  # closed by the server while kept (a reset, a TLS close, no status line): once more, anew

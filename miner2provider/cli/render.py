@@ -13,7 +13,6 @@ from typing import Any
 import click
 import yaml
 
-from miner2provider.agent.status import hand_over_said
 from miner2provider.core.textfiles import printable
 from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.os_records import CONTROLS_SHOWN
@@ -22,6 +21,7 @@ from miner2provider.fleet.pipeline import RigOutcome
 from miner2provider.market import MARKETPLACES, marketplace
 from miner2provider.market.base import FleetAttributes, ProviderState, Verdict
 from miner2provider.market.pricing import Floor
+from miner2provider.rigside.status import hand_over_said
 from miner2provider.timeshare.economics import Economics
 from miner2provider.timeshare.model import Schedule
 

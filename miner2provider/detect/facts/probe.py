@@ -17,8 +17,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from miner2provider.agent.ledger import Entry
-from miner2provider.agent.status import AgentStatus
 from miner2provider.detect.facts import ALL_FACTS, FACTS_BY_NAME
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.base import Output, whole
@@ -31,6 +29,8 @@ from miner2provider.detect.facts.node import Installed
 from miner2provider.detect.facts.reclaimer import ReclaimerStatus
 from miner2provider.detect.facts.system import Cgroups, Cpu, Kernel, Memory, Mount, OsRelease, Python, Sudo
 from miner2provider.detect.facts.tunnel import Tunnel
+from miner2provider.rigside.ledger import Entry
+from miner2provider.rigside.status import AgentStatus
 
 FACT_MARK = "@@m2p-fact "
 RC_MARK = "@@m2p-rc "

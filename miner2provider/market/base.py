@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from miner2provider.agent.status import Measured
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.facts.listening import Listening
 from miner2provider.market.pricing import Floor
+from miner2provider.rigside.status import Measured
 
 
 @dataclass(frozen=True)

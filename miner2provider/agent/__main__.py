@@ -2,6 +2,6 @@
 
 import sys
 
-from miner2provider.agent.service import main
+from miner2provider.agent.loop import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ from miner2provider.core.private import UnsafePath, check_private_file, private_
 from miner2provider.fleet.bundle.manifest import sha256_of
 
 PACKAGE = Path(miner2provider.__file__).parent
-AGENT = "miner2provider.agent.service"
+AGENT = "miner2provider.agent.loop"
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
 

@@ -1,0 +1,53 @@
+"""The agent's configuration: ``/etc/m2p/agent.json``, written by roles/timeshare_agent from the inventory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miner2provider.agent import rig
+from miner2provider.rigside import disk
+
+
+@dataclass(frozen=True)
+class Config:
+    node: str
+    schedule: str
+    miner: rig.Miner
+    gpu_count: int
+    clocks: rig.Clocks = field(default_factory=rig.Clocks)
+    # Who the agent is to the API: the rig's kubelet credential (k3s's kubelet.kubeconfig) where m2p built the
+    # cluster; else (a cluster outside the inventory) api_server with the owner's token_file and ca_file.
+    kubeconfig: str = ""
+    api_server: str = ""
+    token_file: str = ""
+    ca_file: str | None = None
+    state_dir: str = disk.AGENT_DIR
+    labels_file: str = disk.LABELS_FILE
+    cdi_spec: str = disk.CDI_SPEC  # carries the gate's hook (roles/nvidia_container_toolkit)
+    hashrate_file: str = ""  # the mining OS's own miner stats (measure.py); empty: none known
+    trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
+    economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
+    interval_s: float = 2.0
+    marketplace: str = ""  # the marketplace the rig is offered on, or none (said in the status)
+    # The marketplace's own services' namespaces (from market/, by role_vars): their pods are not leases.
+    system_namespaces: tuple[str, ...] = ()
+    lease_label: str = ""  # the label key only the marketplace's lease pods carry (market/); empty: no marketplace
+    wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
+    schedule_name: str = ""  # the owner's name for the schedule (its file's, on the controller); said in the status
+    gpu_info_dir: str = rig.GPU_INFO_DIR  # the driver's cards (device minor -> UUID): per-card hand-over
+
+    @classmethod
+    def load(cls, path: str) -> Config:
+        raw = json.loads(Path(path).read_text())
+        miner_raw = raw.pop("miner")
+        miner = rig.Miner(**{**miner_raw, "processes": tuple(miner_raw.get("processes", ())),
+                             "config_files": tuple(str(f) for f in miner_raw.get("config_files", ())),
+                             "per_card": str(miner_raw.get("per_card", False)).lower() == "true",
+                             "start_believed": str(miner_raw.get("start_believed", False)).lower() == "true"})
+        raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
+        raw["gpu_count"] = int(raw["gpu_count"])
+        raw["interval_s"] = float(raw.get("interval_s", 2.0))
+        raw["system_namespaces"] = tuple(str(n) for n in raw.get("system_namespaces", ()))
+        return cls(miner=miner, **raw)

@@ -1,0 +1,140 @@
+"""What the agent sees of its node and of the gate, kept between ticks, with the readers that fill it.
+
+The API's leases and labels stay as last read while the API does not answer (m2p's lease guard errs on the
+safe side).  Reading only: nothing here answers the gate or writes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from miner2provider.agent.gate import GateDir
+from miner2provider.rigside import kube
+
+
+@dataclass
+class Sight:
+    leases: list[dict[str, Any]] = field(default_factory=list)  # lease pods on the node (any: CPU-only too)
+    gated: list[dict[str, Any]] = field(default_factory=list)  # lease containers the gate let through, still running
+    node_labels: dict[str, str] = field(default_factory=dict)  # the node's labels
+    file_labels: dict[str, str] | None = None  # labels_file's, read once a tick (None: not yet this tick)
+    # Pods the API listed on the node this tick, lease or not (None: the API did not answer): a container
+    # at the gate whose pod is listed and is no lease is not handed the GPUs while the miner runs.
+    listed: set[str] | None = None
+    lease_names: set[str] = field(default_factory=set)  # the lease pods' names among them
+    waiting: list[dict[str, Any]] = field(default_factory=list)  # the leases' requests at the gate, this tick
+    # The cards each lease pod's containers were given (learnt at the gate): a container that restarts (or
+    # crash-loops) gets the same cards again, which stay the lease's between its runs.
+    pod_cards: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def read_api(self, client: kube.KubeClient, node_name: str, rule: kube.LeaseRule,
+                 say: Callable[[str], None]) -> tuple[dict[str, Any] | None, int]:
+        """The node and the pods bound to it: (the node, None when the API did not answer; the GPU leases)."""
+        self.listed = None
+        try:
+            pods = client.pods_on_node(node_name)
+            node = client.node(node_name)
+        except kube.ApiError as exc:
+            say(f"API: {exc}")  # the leases last read stay: m2p's lease guard errs on the safe side
+            return None, 0
+        self.node_labels = dict(node.get("metadata", {}).get("labels") or {})
+        leases = rule.leases(pods)
+        self.leases = sorted((kube.lease_summary(p) for p in leases), key=lambda lease: lease["pod"])
+        self.listed = {kube.pod_name(p) for p in pods}
+        self.lease_names = {kube.pod_name(p) for p in leases}
+        return node, len(rule.gpu_leases(pods))
+
+    def for_a_lease(self, record: dict[str, Any]) -> bool:
+        """A container at (or through) the gate is a lease's unless the API lists its pod as no lease.  A pod
+        the API does not list (yet), or no API at all, counts as a lease: the miner stops for it, and mining
+        resumes once the API says otherwise."""
+        pod = str(record.get("pod") or "")
+        return self.listed is None or pod in self.lease_names or pod not in self.listed
+
+    def read_gated(self, gates: GateDir) -> None:
+        """The leases' containers through the gate that still run (other containers never count)."""
+        self.gated = [record for record in gates.gated() if self.for_a_lease(record)]
+
+    def read_gate(self, gates: GateDir) -> tuple[list[Path], list[Path]]:
+        """The leases' containers through the gate that still run (``gated``), and the requests waiting at it:
+        (the leases', the other containers')."""
+        self.read_gated(gates)
+        leases: list[Path] = []
+        others: list[Path] = []
+        self.waiting = []
+        for entry, record in gates.waiting_records():
+            if self.for_a_lease(record):
+                leases.append(entry)
+                self.waiting.append(record)
+            else:
+                others.append(entry)
+        return leases, others
+
+    def held_cards(self, card_map: dict[int, str]) -> frozenset[str] | None:
+        """The cards the leases hold: their containers' through the gate (running) or at it (waiting), and
+        those a lease pod's container was given before (between two runs of it).  None where one is unknown:
+        a container whose spec names no card m2p knows, or a lease pod with GPUs whose container has not
+        reached the gate yet (the device plugin picks its cards when the container is created)."""
+        held: set[str] = set()
+        for record in [*self.gated, *self.waiting]:
+            cards = record_cards(record, card_map)
+            if cards is None:
+                return None
+            pod = str(record.get("pod") or "")
+            self.pod_cards[pod] = self.pod_cards.get(pod, frozenset()) | cards  # each container's
+            held |= cards
+        if self.listed is not None:  # the API answered: forget the pods that are gone
+            self.pod_cards = {pod: cards for pod, cards in self.pod_cards.items() if pod in self.listed}
+        for lease in self.leases:
+            if int(lease.get("gpus") or 0) > 0:
+                if lease["pod"] not in self.pod_cards:
+                    return None
+                held |= self.pod_cards[lease["pod"]]
+        return frozenset(held)
+
+    def handed_cards(self, card_map: dict[int, str]) -> frozenset[str] | None:
+        """The cards the waiting lease containers get, where the rig knows each (per card); None: every card."""
+        cards: set[str] = set()
+        for record in self.waiting:
+            given = record_cards(record, card_map)
+            if given is None:
+                return None
+            cards |= given
+        return frozenset(cards)
+
+    def leased_gpus(self, gpu_count: int) -> int:
+        """The GPUs the leases hold (their pods' limits, as last read), not the rig's: a 1-GPU lease on an
+        8-GPU rig is one."""
+        return min(gpu_count, sum(int(lease.get("gpus") or 0) for lease in self.leases))
+
+    def leases_seen(self) -> list[dict[str, str]]:
+        """The tenant pods the API lists, and the containers the gate let through that the API does not list
+        (yet: a lease's pod is read a tick after its container passed the gate; or the API is unreachable).
+        m2p's lease guard reads these: a convert in that tick would otherwise restart k3s under a lease."""
+        listed = list(self.leases)
+        known = {lease["pod"] for lease in listed}
+        for record in self.gated:
+            pod = str(record.get("pod") or "").strip()
+            pod = pod if pod.strip("/") else "a container through m2p's gate (no pod named)"
+            if pod not in known:
+                since = record.get("since")
+                listed.append({"pod": pod, "since": iso(since) if isinstance(since, (int, float)) else ""})
+                known.add(pod)
+        return listed
+
+
+def record_cards(record: dict[str, Any], card_map: dict[int, str]) -> frozenset[str] | None:
+    """The cards a gate record's container was given (its device minors, mapped); None: none named, or one
+    m2p does not know."""
+    minors = record.get("gpus")
+    if (not isinstance(minors, list) or not minors
+            or any(not isinstance(m, int) or m not in card_map for m in minors)):
+        return None
+    return frozenset(card_map[m] for m in minors)
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")

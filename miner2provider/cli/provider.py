@@ -31,8 +31,15 @@ from miner2provider.fleet import provider as provider_run
 from miner2provider.fleet.bundle import charts as bundle_charts
 from miner2provider.fleet.bundle.download import make_charts_folder
 from miner2provider.fleet.pipeline import RigOutcome, drain_rigs, farm_status
-from miner2provider.market import marketplace, pricing
-from miner2provider.market.base import FarmFacts, Marketplace, ProviderFarm, Verdict
+from miner2provider.market import DEFAULT, marketplace, of_farm, pricing
+from miner2provider.market.base import (
+    FarmFacts,
+    Marketplace,
+    ProviderFarm,
+    ProviderInstaller,
+    Verdict,
+    provider_installer,
+)
 from miner2provider.market.cards import cards_of
 from miner2provider.timeshare import economics
 
@@ -77,9 +84,10 @@ def provider_group() -> None:
 @pass_ctx
 def provider_init(ctx: Context, file: str, force: bool) -> None:
     """Write a commented starter provider file to FILE (default provider.yml)."""
-    market = marketplace()
-    text = market.provider_starter()
-    market.read_provider_file(text, "m2p's starter provider file")  # the starter itself reads clean
+    # No inventory to ask a farm's marketplace of: the starter is that of m2p_marketplace's default.
+    installer = provider_installer(marketplace(DEFAULT))
+    text = installer.provider_starter()
+    installer.read_provider_file(text, "m2p's starter provider file")  # the starter itself reads clean
     write_starter(file, text, force)
     ctx.info(f"wrote {file}: set your domain, wallet, ingress rig and RPC node")
 
@@ -126,8 +134,8 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     marketplace's price feeds, and from the ingress rig the echo service provider.yml names, if any (the address
     the internet sees, where carrier-grade NAT shows); changes nothing.  Exit 8 when something must be fixed
     first."""
-    market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
+    market, installer, provider = farm_provider(provider_path, hosts)
     server = provider_run.server_of(hosts)
     ingress = ingress_of(provider, hosts)
     reports = detect(hosts, ssh)
@@ -136,13 +144,13 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
     models = {rig.name: tuple(sorted({c.slug for c in cards_of(rig.gpus)})) for rig in gpus_of(hosts, reports)}
     farm = FarmFacts(len(facts), sum(f.cpu.cores for f in facts), sum(f.memory.total_mb for f in facts),
                      ingress.address, listening, models,
-                     provider_run.server_reaches(server, market.provider_fetches, ssh),
+                     provider_run.server_reaches(server, installer.provider_fetches, ssh),
                      provider_run.ingress_sight(ingress, getattr(provider, "public_address_echo", ""),
                                                 getattr(market, "public_target", lambda _: "")(provider), ssh))
     # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
     found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
                                      "and provider apply waits until every rig answers") for r in reports if not r.ok]
-    found += market.provider_check(provider, farm, os.environ)
+    found += installer.provider_check(provider, farm, os.environ)
     render.verdicts(found, as_json)
     failed = [v for v in found if v.level == "fail"]
     if failed:
@@ -160,10 +168,10 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
                     as_json: bool, ssh: SshOptions) -> None:
     """The provider's own status (active leases, open bids, deployments) beside what m2p sees of each rig
     (converged, its agent's mode: mining, offered, leasing, cordoned).  Changes nothing."""
-    market, provider = read_provider(provider_path)
     hosts = _hosts(inventory_file, vault_password_file)
+    market, installer, provider = farm_provider(provider_path, hosts)
     ingress = ingress_of(provider, hosts)
-    state = market.provider_status(provider, ingress.address, url)
+    state = installer.provider_status(provider, ingress.address, url)
     rows = farm_status(detect(hosts, ssh), hosts)
     render.provider_state(market.label, state, rows, as_json)
     failed = sum(r["state"] == "failed" for r in rows)
@@ -189,9 +197,9 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
                    as_json: bool, ssh: SshOptions) -> None:
     """Install the marketplace's provider on the farm's k3s server (through k3s's own Helm controller), priced
     at every model's lease floor.  Nothing is installed unless every rig answers and every value checks."""
-    market, provider = read_provider(provider_path)
-    econ = economics.load(economics_path)  # its own mistakes first, before any rig is asked
     hosts = _hosts(inventory_file, vault_password_file)
+    market, installer, provider = farm_provider(provider_path, hosts)
+    econ = economics.load(economics_path)  # its own mistakes first, before any rig is asked
     server = provider_run.server_of(hosts)
     ingress = ingress_of(provider, hosts)
     reports = _every_rig(hosts, ssh)
@@ -200,13 +208,13 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     farm = ProviderFarm(market.fleet_attributes(rigs, provider.region or None).attributes,
                         tuple(pricing.fleet_floors(rigs, econ)), server.node_name,
                         market.card_list(rigs)[0], ingress.node_name)
-    stack = market.provider_stack(provider, farm, Path(charts_dir), os.environ)
+    stack = installer.provider_stack(provider, farm, Path(charts_dir), os.environ)
     prices = stack.values.get("provider", {}).get("price_target_gpu_mappings", "")
     ctx.note(f"{market.label} provider for {render.counted(len(rigs), 'rig')} on {server.name}: "
              f"{len(farm.attributes)} attributes; prices (USD per GPU-month): {prices}")
     if not check and not yes:
         confirm(f"install {market.label}'s provider on {server.name}?")
-    outcome = provider_run.apply(server, hosts, stack, market.provider_parts, ssh, check=check,
+    outcome = provider_run.apply(server, hosts, stack, installer.provider_parts, ssh, check=check,
                                  on_event=_progress(ctx, listed=check), keep_artifacts=_path(keep_artifacts))
     _finish([outcome], as_json, check, "m2p provider apply")
 
@@ -225,9 +233,10 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
                     ssh: SshOptions) -> None:
     """Take the marketplace's provider off the farm's k3s server (refused while leases run).  The wallet stays
     yours; namespaces and the marketplace's CRDs stay (deleting a CRD deletes every object of its kind)."""
-    market = marketplace()
     timeout_s = guards.parse_span(drain_timeout)
     hosts = _hosts(inventory_file, vault_password_file)
+    market = of_farm(h.vars for h in hosts)
+    installer = provider_installer(market)
     server = provider_run.server_of(hosts)
     leased = [(h, r.facts.agent_status.leases) for h, r in zip(hosts, _every_rig(hosts, ssh), strict=True)
               if r.facts and r.facts.agent_status.leases]
@@ -244,7 +253,7 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
             drain_rigs(drained, ssh, timeout_s, failed, _progress(ctx))
             if failed:
                 raise ProviderError("; ".join(o.message for o in failed.values()))
-        outcome = provider_run.remove(server, hosts, market.provider_parts, ssh, check=check,
+        outcome = provider_run.remove(server, hosts, installer.provider_parts, ssh, check=check,
                                       on_event=_progress(ctx, listed=check), keep_artifacts=_path(keep_artifacts))
     finally:
         if drained and not check:
@@ -252,10 +261,20 @@ def provider_remove(ctx: Context, inventory_file: str, check: bool, drain_wait: 
     _finish([outcome], as_json, check, "m2p provider remove")
 
 
-def read_provider(path: str) -> tuple[Marketplace, Any]:
-    """The marketplace and its provider file, checked (every mistake at its file:line)."""
-    market = marketplace()
-    return market, market.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError), path)
+def farm_provider(path: str, hosts: list[Host]) -> tuple[Marketplace, ProviderInstaller, Any]:
+    """The farm's marketplace (its rigs' m2p_marketplace), its provider installer (a ProviderError when it has
+    none) and its provider file, checked (every mistake at its file:line)."""
+    market = of_farm(h.vars for h in hosts)
+    installer, provider = read_provider(path, market)
+    return market, installer, provider
+
+
+def read_provider(path: str, market: Marketplace | None = None) -> tuple[ProviderInstaller, Any]:
+    """``market``'s provider installer and its provider file, checked (every mistake at its file:line).  Pass the
+    farm's marketplace (``farm_provider``); None is m2p_marketplace's default, for a caller that reads no rig's."""
+    installer = provider_installer(market or marketplace(DEFAULT))
+    return installer, installer.read_provider_file(textfiles.read_text(path, "provider file", ProviderFileError),
+                                                   path)
 
 
 def _hosts(inventory_file: str, vault_password_file: str | None) -> list[Host]:

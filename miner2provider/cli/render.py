@@ -18,8 +18,8 @@ from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.os_records import CONTROLS_SHOWN
 from miner2provider.detect.report import RigReport, handshake_said, silent_peer_said
 from miner2provider.fleet.pipeline import RigOutcome
-from miner2provider.market import MARKETPLACES, marketplace
-from miner2provider.market.base import FleetAttributes, ProviderState, Verdict
+from miner2provider.market import DEFAULT, MARKETPLACES, marketplace
+from miner2provider.market.base import FleetAttributes, Marketplace, ProviderState, Verdict
 from miner2provider.market.pricing import Floor
 from miner2provider.rigside.status import hand_over_said
 from miner2provider.timeshare.economics import Economics
@@ -143,7 +143,7 @@ def detect_summary(reports: list[RigReport]) -> None:
 
 
 def attributes(market: str, fleet: FleetAttributes, failed: list[str], as_json: bool) -> None:
-    """``market``: the marketplace's name as people read it (Akash)."""
+    """``market``: the marketplace's name as people read it (its ``label``)."""
     if as_json:
         echo_json({
             "rigs": {r.name: {"labels": r.labels, "warnings": list(r.warnings)} for r in fleet.rigs},
@@ -162,8 +162,8 @@ def attributes(market: str, fleet: FleetAttributes, failed: list[str], as_json: 
     for w in fleet.warnings:
         echo(click.style(f"! fleet: {w}", fg="yellow"), err=True)
     if fleet.unknown_entries:
-        echo(f"# Entries missing from {market}'s card list (Akash: devices/pcie/gpus.json, under \"10de\" -> "
-             "\"devices\"):", err=True)
+        where = f" ({fleet.card_list_where})" if fleet.card_list_where else ""
+        echo(f"# Entries missing from {market}'s card list{where}:", err=True)
         for entry in fleet.unknown_entries:
             echo(f"#   {entry}", err=True)
 
@@ -259,10 +259,14 @@ def schedule_summary(sched: Schedule) -> str:
 # -- pricing -------------------------------------------------------------------------------
 
 
-def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
+def pricing(floors: list[Floor], economics: Economics, shape: str, market: Marketplace | None = None) -> None:
+    """``shape``: table, json, or a marketplace's name (its price mapping alone); ``market``: the farm's marketplace,
+    whose price mapping the table and JSON show (None: m2p_marketplace's default, for a caller that reads no rig's:
+    cli/rigs.py's `m2p prices` still is one)."""
     if shape in MARKETPLACES:
         echo(marketplace(shape).price_mappings(floors))
         return
+    market = market or marketplace(DEFAULT)
     rows = [{"model": f.model, "memory": f.memory, "gpus": f.gpus, "mining_per_day": f.mining_per_day,
              "power_watts": f.power_watts, "net_per_hour": _rounded(f.net_per_hour, 4),
              "floor_per_hour": _rounded(f.floor_per_hour, 4), "floor_per_month": _rounded(f.floor_per_month, 2),
@@ -270,7 +274,7 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
     if shape == "json":
         echo_json({"currency": economics.currency, "margin": economics.margin,
                    "power_price_per_kwh": economics.power_price_per_kwh, "models": rows,
-                   "price_target_gpu_mappings": marketplace().price_mappings(floors)})
+                   "price_target_gpu_mappings": market.price_mappings(floors)})
         return
     echo(f"lease price floors per GPU ({economics.currency}; margin {economics.margin:.0%}, power "
          f"{economics.power_price_per_kwh if economics.power_price_per_kwh is not None else '?'} per kWh; "
@@ -283,7 +287,7 @@ def pricing(floors: list[Floor], economics: Economics, shape: str) -> None:
         echo(f"{r['model']:<14} {r['memory']:<6} {r['gpus']:>5} {cell(r['mining_per_day'], 11)} "
              f"{cell(r['power_watts'], 6)} {cell(r['net_per_hour'], 8)} {cell(r['floor_per_hour'], 8)} "
              f"{cell(r['floor_per_month'], 12)}")
-    echo(f"price_target_gpu_mappings: {marketplace().price_mappings(floors) or '(no model has a mining figure)'}")
+    echo(f"price_target_gpu_mappings: {market.price_mappings(floors) or '(no model has a mining figure)'}")
 
 
 def provider_state(label: str, state: ProviderState, rows: list[dict[str, Any]], as_json: bool) -> None:

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")  # RFC 1123, ASCII
 _NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
-# Akash's location-region values are short names such as us-west or eu-central.
+# A region name in a label value's characters; which names a marketplace takes is its own rule
+# (Marketplace.region_problem, market/base.py).
 _REGION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 # OpenSSH's public key types (ssh-keygen(1)); options before the type (command=, from=) are refused.
 _SSH_KEY = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"

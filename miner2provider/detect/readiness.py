@@ -23,7 +23,7 @@ ANSIBLE_LINE = "ansible-core 2.19"
 _PREFLIGHT = role_defaults("preflight")
 DEFAULT_MIN_FREE_DISK_GB = int(_PREFLIGHT["preflight_min_free_disk_gb"])  # k3s data; images need tens of GB
 DEFAULT_MIN_RAM_MB = int(_PREFLIGHT["preflight_min_ram_mb"])
-RECOMMENDED_FREE_DISK_GB = 100  # Akash's figure for a worker's ephemeral storage
+RECOMMENDED_FREE_DISK_GB = 100  # the first marketplace's figure for a worker's ephemeral storage
 MIN_CUDA_MAJOR = 12  # most lease images need CUDA 12 (driver >= 525)
 # Used share of a disk at which readiness warns: 5 points before kubelet's eviction floor (k3s_kubelet_args'
 # nodefs.available<10%), so the owner hears it before leases are evicted or the stick fills.
@@ -38,6 +38,9 @@ class Thresholds:
     become_password_given: bool = False
     control_node: bool = False  # m2p_control_node: a k3s server without GPUs (a VPS); no GPU or miner findings
     today: date = field(default_factory=date.today)  # for end-of-life dates
+    # The rig's marketplace's rule on mixed models, as a sentence's end (Marketplace.one_model_per_node; "" : none,
+    # such as m2p_marketplace none).  The default is for a caller that knows no rig's marketplace (`m2p detect`).
+    one_model_per_node: str = "a marketplace lists one GPU model per node"
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
             "sudo asks for a password: set ansible_become_password (vault) or m2p_become_password_env")
 
     if not settings.control_node:
-        _gpu_reasons(facts, blockers, warnings)
+        _gpu_reasons(facts, settings, blockers, warnings)
     _disk_reasons(facts, settings, blockers, warnings)
 
     # The floor is installed RAM (what the owner bought), judged from MemTotal, which is always below it.
@@ -163,7 +166,7 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
     return Verdict(tuple(blockers), tuple(warnings))
 
 
-def _gpu_reasons(facts: RigFacts, blockers: _Findings, warnings: _Findings) -> None:
+def _gpu_reasons(facts: RigFacts, settings: Thresholds, blockers: _Findings, warnings: _Findings) -> None:
     gpus = facts.gpus
     if facts.amd_gpus:
         counts = Counter(f"{c.name}, {c.vram_gib} GiB" if c.vram_bytes else c.name for c in facts.amd_gpus)
@@ -184,10 +187,10 @@ def _gpu_reasons(facts: RigFacts, blockers: _Findings, warnings: _Findings) -> N
     if gpus.state == "no-gpu":
         blockers.append_code("no-gpu", "no NVIDIA GPU found by nvidia-smi")
         return
-    if len(gpus.models) > 1:
+    if len(gpus.models) > 1 and settings.one_model_per_node:
         warnings.append_code(
             "mixed-gpus",
-            f"mixed GPU models on one node ({', '.join(gpus.models)}): Akash supports one model per node"
+            f"mixed GPU models on one node ({', '.join(gpus.models)}): {settings.one_model_per_node}"
         )
     if facts.cuda:
         major = int(facts.cuda.split(".")[0])

@@ -17,12 +17,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from miner2provider.core.inventory import python_of
-from miner2provider.core.settings import FEEDS, NO_MARKETPLACE
+from miner2provider.core.settings import FEEDS
 from miner2provider.detect.facts.tunnel import TUNNEL_INTERFACE
 from miner2provider.fleet.tunnel import TunnelPlan
-from miner2provider.market import DEFAULT as DEFAULT_MARKETPLACE
-from miner2provider.market import marketplace
-from miner2provider.market.base import Marketplace
+from miner2provider.market import of_rig
 
 API_PORT = 6443  # k3s's supervisor and Kubernetes API
 
@@ -75,12 +73,6 @@ def role_vars(rigs: Sequence[Rig], k3s_data_dir: str, run: RunInputs | None = No
         derived.update(_python(rig))
         out[rig.name] = {k: v for k, v in derived.items() if k not in rig.settings}
     return out
-
-
-def _marketplace(rig: Rig) -> Marketplace | None:
-    """The marketplace the rig is offered on; None: its owner's own workloads only."""
-    name = rig.settings.get("m2p_marketplace") or DEFAULT_MARKETPLACE
-    return None if name == NO_MARKETPLACE else marketplace(str(name))
 
 
 def _python(rig: Rig) -> dict[str, Any]:
@@ -150,7 +142,7 @@ def _timeshare(rig: Rig, server: Rig | None, default: str, run: RunInputs) -> di
     else:
         api = f"https://{'127.0.0.1' if server is rig else server.address}:{API_PORT}"
     own_dir = data_dir(rig, default)
-    market = _marketplace(rig)
+    market = of_rig(rig.settings)  # None: m2p_marketplace none
     return {
         "timeshare_agent_schedule_src": run.schedule_files.get(rig.name, str(rig.settings.get("m2p_schedule", ""))),
         "timeshare_agent_economics_src": run.economics_files.get(rig.name, ""),

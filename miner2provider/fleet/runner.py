@@ -10,8 +10,8 @@
   So no secret is on disk, in argv, in the environment, or in events.
 - Default-deny environment: of this process's environment a run gets only what ansible and ssh need
   (``PASSED``: home, locale, temp folder, ssh-agent ...), m2p's own ANSIBLE_* settings and what
-  ansible-runner adds.  Any variable that holds a secret (a provider's wallet passphrase such as
-  ``AKASH_KEY_PASS``, ``m2p_ssh_password_env``'s ...) is left out whoever runs the playbook
+  ansible-runner adds.  Any variable that holds a secret (a provider's wallet passphrase, the one its
+  provider file's ``passphrase_env`` names; ``m2p_ssh_password_env``'s ...) is left out whoever runs the playbook
   (``provider apply|remove``, convert, revert, schedule apply, join, remove), whether or not the
   caller knows its name.  The environment is filtered in the run's own configuration, never by
   changing this process's.
@@ -263,7 +263,8 @@ SECRET_ENV_SETTINGS = ("m2p_ssh_password_env", "m2p_become_password_env", "m2p_k
 # The variables of m2p's own environment a run may see: what ansible and ssh need (HOME for ~/.ansible and
 # ~/.ssh, the locale ansible insists be UTF-8, the temp folder, the ssh-agent's socket), the time zone, Python's
 # paths (m2p's plugins import m2p), and nothing else.  A variable not named here is no run's business: a wallet
-# passphrase (AKASH_KEY_PASS), a cloud token, the user's own ANSIBLE_* settings (ANSIBLE_BECOME_PASS among them).
+# passphrase (the provider file's passphrase_env), a cloud token, the user's own ANSIBLE_* settings
+# (ANSIBLE_BECOME_PASS among them).
 PASSED = frozenset({"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
                     "SSH_AUTH_SOCK", "SSH_AGENT_PID", "PYTHONPATH", "PYTHONTZPATH", "VIRTUAL_ENV", "NO_COLOR"})
 PASSED_PREFIXES = ("LC_", "XDG_")  # the locale's parts; the user's folders (m2p's cache lies in XDG_CACHE_HOME)

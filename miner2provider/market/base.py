@@ -1,21 +1,28 @@
 """The marketplace seam: what m2p needs of a GPU marketplace, whichever it is.
 
-A marketplace labels a node its own way (``node_labels``: its labels and m2p's own, market/labels.py),
-describes a fleet to buyers (``fleet_attributes``), keeps its own card list (``card_list``), takes lease
-prices in its own format (``price_mappings``), and runs its own services on the cluster
-(``system_namespaces``: never leases).  The types here are the seam's: what m2p knows of a rig, and
-what a marketplace says back.
-m2p's ``m2p.io/`` labels are the internal truth; nothing outside market/ reads a marketplace's labels.
-Implementations register in market/__init__.py (Akash is the first).
-"""
+Two parts, in the manner of pyinfra's connectors (a small required interface, optional capabilities the
+caller asks about):
 
+- ``Marketplace``, the listing, which every marketplace implements: how it labels a node (``node_labels``: its
+  labels and m2p's own, market/labels.py), what it tells buyers of a fleet (``fleet_attributes``), its own card
+  list (``card_list``), lease prices in its own format (``price_mappings``), its own services on the cluster
+  (``system_namespaces``: never leases), and its rules: one GPU model per node (``one_model_per_node``), what
+  becomes of a card its own list lacks (``unlisted_card``), which region names it takes (``region_problem``).
+- ``ProviderInstaller``, an optional capability: install, check and remove its provider on the farm's server
+  (`m2p provider ...`).  Callers ask ``provider_installer(market)``, which says clearly when a marketplace lacks it.
+
+The types here are the seam's: what m2p knows of a rig, and what a marketplace says back.
+m2p's ``m2p.io/`` labels are the internal truth; nothing outside market/ reads a marketplace's labels.
+Implementations register in market/__init__.py.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from miner2provider.core.errors import ProviderError
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.detect.facts.listening import Listening
@@ -49,6 +56,7 @@ class FleetAttributes:
     attributes: tuple[tuple[str, str], ...]  # (key, value) in output order
     warnings: tuple[str, ...]
     unknown_entries: tuple[str, ...]  # the fleet's cards the marketplace's own list lacks, ready to add
+    card_list_where: str = ""  # where in the marketplace's own card list those entries go
 
 
 @dataclass(frozen=True)
@@ -145,10 +153,11 @@ class ProviderState:
 
 
 class Marketplace(Protocol):
-    """Optional capability, asked with getattr (fleet/bundle/charts.py): ``offline_files() -> list[dict[str, str]]``,
-    the files its provider's charts folder holds, where each is published and the digest its publisher lists; and
-    (cli/provider.py) ``public_target(provider) -> str``, the public address its DNS gives the provider ("" when
-    none), toward which `provider check` reads the ingress rig's route."""
+    """The listing: what every marketplace does.  The provider on the farm's server is ``ProviderInstaller``'s, an
+    optional capability; so are ``offline_files() -> list[dict[str, str]]`` (fleet/bundle/charts.py: the files its
+    provider's charts folder holds, where each is published and the digest its publisher lists) and
+    ``public_target(provider) -> str`` (cli/provider.py: the public address its DNS gives the provider, "" when
+    none, toward which `provider check` reads the ingress rig's route), both asked with getattr."""
 
     @property
     def name(self) -> str:
@@ -170,6 +179,19 @@ class Marketplace(Protocol):
         """The label key only its leases' pods carry: a GPU pod without it is never a lease."""
         ...
 
+    @property
+    def one_model_per_node(self) -> str:
+        """Why a node must hold one GPU model to be offered whole, as a sentence's end ("" : it may hold several)."""
+        ...
+
+    def unlisted_card(self, pci_id: str) -> str:
+        """What becomes of a card its own card list lacks (``Card.listed`` false), as a sentence."""
+        ...
+
+    def region_problem(self, region: str) -> str:
+        """Why ``region`` is no region name this marketplace takes ("" : it is one)."""
+        ...
+
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Every label a node of this marketplace carries: its own, then m2p's."""
         ...
@@ -185,6 +207,12 @@ class Marketplace(Protocol):
     def price_mappings(self, floors: Sequence[Floor]) -> str:
         """Lease price floors per model in the form the marketplace's bid takes."""
         ...
+
+
+@runtime_checkable
+class ProviderInstaller(Protocol):
+    """The optional capability: the marketplace's provider, installed, checked and removed on the farm's k3s server
+    (`m2p provider init|check|status|apply|remove`).  Ask ``provider_installer(market)``."""
 
     def provider_starter(self) -> str:
         """A commented starter of the file that makes the farm this marketplace's provider (`m2p provider init`)."""
@@ -218,3 +246,11 @@ class Marketplace(Protocol):
     def provider_check(self, provider: Any, farm: FarmFacts, environ: Mapping[str, str]) -> list[Verdict]:
         """One verdict per thing the provider needs (it may look up DNS and the marketplace's own nodes)."""
         ...
+
+
+def provider_installer(market: Marketplace) -> ProviderInstaller:
+    """``market``'s provider installer, or a ProviderError saying it has none (it is listed on, not installed)."""
+    if not isinstance(market, ProviderInstaller):
+        raise ProviderError(f"{market.label} has no provider m2p installs on the farm's server: its rigs are listed "
+                            "through their node labels only (`m2p convert`)")
+    return market

@@ -1,6 +1,6 @@
 """m2p's GPU card database (gpus.yml): PCI vendor:device id -> model name, card name, memory, interface, ...
 
-Model names and memory sizes are written as the first marketplace (Akash) writes them, and ``listed``
+Model names and memory sizes are written as the first marketplace writes them, and ``listed``
 says whether its own card list has the id.  A card that is not in the database still gets a usable
 model name derived from its nvidia-smi name, flagged as unknown.
 """
@@ -33,7 +33,7 @@ class Card:
     interface: str  # pcie | sxm
     architecture: str
     compute_capability: str
-    listed: bool  # the marketplace's own card list (Akash's gpus.json) has this id
+    listed: bool  # the marketplace's own card list (its gpus.json) has this id
     known: bool = True  # False: derived from nvidia-smi, not in m2p's database
 
     @property
@@ -53,7 +53,7 @@ def load(path: Path = DATABASE) -> dict[str, Card]:
     return cards
 
 
-# The longest model name whose Akash label keys stay legal: a key's name part is at most 63 characters
+# The longest model name whose marketplace label keys stay legal: a key's name part is at most 63 characters
 # (Kubernetes), and "capabilities.gpu.vendor.nvidia.model.<slug>.interface.pcie" spends 52 of them.  The
 # longest slug in gpus.yml is 11 characters too.
 MAX_SLUG = 11

@@ -104,11 +104,43 @@ def test_every_agent_module_is_packed(module: str) -> None:
         m.rpartition(".")[2] for m in agent_zipapp.rig_modules()}
 
 
+# Files that still name Akash, each owned by work under way elsewhere (issue 54): the rule or sentence there moves
+# behind the seam when that work lands, and the file leaves this list.  Any other file naming it fails.
+NAMES_AKASH_FOR_NOW = {
+    "agent",  # off the market = cordoned (decide.py, service.py: the agent's own rule; agent/ is being restructured)
+    "rigside/kube.py",  # the agent's Kubernetes client: a comment on the mining taint
+    "timeshare/economics.py",  # model names in the economics file's docstring
+    "core/inventory.py", "core/settings.py",  # time slices sold as whole GPUs (the inventory's check, its help)
+    "detect/facts/amd.py",  # AMD model names and memory written as the marketplace writes them
+    "cli/rigs.py", "cli/templates/inventory.yml",  # `m2p attributes` help; the starter inventory's audit figure
+}
+
+
+def names_akash(package: Path, allowed: set[Path]) -> list[str]:
+    """Every line outside the marketplace seam that names Akash, in any case: the seam is market/akash/ (a path
+    with an ``akash`` part) and ``allowed`` (the registry; a folder allows what it holds)."""
+    return [f"{p.relative_to(package.parent)}:{n}" for p in sorted(package.rglob("*"))
+            if p.is_file() and p.suffix in {".py", ".yml", ".j2", ".json"}
+            and not any(p == a or a in p.parents for a in allowed)
+            and "akash" not in p.relative_to(package).parts
+            for n, line in enumerate(p.read_text().splitlines(), 1) if "akash" in line.lower()]
+
+
 def test_only_the_marketplace_seam_names_akash():
     """Akash lives behind the seam (market/base.py): its package, and the registry that names it."""
-    allowed = {PACKAGE / "market" / "__init__.py"}
-    named = [f"{p.relative_to(PACKAGE.parent)}:{n}" for p in sorted(PACKAGE.rglob("*"))
-             if p.is_file() and p.suffix in {".py", ".yml", ".j2", ".json"} and p not in allowed
-             and "akash" not in p.relative_to(PACKAGE).parts
-             for n, line in enumerate(p.read_text().splitlines(), 1) if "akash" in line]
-    assert named == []
+    allowed = {PACKAGE / "market" / "__init__.py", *(PACKAGE / name for name in NAMES_AKASH_FOR_NOW)}
+    assert names_akash(PACKAGE, allowed) == []
+
+
+def test_the_seam_check_finds_akash_in_any_case(tmp_path: Path) -> None:
+    root = tmp_path / "miner2provider"
+    (root / "market" / "akash").mkdir(parents=True)
+    (root / "market" / "akash" / "labels.py").write_text("AKASH = 'akash.network'\n")  # behind the seam
+    (root / "market" / "__init__.py").write_text("from .akash import AKASH\n")  # the registry
+    (root / "detect").mkdir()
+    (root / "detect" / "readiness.py").write_text("X = 1\n# Akash takes one model\nY = 'AKASH'\n")
+    (root / "core.yml").write_text("a: akash\n")
+    (root / "agent").mkdir()
+    (root / "agent" / "decide.py").write_text("# Akash drops a cordoned node\n")  # a folder allowed for now
+    assert names_akash(root, {root / "market" / "__init__.py", root / "agent"}) == [
+        "miner2provider/core.yml:1", "miner2provider/detect/readiness.py:2", "miner2provider/detect/readiness.py:3"]

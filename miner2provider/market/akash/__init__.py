@@ -19,9 +19,11 @@ from miner2provider.market.akash import (
     provider_file,
     provider_status,
     published,
+    rules,
     stack,
     wallet,
 )
+from miner2provider.market.akash import region as regions
 from miner2provider.market.akash.labels import node_labels
 from miner2provider.market.akash.prices import akash_mappings
 from miner2provider.market.base import (
@@ -47,6 +49,15 @@ class Akash:
     # (provider cluster/kube/builder/workload.go labels(): akash.network=true,
     # akash.network/manifest-service=<service>); its own services' pods lack the key.
     lease_label: str = "akash.network/manifest-service"
+
+    # Akash's inventory counts a node's GPUs by one model (rules.py).
+    one_model_per_node: str = rules.ONE_MODEL_PER_NODE
+
+    def unlisted_card(self, pci_id: str) -> str:
+        return rules.unlisted_card(pci_id)
+
+    def region_problem(self, region: str) -> str:
+        return regions.problem(region)
 
     def node_labels(self, gpus: Gpus, cuda: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         return node_labels(gpus, cuda, extra)

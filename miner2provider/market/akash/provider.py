@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from miner2provider.market.akash.gpus_json import entry_line
 from miner2provider.market.akash.labels import amd_labels, node_labels
+from miner2provider.market.akash.rules import GPUS_JSON_WHERE, ONE_MODEL_PER_NODE
 from miner2provider.market.base import FleetAttributes, RigAttributes, RigGpus
 from miner2provider.market.cards import Card, amd_combos, cards_of
 
@@ -31,7 +32,7 @@ def rig_attributes(rig: RigGpus) -> RigAttributes:
                         f"{amd_card.slug!r}; add it to m2p's list (facts/amd.py, from libdrm's amdgpu.ids)")
     models = sorted({c.slug for c in cards})
     if len(models) > 1:
-        warnings.append(f"mixed GPU models on one node ({', '.join(models)}): Akash supports one model per node; "
+        warnings.append(f"mixed GPU models on one node ({', '.join(models)}): {ONE_MODEL_PER_NODE}; "
                         "split the cards or exclude the node")
     for card in {c.pci_id: c for c in cards}.values():
         if not card.known:
@@ -79,4 +80,4 @@ def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAtt
     if chosen:
         attrs.append(("location-region", chosen))
     unknown = tuple(sorted({entry_line(c) for c in all_cards.values() if not c.listed}))
-    return FleetAttributes(per_rig, tuple(attrs), tuple(warnings), unknown)
+    return FleetAttributes(per_rig, tuple(attrs), tuple(warnings), unknown, GPUS_JSON_WHERE)

@@ -41,6 +41,7 @@ import yaml
 from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import ProviderFileError
 from miner2provider.market.akash import address
+from miner2provider.market.akash import region as regions
 
 STARTER = Path(__file__).with_name("provider.yml")  # what `m2p provider init` writes
 CERT_MANAGER, CERT_MANAGER_VERSION = "cert-manager", "v1.19.1"  # only with acme_dns (acme.py)
@@ -186,8 +187,8 @@ def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str,
         raise bad("public_address_echo", "an https URL that answers with the caller's IP address as plain text")
     if "website" in values and not _url(values["website"], ("https", "http")):
         raise bad("website", "a URL such as https://farm.example.com")
-    if "region" in values and not checks.is_region(values["region"]):
-        raise bad("region", "letters, digits, '.', '_' and '-' only (such as eu-central)")
+    if "region" in values and regions.problem(values["region"]):
+        raise bad("region", regions.problem(values["region"]))
     if not _url(values["rpc_node"], ("https", "http", "tcp")):
         raise bad("rpc_node", "the RPC node's URL, such as https://rpc.example.com:443 or http://akash-node:26657")
     window = values.get("reclamation_window")

@@ -9,6 +9,9 @@ Sets ``ansible_facts.m2p``: the rig's facts as plain data plus ``readiness``
 (blockers and warnings as sentences, their stable codes in ``blocker_codes`` and
 ``warning_codes`` for playbooks to test, ``hardware_blockers``), ``cards`` (database entry
 of each GPU), ``gpu_labels`` and ``gpu_signature`` (what the fingerprint records).
+
+The marketplace is the rig's own (``m2p_marketplace``; unset: the setting's default): its labels and rules.  On
+``m2p_marketplace: none`` the labels are m2p's own only and no marketplace rule applies (``market_warnings`` empty).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from miner2provider.core.inventory import python_of
 from miner2provider.detect.facts import probe
 from miner2provider.detect.facts.fingerprint import gpu_signature
 from miner2provider.detect.readiness import HARDWARE_CODES, Thresholds, assess
-from miner2provider.market import marketplace
+from miner2provider.market import of_rig
 from miner2provider.market.cards import cards_of
+from miner2provider.market.labels import own_labels
 
 
 def plain(value: Any) -> Any:
@@ -49,12 +53,14 @@ class ActionModule(ActionBase):
         except (probe.ProbeIncomplete, probe.ProbeUnreadable) as exc:
             raise AnsibleActionFail(f"m2p probe failed (exit {res.get('rc')}): {exc}; "
                                     f"stderr: {res.get('stderr', '')[-300:]}") from None
+        market = of_rig(task_vars or {})  # the rig's m2p_marketplace; None: its owner's own workloads only
         settings = Thresholds(
             min_free_disk_gb=int(args.get("min_free_disk_gb", Thresholds.min_free_disk_gb)),
             min_ram_mb=int(args.get("min_ram_mb", Thresholds.min_ram_mb)),
             data_dir=args.get("data_dir") or None,
             become_password_given=True,  # Ansible got this far with become
             control_node=str(args.get("control_node", False)).lower() in {"true", "1", "yes"},
+            one_model_per_node=market.one_model_per_node if market else "",
         )
         verdict = assess(facts, settings)
         data = plain(facts)
@@ -73,8 +79,14 @@ class ActionModule(ActionBase):
         data["mining_os"].update(label=mos.label, miner_control=mos.miner_control, driver_upgrade=mos.driver_upgrade,
                                  refusal=refusal[1] if refusal else "",
                                  supported=refusal is None and mos.kind != "unknown")
-        data["cards"] = [plain(c) for c in cards_of(facts.gpus)]
+        cards = cards_of(facts.gpus)
+        data["cards"] = [plain(c) for c in cards]
         data["gpu_signature"] = gpu_signature(facts.gpus)
-        data["gpu_labels"] = marketplace().node_labels(facts.gpus, facts.cuda, args.get("label_extra") or None)
+        extra = args.get("label_extra") or None
+        data["gpu_labels"] = (market.node_labels(facts.gpus, facts.cuda, extra) if market
+                              else own_labels(facts.gpus, facts.cuda, extra))
+        # What the marketplace will not sell as it is, for the owner to read (cards its own list lacks).
+        data["market_warnings"] = ([market.unlisted_card(pci_id) for pci_id in dict.fromkeys(
+            c.pci_id for c in cards if not c.listed)] if market else [])
         result.update(changed=False, ansible_facts={"m2p": data})
         return result

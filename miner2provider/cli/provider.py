@@ -37,6 +37,7 @@ from miner2provider.market.base import (
     Marketplace,
     ProviderFarm,
     ProviderInstaller,
+    PublicTarget,
     Verdict,
     provider_installer,
 )
@@ -146,7 +147,8 @@ def provider_check(inventory_file: str, provider_path: str, vault_password_file:
                      ingress.address, listening, models,
                      provider_run.server_reaches(server, installer.provider_fetches, ssh),
                      provider_run.ingress_sight(ingress, getattr(provider, "public_address_echo", ""),
-                                                getattr(market, "public_target", lambda _: "")(provider), ssh))
+                                                market.public_target(provider) if isinstance(market, PublicTarget)
+                                                else "", ssh))
     # A rig that does not answer is one verdict, not the end of the check: the others still say what to do.
     found = [Verdict("fail", "rigs", f"{r.name} did not answer ({r.error}): its cores and memory are not counted, "
                                      "and provider apply waits until every rig answers") for r in reports if not r.ok]

@@ -153,11 +153,8 @@ class ProviderState:
 
 
 class Marketplace(Protocol):
-    """The listing: what every marketplace does.  The provider on the farm's server is ``ProviderInstaller``'s, an
-    optional capability; so are ``offline_files() -> list[dict[str, str]]`` (fleet/bundle/charts.py: the files its
-    provider's charts folder holds, where each is published and the digest its publisher lists) and
-    ``public_target(provider) -> str`` (cli/provider.py: the public address its DNS gives the provider, "" when
-    none, toward which `provider check` reads the ingress rig's route), both asked with getattr."""
+    """The listing: what every marketplace does.  Its optional capabilities, each asked with isinstance:
+    ``ProviderInstaller`` (its provider on the farm's server), ``OfflineFiles`` and ``PublicTarget``."""
 
     @property
     def name(self) -> str:
@@ -245,6 +242,26 @@ class ProviderInstaller(Protocol):
 
     def provider_check(self, provider: Any, farm: FarmFacts, environ: Mapping[str, str]) -> list[Verdict]:
         """One verdict per thing the provider needs (it may look up DNS and the marketplace's own nodes)."""
+        ...
+
+
+@runtime_checkable
+class OfflineFiles(Protocol):
+    """An optional capability (fleet/bundle/charts.py): the files its provider's charts folder holds, for a farm
+    without internet."""
+
+    def offline_files(self) -> list[dict[str, str]]:
+        """Each file with where it is published and the digest its publisher lists."""
+        ...
+
+
+@runtime_checkable
+class PublicTarget(Protocol):
+    """An optional capability (cli/provider.py): the public address its DNS gives the provider, toward which
+    `provider check` reads the ingress rig's route."""
+
+    def public_target(self, provider: Any) -> str:
+        """That address ("" when none)."""
         ...
 
 

@@ -15,8 +15,9 @@ from ansible_collections.m2p.rigs.plugins.action import m2p_facts
 from miner2provider import market
 from miner2provider.core.errors import ProviderError
 from miner2provider.detect.readiness import Thresholds, assess
+from miner2provider.fleet.bundle import charts
 from miner2provider.market import AKASH, of_farm, of_rig
-from miner2provider.market.base import Marketplace, ProviderInstaller, provider_installer
+from miner2provider.market.base import Marketplace, OfflineFiles, ProviderInstaller, PublicTarget, provider_installer
 
 MIXED = GPU_ROW + GPU_ROW.replace("0, NVIDIA GeForce RTX 3090", "1, NVIDIA GeForce RTX 3060")
 
@@ -71,6 +72,13 @@ def test_the_provider_installer_is_a_capability_asked_about():
     with pytest.raises(ProviderError, match="Listed has no provider m2p installs on the farm's server") as caught:
         provider_installer(listed)
     assert caught.value.exit_code == 8
+
+
+def test_the_other_capabilities_are_asked_about_too():
+    listed = Listed()
+    assert isinstance(AKASH, OfflineFiles) and isinstance(AKASH, PublicTarget)
+    assert not isinstance(listed, OfflineFiles) and not isinstance(listed, PublicTarget)
+    assert charts.marketplace_files(listed) == [] and charts.marketplace_files(AKASH) == charts.marketplace_files()
 
 
 def test_one_model_per_node_is_the_marketplace_s_rule():

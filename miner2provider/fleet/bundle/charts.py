@@ -31,7 +31,7 @@ import yaml
 from miner2provider import market
 from miner2provider.core.errors import BundleError
 from miner2provider.fleet.bundle.images import parse_ref
-from miner2provider.market.base import Marketplace
+from miner2provider.market.base import Marketplace, OfflineFiles
 
 FOLDER = "charts"  # in the bundle: what `m2p provider apply --charts <bundle>/charts` reads
 REGISTRY = "{registry}"
@@ -73,8 +73,8 @@ def marketplace_files(marketplace: Marketplace | None = None) -> list[Pinned]:
     """The files ``marketplace``'s provider needs on the farm (none where it names none).  Pass the farm's
     (market.of_farm); None is the registry's default, for a command that reads no inventory (`m2p bundle`,
     `m2p provider fetch`)."""
-    offer = getattr(marketplace or market.marketplace(market.DEFAULT), "offline_files", None)
-    return [Pinned.from_mapping(entry) for entry in offer()] if offer is not None else []
+    chosen = marketplace or market.marketplace(market.DEFAULT)
+    return [Pinned.from_mapping(entry) for entry in chosen.offline_files()] if isinstance(chosen, OfflineFiles) else []
 
 
 def select(pins: Iterable[Pinned], extras: Iterable[str]) -> list[Pinned]:

@@ -107,7 +107,6 @@ def test_every_agent_module_is_packed(module: str) -> None:
 # Files that still name Akash, each owned by work under way elsewhere (issue 54): the rule or sentence there moves
 # behind the seam when that work lands, and the file leaves this list.  Any other file naming it fails.
 NAMES_AKASH_FOR_NOW = {
-    "agent",  # off the market = cordoned (decide.py, service.py: the agent's own rule; agent/ is being restructured)
     "rigside/kube.py",  # the agent's Kubernetes client: a comment on the mining taint
     "timeshare/economics.py",  # model names in the economics file's docstring
     "core/inventory.py", "core/settings.py",  # time slices sold as whole GPUs (the inventory's check, its help)

@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from miner2provider.agent import rig
+from miner2provider.agent import nvml, rig
+from miner2provider.agent.clocks import Clocks
 from miner2provider.rigside import disk
 
 
@@ -16,7 +17,7 @@ class Config:
     schedule: str
     miner: rig.Miner
     gpu_count: int
-    clocks: rig.Clocks = field(default_factory=rig.Clocks)
+    clocks: Clocks = field(default_factory=Clocks)
     # Who the agent is to the API: the rig's kubelet credential (k3s's kubelet.kubeconfig) where m2p built the
     # cluster; else (a cluster outside the inventory) api_server with the owner's token_file and ca_file.
     kubeconfig: str = ""
@@ -36,7 +37,7 @@ class Config:
     lease_label: str = ""  # the label key only the marketplace's lease pods carry (market/); empty: no marketplace
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
     schedule_name: str = ""  # the owner's name for the schedule (its file's, on the controller); said in the status
-    gpu_info_dir: str = rig.GPU_INFO_DIR  # the driver's cards (device minor -> UUID): per-card hand-over
+    gpu_info_dir: str = nvml.GPU_INFO_DIR  # the driver's cards (device minor -> UUID): per-card hand-over
 
     @classmethod
     def load(cls, path: str) -> Config:
@@ -46,7 +47,7 @@ class Config:
                              "config_files": tuple(str(f) for f in miner_raw.get("config_files", ())),
                              "per_card": str(miner_raw.get("per_card", False)).lower() == "true",
                              "start_believed": str(miner_raw.get("start_believed", False)).lower() == "true"})
-        raw["clocks"] = rig.Clocks(**raw.get("clocks", {}))
+        raw["clocks"] = Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
         raw["system_namespaces"] = tuple(str(n) for n in raw.get("system_namespaces", ()))

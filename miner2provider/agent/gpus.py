@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from miner2provider.agent import flight_sheet, rig
+from miner2provider.agent import flight_sheet, nvml
+from miner2provider.agent.clocks import Clocks
 from miner2provider.agent.config import Config
 
 GPU_RECHECK_S = 10.0
@@ -59,7 +60,7 @@ class GpuSight:
         self._busy_cards = (now, cards)
         return cards
 
-    def retuned_cards(self, clocks: rig.Clocks, now: float, mode: str, reset: frozenset[str],
+    def retuned_cards(self, clocks: Clocks, now: float, mode: str, reset: frozenset[str],
                       held: frozenset[str] | None, say: Callable[[str], None]) -> frozenset[str]:
         """The cards reset for the leases that are off their defaults again (NVML, every GPU_RECHECK_S while
         leased): a dashboard OC push runs HiveOS's nvidia-oc, which tunes every card, the leased ones too.  Per
@@ -85,8 +86,8 @@ class GpuSight:
         if not self.takes_cards or self.whole_why(config):
             return ()
         if not self.card_map:
-            self.card_map = rig.card_uuids(config.gpu_info_dir)
-        return tuple(self.card_map.values())  # PCI bus order (rig.card_uuids): CUDA_VISIBLE_DEVICES's
+            self.card_map = nvml.card_uuids(config.gpu_info_dir)
+        return tuple(self.card_map.values())  # PCI bus order (nvml.card_uuids): CUDA_VISIBLE_DEVICES's
 
     def whole_why(self, config: Config) -> str:
         """What in the OS's own configuration makes the whole rig the unit (flight_sheet.py; "": nothing), read
@@ -109,7 +110,7 @@ class GpuSight:
 
 def outside_cards(by_card: Callable[[], dict[str, list[int]]]) -> frozenset[str]:
     """The cards a process outside every container holds (NVML, card by card)."""
-    return frozenset(uuid for uuid, pids in by_card().items() if rig.outside_containers(pids))
+    return frozenset(uuid for uuid, pids in by_card().items() if nvml.outside_containers(pids))
 
 
 def _mtime(path: str) -> int:

@@ -62,9 +62,10 @@ class Plan:
 
 def plan(state: State, obs: Observation, rig: Rig, lease_grace_s: float | None,
          min_switch_interval_s: float) -> Plan:
-    said = []
+    said: list[str] = []
     refuse = ""
-    if rig.respawns >= RESPAWN_STRIKES:  # off the market: a lease here would share its GPUs with a miner
+    off_market = rig.respawns >= RESPAWN_STRIKES
+    if off_market:  # off the market: a lease here would share its GPUs with a miner
         obs = replace(obs, desired=replace(obs.desired, offered=False))
         said.append(f"{RESPAWN_SENTENCE} ({rig.respawns} times during leases): no new lease until that "
                     "supervisor is stopped and the agent restarted (m2p schedule apply)")
@@ -74,6 +75,9 @@ def plan(state: State, obs: Observation, rig: Rig, lease_grace_s: float | None,
     others = (REFUSE if obs.miner_running or obs.gpus_busy else GRANT) if rig.others_waiting else ""
     said += idle_beside(obs, rig)
     new, actions = decide.decide(state, obs, lease_grace_s, min_switch_interval_s)
+    if off_market and new.offered:  # off the market whatever else decides (a mining window given up after its grace)
+        actions = [a for a in actions if a != decide.OFFER] + ([decide.UNOFFER] if state.offered else [])
+        new = replace(new, offered=False)
     return _with_effects(Plan(new, tuple(actions), refuse, others, said=tuple(said)), rig, obs.now)
 
 

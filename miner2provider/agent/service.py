@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from miner2provider import __version__
-from miner2provider.agent import act, decide, economy, gate, measure, publish, read, record, rig, rules
+from miner2provider.agent import act, decide, economy, gate, measure, nvml, publish, read, record, rules
 from miner2provider.agent.config import Config
 from miner2provider.agent.decide import State
 from miner2provider.agent.gpus import GpuSight
@@ -42,8 +42,8 @@ OLD_PLACEHOLDER_LABEL = "m2p.io/placeholder"
 class Agent:
     config: Config
     client: kube.KubeClient
-    gpu_processes: Any = rig.gpu_processes
-    gpu_processes_by_card: Any = rig.gpu_processes_by_card
+    gpu_processes: Any = nvml.gpu_processes
+    gpu_processes_by_card: Any = nvml.gpu_processes_by_card
     clock: Any = time.time  # the wall clock: what is said (status, ledger) and the schedule's windows
     # Intervals (switching, the drain's grace, rechecks) run on the monotonic clock, which no step of the
     # wall clock moves (a rig without an RTC battery boots in the past; NTP steps it later).
@@ -139,7 +139,7 @@ class Agent:
     # -- what the tick reads through the agent (the tests replace some) ---------------
     def gpu_holders(self) -> list[int]:
         """Processes outside every container that hold a GPU (NVML)."""
-        return rig.outside_containers(self.gpu_processes())
+        return nvml.outside_containers(self.gpu_processes())
 
     def sample_miner(self, now: float, miner_running: bool) -> None:
         self.stats.sample(now, miner_running)

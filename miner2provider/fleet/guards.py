@@ -31,7 +31,7 @@ from miner2provider.fleet.bundle.manifest import Bundle
 from miner2provider.rigside.status import Lease
 from miner2provider.timeshare.model import duration_seconds
 
-# The agent cordons its node while this file exists (agent/service.py keep_drain).
+# The agent cordons its node while this file exists (agent/rules.py cordon_rule).
 SHOWN = 3  # leases named in a refusal; the count says how many more
 DEFAULT_DRAIN_TIMEOUT = "2h"
 MAX_SPAN_S = 7 * 86400.0  # m2p waits for leases at most a week (a convert must not hang for ever)

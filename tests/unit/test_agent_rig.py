@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from miner2provider.agent import gate, rig
-from miner2provider.agent.rig import Clocks, Miner, _programs
+from miner2provider.agent import gate, nvml, rig, shell
+from miner2provider.agent.clocks import Clocks
+from miner2provider.agent.rig import Miner, _programs
 
 
 def start(folder: Path, name: str, *, ignore_term: bool, relative: bool) -> subprocess.Popen[bytes]:
@@ -235,15 +236,15 @@ def test_what_still_holds_the_gpus_after_a_stop_is_ended_after_the_grace_term_th
 
 
 def test_the_miner_starts_in_a_scope_of_its_own_where_systemd_runs_the_host(monkeypatch, tmp_path):
-    from miner2provider.agent import rig
+    from miner2provider.agent import shell
 
-    monkeypatch.setattr(rig.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(rig, "Path", lambda p: tmp_path if p == "/run/systemd/system" else Path(p))
-    argv = rig.in_own_scope(["/bin/sh", "-c", "/hive/bin/miner start"])
+    monkeypatch.setattr(shell.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(shell, "Path", lambda p: tmp_path if p == "/run/systemd/system" else Path(p))
+    argv = shell.in_own_scope(["/bin/sh", "-c", "/hive/bin/miner start"])
     assert argv[:2] == ["systemd-run", "--scope"] and argv[2].startswith("--unit=m2p-miner-")
     assert argv[-3:] == ["/bin/sh", "-c", "/hive/bin/miner start"]
-    monkeypatch.setattr(rig, "Path", lambda p: tmp_path / "absent" if p == "/run/systemd/system" else Path(p))
-    assert rig.in_own_scope(["/bin/sh", "-c", "x"]) == ["/bin/sh", "-c", "x"]  # no systemd: as it is
+    monkeypatch.setattr(shell, "Path", lambda p: tmp_path / "absent" if p == "/run/systemd/system" else Path(p))
+    assert shell.in_own_scope(["/bin/sh", "-c", "x"]) == ["/bin/sh", "-c", "x"]  # no systemd: as it is
 
 
 def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_path):
@@ -254,14 +255,14 @@ def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_
     assert plain.running() is False
     marker.touch()
     assert plain.running() is True
-    assert rig._probe(f"test -e {marker}", 5).args == ["test", "-e", str(marker)]
+    assert shell._probe(f"test -e {marker}", 5).args == ["test", "-e", str(marker)]
     for shell_syntax in (f"test -e '{marker}'", f"M={marker}; test -e $M", f"ls {tmp_path} | grep -q running",
                          f"test -e {tmp_path}/*.running", f"test -e {marker} 2>/dev/null"):
-        probe = rig._probe(shell_syntax, 5)
+        probe = shell._probe(shell_syntax, 5)
         assert probe.args[:2] == ["/bin/sh", "-c"] and probe.returncode == 0, shell_syntax
-    missing = rig._probe("no-such-program-m2p --flag", 5)
+    missing = shell._probe("no-such-program-m2p --flag", 5)
     assert missing.returncode == 127 and "no-such-program-m2p" in missing.stderr
-    builtin = rig._probe("command -v sh", 5)  # no program of that name: sh's builtin answers
+    builtin = shell._probe("command -v sh", 5)  # no program of that name: sh's builtin answers
     assert builtin.args[:2] == ["/bin/sh", "-c"] and builtin.returncode == 0
     assert rig.Miner(running_cmd="no-such-program-m2p", start_cmd="", stop_cmd="").running() is False
 
@@ -295,9 +296,9 @@ def test_the_drivers_cards_are_read_by_device_minor_and_odd_entries_are_skipped(
         (folder / pci).mkdir(parents=True)
         (folder / pci / "information").write_text(text)
     (folder / "0000:05:00.0").mkdir()  # a card whose file cannot be read
-    assert rig.card_uuids(str(folder)) == {3: "GPU-aaa", 0: "GPU-bbb"}
-    assert list(rig.card_uuids(str(folder)).values()) == ["GPU-aaa", "GPU-bbb"]  # PCI bus order, not the minors'
-    assert rig.card_uuids(str(tmp_path / "absent")) == {}
+    assert nvml.card_uuids(str(folder)) == {3: "GPU-aaa", 0: "GPU-bbb"}
+    assert list(nvml.card_uuids(str(folder)).values()) == ["GPU-aaa", "GPU-bbb"]  # PCI bus order, not the minors'
+    assert nvml.card_uuids(str(tmp_path / "absent")) == {}
 
 
 @pytest.mark.parametrize(("devices", "minors"), [

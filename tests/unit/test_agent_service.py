@@ -16,7 +16,8 @@ import pytest
 
 from m2p_sandbox import gpu_standin
 from m2p_sandbox.kube_api import KubeApiStandin
-from miner2provider.agent import gate, rig
+from miner2provider.agent import gate, nvml, rig
+from miner2provider.agent.clocks import Clocks
 from miner2provider.agent.service import OLD_PLACEHOLDER_LABEL, Agent, Config
 from miner2provider.cli import render
 from miner2provider.rigside import kube as kube_api
@@ -40,7 +41,7 @@ def client(api, tmp_path, token="rig01-token"):
     return kube_api.KubeClient(api.url, str(tmp_path / "token"))
 
 
-class LoggedClocks(rig.Clocks):
+class LoggedClocks(Clocks):
     """The cards' clocks, seen from the test: reset() writes to the same log the miner's stand-in
     commands write to (the real reset talks to NVML or nvidia-smi, tested in test_agent_rig.py)."""
 
@@ -357,7 +358,7 @@ def test_gpu_processes_inside_a_pod_are_not_the_miner(tmp_path):
                         (15, "0::/system.slice/mykubepods-miner.service\n")):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(cgroup)
-    assert rig.outside_containers([10, 11, 12, 13, 14, 15], proc=str(tmp_path)) == [12, 13, 14, 15]
+    assert nvml.outside_containers([10, 11, 12, 13, 14, 15], proc=str(tmp_path)) == [12, 13, 14, 15]
 
 
 def test_state_survives_a_restart_and_the_api_going_away(api, tmp_path):
@@ -430,8 +431,8 @@ def test_gpu_processes_through_nvml_and_nvidia_smi_all_of_them_and_card_by_card(
         def nvmlDeviceGetComputeRunningProcesses(self, handle):
             return [Proc(78 + handle), Proc(77)]
 
-    assert rig.gpu_processes(Nvml()) == [77, 78, 79]
-    assert rig.gpu_processes_by_card(Nvml()) == {"GPU-aaa": [77, 78], "GPU-bbb": [77, 79]}
+    assert nvml.gpu_processes(Nvml()) == [77, 78, 79]
+    assert nvml.gpu_processes_by_card(Nvml()) == {"GPU-aaa": [77, 78], "GPU-bbb": [77, 79]}
 
     class NoDriver(Nvml):
         def nvmlInit(self):
@@ -444,8 +445,8 @@ def test_gpu_processes_through_nvml_and_nvidia_smi_all_of_them_and_card_by_card(
                            if "gpu_uuid" in argv[1] else "123\n456\n")
 
     calls = []
-    assert rig.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == [123, 456]
-    assert rig.gpu_processes_by_card(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == {
+    assert nvml.gpu_processes(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == [123, 456]
+    assert nvml.gpu_processes_by_card(NoDriver(), run=lambda argv, **kw: calls.append(argv) or Done(argv)) == {
         "GPU-aaa": [123], "GPU-bbb": [123, 456]}
     assert calls == [["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
                      ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]]

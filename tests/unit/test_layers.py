@@ -143,3 +143,35 @@ def test_the_seam_check_finds_akash_in_any_case(tmp_path: Path) -> None:
     (root / "agent" / "decide.py").write_text("# Akash drops a cordoned node\n")  # a folder allowed for now
     assert names_akash(root, {root / "market" / "__init__.py", root / "agent"}) == [
         "miner2provider/core.yml:1", "miner2provider/detect/readiness.py:2", "miner2provider/detect/readiness.py:3"]
+
+
+AGENT_FILE_LINES = 250  # issue 54: the on-rig program in small modules, none a god object again
+
+
+def test_no_agent_file_is_over_250_lines() -> None:
+    long = {p.name: n for p in sorted((PACKAGE / "agent").glob("*.py"))
+            if (n := len(p.read_text().splitlines())) > AGENT_FILE_LINES}
+    assert long == {}, f"agent/ files over {AGENT_FILE_LINES} lines: {long}"
+
+
+def importers_of_the_agent(root: Path) -> list[str]:
+    """'file:line: module' for every import of ``<root>.agent`` from outside ``<root>/agent``: agent/ is the
+    on-rig program only; what the controller reads of a rig lives in rigside/."""
+    return [f"{path.relative_to(root.parent)}:{line}: {target}"
+            for path in sorted(root.rglob("*.py")) if "agent" != path.relative_to(root).parts[0]
+            for line, target in imports_of(root, path) if target.split(".")[1:2] == ["agent"]]
+
+
+def test_nothing_outside_the_agent_imports_it() -> None:
+    assert importers_of_the_agent(PACKAGE) == []
+
+
+def test_the_agent_import_check_finds_one(tmp_path: Path) -> None:
+    root = tmp_path / "miner2provider"
+    for sub in ("agent", "dashboard"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "agent" / "status.py").write_text("X = 1\n")
+    (root / "dashboard" / "views.py").write_text("from miner2provider.agent.status import X\n")
+    assert importers_of_the_agent(root) == ["miner2provider/dashboard/views.py:1: miner2provider.agent.status"]

@@ -69,7 +69,7 @@ def reclaimer(config: Config, clock: Clock, **changes: Any) -> Reclaimer:
 
 
 def must_mine(api: KubeApiStandin, node: str, at: float | None) -> None:
-    """The node's agent says when it must mine (its status annotation, as agent/service.py writes it)."""
+    """The node's agent says when it must mine (its status annotation, as agent/record.py writes it)."""
     from datetime import UTC, datetime
 
     text = None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")

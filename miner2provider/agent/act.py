@@ -115,6 +115,7 @@ class Effectors:
     def gate_answers(self, plan: rules.Plan, leases: list[Path], others: list[Path]) -> None:
         """The containers at the gate the plan refuses (the leases', the miner keeps coming back) or answers (the
         ones that are no lease: refused while the miner holds the cards, let through while it does not)."""
+        self.gates.sweep()
         if plan.refuse_leases:
             self.gates.refuse(plan.refuse_leases, leases)
         if plan.others == rules.REFUSE:

@@ -61,14 +61,16 @@ class GateDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.stale: list[Path] = []  # records read whose process is gone: sweep() removes them
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:  # a read-only disk: no hook can ask either (it fails closed); the agent runs on
             pass
 
+    # -- reading (the agent's tick reads, then acts: no method here does both) ---------
     def _live(self, suffix: str, pid_key: str, started_key: str) -> list[tuple[Path, dict[str, Any]]]:
-        """The records of this kind whose process (``pid_key``, ``started_key``) still runs; the
-        others are removed (their hook was killed, or their container ended)."""
+        """The records of this kind whose process (``pid_key``, ``started_key``) still runs; the others
+        (their hook was killed, or their container ended) are noted in ``stale``."""
         out = []
         for entry in sorted(self.path.glob(f"*{suffix}")):
             try:
@@ -81,14 +83,11 @@ class GateDir:
             if alive(int(record.get(pid_key, 0) or 0), str(record.get(started_key, ""))):
                 out.append((entry, record))
             else:
-                entry.unlink(missing_ok=True)
+                self.stale.append(entry)
         return out
 
-    def waiting(self) -> list[Path]:
-        """Requests whose hook still waits."""
-        return [entry for entry, _ in self.waiting_records()]
-
     def waiting_records(self) -> list[tuple[Path, dict[str, Any]]]:
+        """Requests whose hook still waits."""
         return self._live(".request", "hook_pid", "hook_started")
 
     def any_waiting(self) -> bool:
@@ -101,15 +100,21 @@ class GateDir:
 
     def gated(self) -> list[dict[str, Any]]:
         """Containers let through that still run."""
-        for entry in self.path.glob("*.refused"):  # the hook read it and is gone: no request left
-            if not entry.with_suffix(".request").exists():
-                entry.unlink(missing_ok=True)
+        # A refusal the hook read and left (no request any more) is stale too.
+        self.stale += [entry for entry in self.path.glob("*.refused") if not entry.with_suffix(".request").exists()]
         return [record for _, record in self._live(".granted", "pid", "started")]
 
-    def grant(self, entries: list[Path] | None = None) -> int:
-        """Let the waiting containers (``entries``; None: all) start."""
+    # -- answering --------------------------------------------------------------------
+    def sweep(self) -> None:
+        """Remove the stale records the last readings noted."""
+        for entry in self.stale:
+            entry.unlink(missing_ok=True)
+        self.stale = []
+
+    def grant(self, entries: list[Path]) -> int:
+        """Let the waiting containers (``entries``, as read) start."""
         granted = 0
-        for entry in self.waiting() if entries is None else entries:
+        for entry in entries:
             try:
                 os.replace(entry, entry.with_suffix(".granted"))
                 granted += 1
@@ -117,10 +122,10 @@ class GateDir:
                 pass
         return granted
 
-    def refuse(self, reason: str, entries: list[Path] | None = None) -> None:
+    def refuse(self, reason: str, entries: list[Path]) -> None:
         """Whole or not at all (a temporary file renamed): the hook reads the reason as soon as the file exists,
         and a file written in place was once read empty (a refusal with no reason, seen under a loaded CI)."""
-        for entry in self.waiting() if entries is None else entries:
+        for entry in entries:
             tmp = entry.with_name(f".{entry.stem}.refused.tmp")
             tmp.write_text(reason + "\n")
             os.replace(tmp, entry.with_suffix(".refused"))

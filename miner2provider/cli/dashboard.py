@@ -18,7 +18,7 @@ from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.market import marketplace, pricing
+from miner2provider.market import of_farm, pricing
 from miner2provider.market.base import ProviderState
 from miner2provider.rigside.kube import KubeClient
 from miner2provider.timeshare import economics as economics_file
@@ -149,7 +149,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
                                 if is_loopback(bind) else None, provider_status=provider_status,
-                                provider_label=marketplace().label))
+                                provider_label=of_farm(h.vars for h in hosts).label if provider_path else ""))
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"
     render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({render.counted(len(hosts), 'rig')}, history {db}); "

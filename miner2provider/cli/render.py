@@ -261,8 +261,7 @@ def schedule_summary(sched: Schedule) -> str:
 
 def pricing(floors: list[Floor], economics: Economics, shape: str, market: Marketplace | None = None) -> None:
     """``shape``: table, json, or a marketplace's name (its price mapping alone); ``market``: the farm's marketplace,
-    whose price mapping the table and JSON show (None: m2p_marketplace's default, for a caller that reads no rig's:
-    cli/rigs.py's `m2p prices` still is one)."""
+    whose price mapping the table and JSON show (None: m2p_marketplace's default)."""
     if shape in MARKETPLACES:
         echo(marketplace(shape).price_mappings(floors))
         return

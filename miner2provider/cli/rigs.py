@@ -19,8 +19,8 @@ from miner2provider.detect.ssh import SshOptions
 from miner2provider.detect.survey import detect, detect_local
 from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import farm_status, fleet_role_vars
-from miner2provider.market import MARKETPLACES, marketplace, pricing
-from miner2provider.market.base import RigGpus
+from miner2provider.market import DEFAULT, MARKETPLACES, marketplace, of_farm, pricing
+from miner2provider.market.base import Marketplace, RigGpus
 from miner2provider.market.saved_report import load_report
 from miner2provider.timeshare import economics
 
@@ -152,8 +152,7 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
     if region is not None and not checks.is_region(region):
         raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
                          "(such as us-west)")
-    rigs, failed = fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
-    market = marketplace()
+    rigs, failed, market = fleet_gpus("attributes", inventory_file, report, limit, vault_password_file, ssh)
     render.attributes(market.label, market.fleet_attributes(rigs, region), failed, as_json)
     if gpus_json_path:
         card_list, lacking = market.card_list(rigs)
@@ -169,15 +168,18 @@ def attributes_command(inventory_file: str | None, report: str | None, region: s
 
 
 def fleet_gpus(command: str, inventory_file: str | None, report: str | None, limit: str | None,
-                vault_password_file: str | None, ssh: SshOptions) -> tuple[list[RigGpus], list[str]]:
-    """The fleet's GPUs from the rigs now (-i) or a saved detect report (--from); and the rigs that failed."""
+                vault_password_file: str | None, ssh: SshOptions) -> tuple[list[RigGpus], list[str], Marketplace]:
+    """The fleet's GPUs from the rigs now (-i) or a saved detect report (--from); the rigs that failed; and the
+    farm's marketplace (the inventory's m2p_marketplace; a saved report carries no setting: the setting's
+    default)."""
     if inventory_file and report:
         raise UsageError(f"{command} takes one of -i/--inventory FILE or --from REPORT.json, not both")
     if report:
-        return load_report(report)
+        return (*load_report(report), marketplace(DEFAULT))
     hosts = load_inventory(find_inventory(inventory_file), vault_password_file).select(limit)
+    market = of_farm(h.vars for h in hosts)  # before any rig is asked: a farm on no marketplace is said first
     reports = detect_said(hosts, ssh)
-    return gpus_of(hosts, reports), [r.name for r in reports if not r.ok]
+    return gpus_of(hosts, reports), [r.name for r in reports if not r.ok], market
 
 
 def detect_said(hosts: list[Host], ssh: SshOptions) -> list[RigReport]:
@@ -215,9 +217,9 @@ def pricing_command(inventory_file: str | None, report: str | None, economics_pa
     """Per card model and VRAM of the fleet: the lowest lease price per GPU that beats mining (its revenue
     and power, by the economics file's margin).  Changes nothing."""
     econ = economics.load(economics_path)  # its own mistakes first, before any rig is asked
-    rigs, failed = fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
+    rigs, failed, market = fleet_gpus("pricing", inventory_file, report, limit, vault_password_file, ssh)
     pricing.check_models(econ, pricing.farm_models(rigs))  # then its models against the farm's cards
-    render.pricing(pricing.fleet_floors(rigs, econ), econ, shape)
+    render.pricing(pricing.fleet_floors(rigs, econ), econ, shape, market)
     if failed:
         raise RigFailures(len(failed), len(failed) + len(rigs))
 

@@ -39,6 +39,8 @@ from .options import (
     write_starter,
 )
 
+DEFAULT_LABEL = marketplace(DEFAULT).label  # the help's examples: m2p_marketplace's default
+
 
 @cli.command()
 @starter_arguments("rigs.yml")
@@ -140,15 +142,15 @@ def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, 
               help="Use a saved `m2p detect --json` report instead of probing.")
 @click.option("--region", help="Provider attribute location-region (default: the rigs' m2p_location_region).")
 @click.option("--gpus-json", "gpus_json_path", type=click.Path(dir_okay=False),
-              help="Also write the farm's card list in Akash's gpus.json shape to this file (for the inventory "
-                   "operator's --provider-configs-url; docs: attributes).")
+              help=f"Also write the farm's card list in {DEFAULT_LABEL}'s gpus.json shape to this file (for the "
+                   "inventory operator's --provider-configs-url; docs: attributes).")
 @limit_option
 @vault_option
 @ssh_options
 @json_option
 def attributes_command(inventory_file: str | None, report: str | None, region: str | None, gpus_json_path: str | None,
                        limit: str | None, vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
-    """GPU node labels per rig and Akash provider attributes for the fleet.  Changes nothing."""
+    """GPU node labels per rig and the marketplace's provider attributes for the fleet.  Changes nothing."""
     if region is not None and not checks.is_region(region):
         raise UsageError(f"--region {textfiles.shown(region)}: letters, digits, '.', '_' and '-' only "
                          "(such as us-west)")
@@ -207,8 +209,8 @@ def gpus_of(hosts: list[Host], reports: list[RigReport]) -> list[RigGpus]:
 @click.option("--economics", "economics_path", required=True, type=click.Path(dir_okay=False),
               help="Mining revenue, power and margin per model (docs: the economics file).")
 @click.option("--format", "shape", type=click.Choice(["table", *MARKETPLACES, "json"]), default="table",
-              show_default=True, help="A marketplace's name: its price mapping (Akash: the provider chart's "
-                                      "price_target_gpu_mappings value).")
+              show_default=True, help=f"A marketplace's name: its price mapping ({DEFAULT_LABEL}: the provider "
+                                      "chart's price_target_gpu_mappings value).")
 @limit_option
 @vault_option
 @ssh_options

@@ -111,7 +111,7 @@ NAMES_AKASH_FOR_NOW = {
     "timeshare/economics.py",  # model names in the economics file's docstring
     "core/inventory.py", "core/settings.py",  # time slices sold as whole GPUs (the inventory's check, its help)
     "detect/facts/amd.py",  # AMD model names and memory written as the marketplace writes them
-    "cli/rigs.py", "cli/templates/inventory.yml",  # `m2p attributes` help; the starter inventory's audit figure
+    "cli/templates/inventory.yml",  # the starter inventory the owner reads: the audit figure is Akash's
 }
 
 

@@ -26,6 +26,16 @@ import yaml
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.kube_api import KubeApiStandin
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder is an integration test (``-m "not integration"`` leaves them all out),
+    whether or not its module says ``pytestmark``.  The hook sees the whole session's items: only ours."""
+    for item in items:
+        if str(item.path).startswith(HERE + os.sep):
+            item.add_marker(pytest.mark.integration)
+
 
 def _require_harness() -> None:
     # Not a skip: a CI that cannot boot rigs must go red, not quietly pass.

@@ -1,3 +1,5 @@
+"""``python -m miner2provider``: the same ``m2p`` command line as the console script."""
+
 from miner2provider.cli import entry
 
 entry()

@@ -57,6 +57,24 @@ def test_the_readme_is_an_entrance_not_a_manual():
         assert f"({page})" in text, page
 
 
+def test_the_layout_page_is_the_tree_as_it_is_now():
+    from miner2provider.cli import docs_layout
+
+    assert (ROOT / "docs" / "layout.md").read_text() == docs_layout.layout(ROOT), \
+        "docs/layout.md is not the tree as it is now: run scripts/docs"
+
+
+def test_the_layout_takes_each_files_first_sentence(tmp_path):
+    from miner2provider.cli import docs_layout
+
+    assert docs_layout.first_sentence("Stage 1, detect: SSH (ssh.py). Then more.\n\nNext.") == "Stage 1, detect: SSH (ssh.py)."
+    assert docs_layout.first_sentence("Is a rig ready?  It says so.") == "Is a rig ready?"
+    assert docs_layout.first_sentence("No full stop\nover two lines\n\nlater. Text.") == "No full stop over two lines"
+    script = tmp_path / "tool"
+    script.write_text("#!/usr/bin/env bash\n# Does one thing.  In detail.\n# More.\nset -e\n# not this\n")
+    assert docs_layout.header_comment(script) == "Does one thing."
+
+
 def test_every_role_has_a_readme_from_its_argument_specs():
     from miner2provider.core import collection
 

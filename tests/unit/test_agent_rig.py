@@ -271,7 +271,7 @@ def test_a_plain_check_runs_without_a_shell_and_shell_syntax_still_gets_one(tmp_
 def test_a_miner_started_on_some_cards_sees_only_them_and_one_started_on_all_sees_what_the_agent_sees(tmp_path):
     seen = tmp_path / "seen"
     miner = Miner(running_cmd="", start_cmd=f'echo "${{CUDA_DEVICE_ORDER-}}|${{CUDA_VISIBLE_DEVICES-unset}}" > {seen}',
-                  stop_cmd="", own_scope=False)
+                  stop_cmd="", own_scope=False, start_settle_s=0)  # no miner runs here: no wait for one
     miner.start(("GPU-a", "GPU-b"))
     assert seen.read_text().strip() == "PCI_BUS_ID|GPU-a,GPU-b"
     os.environ["CUDA_VISIBLE_DEVICES"] = "GPU-stale"
@@ -329,7 +329,7 @@ def test_a_miner_whose_start_takes_no_environment_gets_its_cards_through_its_uni
     start command here reads the file as systemd does (KEY=VALUE lines)."""
     env_file, seen, unit = tmp_path / "run/m2p/miner-cards.env", tmp_path / "seen", tmp_path / "m2p-miner.service"
     miner = Miner(running_cmd="", stop_cmd="", own_scope=False, per_card=True, cards_env_file=str(env_file),
-                  cards_env_unit=str(unit),
+                  cards_env_unit=str(unit), start_settle_s=0,
                   start_cmd=f"env -i sh -c 'if [ -e {env_file} ]; then set -a; . {env_file}; fi; "
                             f"echo \"${{CUDA_VISIBLE_DEVICES-every card}}\"' > {seen}")
     miner.start(("GPU-a", "GPU-b"))
@@ -379,8 +379,8 @@ def test_the_mining_oss_commands_get_its_environment_file_as_its_own_boot_script
     environment.chmod(0o644)
     seen = tmp_path / "seen"
     probe = f'{{ colors; echo "$RIG_CONF|$WALLET_CONF|${{CUDA_VISIBLE_DEVICES-}}"; }} > {seen}'
-    Miner(running_cmd="", start_cmd=probe, stop_cmd="", own_scope=False, environment_file=str(environment)).start(
-        ("GPU-a",))
+    Miner(running_cmd="", start_cmd=probe, stop_cmd="", own_scope=False, environment_file=str(environment),
+          start_settle_s=0).start(("GPU-a",))
     assert seen.read_text().split() == ["colors", "/hive-config/rig.conf|/hive-config/wallet.conf|GPU-a"]
     Miner(running_cmd="", start_cmd="true", stop_cmd=probe, environment_file=str(environment)).stop()
     assert seen.read_text().split()[0] == "colors"
@@ -406,8 +406,8 @@ def test_a_start_is_judged_by_a_miner_holding_the_cards_not_by_its_exit_code(tmp
         nothing.start(holding=held.exists)
     with pytest.raises(RuntimeError, match="holds its cards"):
         nothing.start(("GPU-a",), holding=held.exists)
-    Miner(running_cmd="", start_cmd="true", stop_cmd="", own_scope=False, start_believed=True).start(
-        holding=held.exists)
+    Miner(running_cmd="", start_cmd="true", stop_cmd="", own_scope=False, start_believed=True,
+          start_settle_s=0).start(holding=held.exists)
     # An old HiveOS exits 1 with its watchdog off although the miner started: the miner on the cards decides.
     Miner(running_cmd="", start_cmd=f"touch {held}; exit 1", stop_cmd="", own_scope=False).start(holding=held.exists)
 

@@ -1,4 +1,4 @@
-"""``m2p economics init|check``: the economics file (timeshare/economics.py)."""
+"""``m2p economics init`` and ``m2p economics check``: the economics file (timeshare/economics.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``m2p miner adopt|release``: a miner without an adapter in m2p's own unit (fleet/miner.py); this module reads
-options, asks and prints."""
+"""``m2p miner adopt`` and ``m2p miner release``: a miner without an adapter in m2p's own unit (fleet/miner.py);
+this module reads options, asks and prints."""
 
 from __future__ import annotations
 

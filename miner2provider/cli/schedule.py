@@ -1,4 +1,4 @@
-"""``m2p schedule check|show|apply``: time-share schedules, and the agent that follows them on rigs."""
+"""``m2p schedule check``, ``show`` and ``apply``: time-share schedules, and the agent that follows them on rigs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""``m2p miner adopt|release``: a miner m2p has no adapter for runs in m2p's own unit, so the time-share can stop
-and start it (issue 38).  The plan is pure (``choose``); the rig does the work (adopt_on_rig.py, run as root by the
-rig's python3, sent over SSH on stdin: nothing is left on the rig but what it writes, root only).
+"""``m2p miner adopt`` and ``m2p miner release``: a miner m2p has no adapter for runs in m2p's own unit, so the
+time-share can stop and start it (issue 38).  The plan is pure (``choose``); the rig does the work (adopt_on_rig.py,
+run as root by the rig's python3, sent over SSH on stdin: nothing is left on the rig but what it writes, root only).
 
 Which process: the GPU holder the rig's holders fact names a known miner, or the one the owner names with
 ``--pid``.  An unknown GPU process is never touched unless the owner names it, and a container's never.

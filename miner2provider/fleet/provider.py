@@ -1,4 +1,4 @@
-"""``m2p provider apply|remove``: a marketplace's provider stack on the farm's k3s server.
+"""``m2p provider apply`` and ``m2p provider remove``: a marketplace's provider stack on the farm's k3s server.
 
 The stack (market/: manifests, the wallet Secret, a fingerprint) goes to the one k3s server of the
 inventory through the ``provider`` playbook (role market_provider), which runs there and nowhere else.

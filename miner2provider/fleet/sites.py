@@ -1,4 +1,5 @@
-"""``m2p sites apply|remove``: the WireGuard tunnels of a farm across sites (plan: tunnel.py; role: tunnel).
+"""``m2p sites apply`` and ``m2p sites remove``: the WireGuard tunnels of a farm across sites (plan: tunnel.py;
+role: tunnel).
 
 Two runs of the ``tunnel`` playbook, because a member's key is made on the member and never leaves it:
 

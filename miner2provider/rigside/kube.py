@@ -180,8 +180,8 @@ def has_old_taint(node: dict[str, Any]) -> bool:
 
 
 def without_old_taint(node: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch that removes the mining taint of m2p's first time-share (Akash ignores taints, so
-    it never took a rig off the market) and keeps every other taint; it carries the
+    """A merge patch that removes the mining taint of m2p's first time-share (the marketplace's inventory
+    ignores taints, so it never took a rig off the market) and keeps every other taint; it carries the
     ``resourceVersion`` it was computed from, so a concurrent writer wins and the agent re-reads."""
     others = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != OLD_MINING_TAINT_KEY]
     return {"metadata": {"resourceVersion": node.get("metadata", {}).get("resourceVersion")},

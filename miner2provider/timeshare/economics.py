@@ -15,9 +15,9 @@ measured figures into the same shape).
     mining_revenue_per_mhs_day:    # what 1 MH/s earns a day per algorithm (coin and pool, after fees):
       kawpow: 0.024                # with the agent's measured hashrates, this replaces the per-GPU figure
 
-Models are the names m2p's GPU labels use (``m2p.io/gpu.model.rtx3090``: ``rtx3090``, ``cmp90hx``); ``default`` serves a model
-the file does not list.  A model with neither its own figure nor a default has no estimate: it is
-shown as unknown, never guessed; with a power price, a model without watts has no floor (its power
+Models are the names m2p's GPU labels use (``m2p.io/gpu.model.rtx3090``: ``rtx3090``, ``cmp90hx``);
+``default`` serves a model the file does not list.  A model with neither its own figure nor a default has
+no estimate: it is shown as unknown, never guessed; with a power price, a model without watts has no floor (its power
 is unknown, never free).  The names themselves are held to m2p's card database on the controller
 (market/pricing.py ``check_models``): this parser runs on rigs too and knows no marketplace.
 Every mistake is an EconomicsError at its file:line.

@@ -71,14 +71,19 @@ def test_no_stage_imports_a_stage_above_it() -> None:
     assert upward_imports(PACKAGE) == []
 
 
-def test_the_checker_finds_an_upward_import(tmp_path: Path) -> None:
+def package_of(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A miner2provider tree of ``files`` (path -> text), every folder a package: the checkers' own tests."""
     root = tmp_path / "miner2provider"
-    for sub in ("core", "cli"):
-        (root / sub).mkdir(parents=True)
-        (root / sub / "__init__.py").write_text("")
-    (root / "__init__.py").write_text("")
-    (root / "cli" / "app.py").write_text("X = 1\n")
-    (root / "core" / "errors.py").write_text("import os\n\nfrom ..cli import app\n")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    for folder in (root, *(p for p in root.rglob("*") if p.is_dir())):
+        (folder / "__init__.py").touch()
+    return root
+
+
+def test_the_checker_finds_an_upward_import(tmp_path: Path) -> None:
+    root = package_of(tmp_path, {"cli/app.py": "X = 1\n", "core/errors.py": "import os\n\nfrom ..cli import app\n"})
     assert upward_imports(root) == ["miner2provider/core/errors.py:3: core imports miner2provider.cli.app "
                                     "(cli is above it)"]
 
@@ -165,11 +170,6 @@ def test_nothing_outside_the_agent_imports_it() -> None:
 
 
 def test_the_agent_import_check_finds_one(tmp_path: Path) -> None:
-    root = tmp_path / "miner2provider"
-    for sub in ("agent", "dashboard"):
-        (root / sub).mkdir(parents=True)
-        (root / sub / "__init__.py").write_text("")
-    (root / "__init__.py").write_text("")
-    (root / "agent" / "status.py").write_text("X = 1\n")
-    (root / "dashboard" / "views.py").write_text("from miner2provider.agent.status import X\n")
+    root = package_of(tmp_path, {"agent/status.py": "X = 1\n",
+                                 "dashboard/views.py": "from miner2provider.agent.status import X\n"})
     assert importers_of_the_agent(root) == ["miner2provider/dashboard/views.py:1: miner2provider.agent.status"]

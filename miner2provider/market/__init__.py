@@ -21,8 +21,8 @@ DEFAULT = AKASH.name
 
 
 def marketplace(name: str = DEFAULT) -> Marketplace:
-    """The marketplace ``name`` names.  Give the name: a rig's comes from ``of_rig``, a farm's from ``of_farm``
-    (cli/rigs.py and cli/dashboard.py still call this without one)."""
+    """The marketplace ``name`` names: a rig's comes from ``of_rig``, a farm's from ``of_farm``; DEFAULT only where
+    no rig's setting can be read (a saved report, a command that reads no inventory)."""
     found = MARKETPLACES.get(name)
     if found is None:
         raise KeyError(f"no marketplace {name!r}; m2p knows {', '.join(sorted(MARKETPLACES))}")

@@ -64,12 +64,16 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(r) for r in rigs], indent=2))
     elif args.command == "down":
         wanted = set(args.names)
+        # A rig id is a slot, reused by the next rig booted: an instance config left by an interrupted
+        # Molecule run (its rigs swept since) names ids that other tests' rigs now hold, and `molecule test`
+        # begins with destroy.  Its entries match by id AND name, so a stale one stops nothing of anyone else's.
+        listed: set[tuple[str, str]] = set()
         if args.instance_config and Path(args.instance_config).is_file():
-            listed = yaml.safe_load(Path(args.instance_config).read_text()) or []
-            wanted |= {item["rig_id"] for item in listed}
+            items = yaml.safe_load(Path(args.instance_config).read_text()) or []
+            listed = {(item["rig_id"], item["instance"]) for item in items}
         for r in rig.running():
-            if args.all or r.name in wanted or r.id in wanted:
-                rig.stop(r)
+            if args.all or r.name in wanted or r.id in wanted or (r.id, r.name) in listed:
+                rig.stop(r, why=f"down {' '.join(sys.argv[2:])[:200]}")
         if args.instance_config:
             _write_instance_config(Path(args.instance_config), [])
     elif args.command == "list":

@@ -42,6 +42,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("M2P_SANDBOX_CACHE", "/var/cache/m2p-sandbox"))
 
 
+def ended_dir() -> Path:
+    """Why each rig ended, kept after its teardown removes its directory (a rig id is a slot, reused: the
+    file is emptied when the slot is taken again)."""
+    return sandbox_root() / "ended"
+
+
+def end_log(rig_dir: Path) -> Path:
+    return ended_dir() / f"{rig_dir.name}.log"
+
+
+def note_end(rig_dir: Path, text: str) -> None:
+    """One line of why ``rig_dir``'s rig is stopping or stopped (who asked, nspawn's exit, the console's tail)."""
+    ended_dir().mkdir(parents=True, exist_ok=True)
+    with open(end_log(rig_dir), "a") as f:
+        f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+
 def rigs_dir() -> Path:
     return sandbox_root() / "rigs"
 
@@ -124,6 +141,7 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
         rig_id = network.namespace_name(slot)
         rig_dir = rigs_dir() / rig_id
         rig_dir.mkdir()
+        end_log(rig_dir).unlink(missing_ok=True)  # the slot's last rig's story is not this one's
         address = str(network.address_for(slot))
         rig = Rig(
             id=rig_id,
@@ -319,11 +337,11 @@ def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
         if ssh_banner(rig.address, rig.port) and can_log_in(rig):
             return
         if not processes.supervisor_pids(rig.path):
-            raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_console_tail(rig)}")
+            raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_why_ended(rig)}")
         time.sleep(0.1)
     raise SandboxError(
         f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
-        f"{ssh_banner(rig.address, rig.port)}): {_console_tail(rig)} | inside: {_inside_state(rig)}"
+        f"{ssh_banner(rig.address, rig.port)}): {console_tail(rig.path)} | inside: {_inside_state(rig)}"
     )
 
 
@@ -340,12 +358,21 @@ def _inside_state(rig: Rig) -> str:
     return " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
 
 
-def _console_tail(rig: Rig) -> str:
+def _why_ended(rig: Rig) -> str:
+    """What the rig's end log says (who asked it to stop, nspawn's exit, its console's last lines): its
+    directory, console log included, is gone by the time its supervisor is."""
     try:
-        lines = (rig.path / "console.log").read_text(errors="replace").strip().splitlines()
+        return " | ".join(end_log(rig.path).read_text(errors="replace").strip().splitlines()) or "(empty end log)"
+    except OSError:
+        return f"(no end log) {console_tail(rig.path)}"
+
+
+def console_tail(rig_dir: Path, count: int = 5) -> str:
+    try:
+        lines = (rig_dir / "console.log").read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no console log)"
-    return " | ".join(lines[-5:]) or "(empty console log)"
+    return " | ".join(lines[-count:]) or "(empty console log)"
 
 
 def prepare(spec: RigSpec, base_rootfs: Path, owner_pid: int | None) -> Rig:
@@ -427,10 +454,14 @@ def _boot_once(specs: list[RigSpec], base_rootfs: Path, owner_pid: int | None, t
 # -- stopping ------------------------------------------------------------------------
 
 
-def stop(rig: Rig | Path, timeout: float = 30.0) -> None:
-    """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone."""
+def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "") -> None:
+    """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone.  Who asked, and
+    ``why``, go in the rig's end log, so a rig stopped under a test that still waits for it says by whom."""
     rig_dir = rig.path if isinstance(rig, Rig) else rig
     sups = processes.supervisor_pids(rig_dir)
+    if sups:
+        asker = " ".join(processes.cmdline(os.getpid()))[:300]
+        note_end(rig_dir, f"stop asked by pid {os.getpid()} ({asker}){': ' + why if why else ''}")
     processes.kill_all(sups, signal.SIGTERM)
     left = processes.wait_gone(sups, timeout)
     if left:
@@ -508,7 +539,7 @@ def sweep() -> list[str]:
         # A rig still being prepared has no supervisor yet: leave young ones alone.
         orphaned = not processes.supervisor_pids(rig_dir) and _age(rig_dir) > PREPARE_GRACE
         if owner_dead or orphaned:
-            stop(rig_dir)
+            stop(rig_dir, why="swept: " + ("its owner died" if owner_dead else "no supervisor"))
             swept.append(rig_dir.name)
     return swept
 

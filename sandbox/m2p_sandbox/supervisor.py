@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from m2p_sandbox import processes
-from m2p_sandbox.rig import Rig, nspawn_command, teardown
+from m2p_sandbox.rig import Rig, console_tail, note_end, nspawn_command, teardown
 
 REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container asked to reboot
 POWEROFF_GRACE = 20.0
@@ -49,6 +49,8 @@ def supervise(rig_dir: Path) -> int:
                     rig.owner_pid, rig.owner_start
                 )
                 if (stopping or owner_gone) and asked_at is None:
+                    if owner_gone:
+                        note_end(rig_dir, f"its owner, pid {rig.owner_pid}, is gone: powering off")
                     stopping = True
                     child.send_signal(signal.SIGTERM)
                     asked_at = time.monotonic()
@@ -62,7 +64,12 @@ def supervise(rig_dir: Path) -> int:
                 print(f"m2p-sandbox: rig {rig.name} rebooted; booting it again", flush=True)
                 continue
             print(f"m2p-sandbox: rig {rig.name} stopped (nspawn exit {child.returncode})", flush=True)
+            ended = "as asked" if stopping else "UNASKED"
+            note_end(rig_dir, f"nspawn exit {child.returncode} ({ended}); console: {console_tail(rig_dir, 8)}")
             return 0
+    except BaseException as exc:
+        note_end(rig_dir, f"the supervisor failed: {exc!r}")
+        raise
     finally:
         teardown(rig_dir)
 

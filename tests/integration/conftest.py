@@ -72,7 +72,9 @@ def boot_rigs() -> Iterator[object]:
     booted: list[sandbox.Rig] = []
 
     def boot(*specs: sandbox.RigSpec) -> list[sandbox.Rig]:
+        started = time.monotonic()
         rigs = sandbox.boot(specs, owner_pid=os.getpid())
+        phase(f"boot {', '.join(s.name for s in specs)}", started)
         booted.extend(rigs)
         return rigs
 
@@ -85,10 +87,12 @@ def boot_rigs() -> Iterator[object]:
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every_s: float = 0.3) -> Any:
     """``check()``'s first truthy value within ``timeout`` seconds, else an AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
+            phase(f"wait for {what}", started)
             return value
         time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
@@ -125,8 +129,21 @@ M2P = [sys.executable, "-m", "miner2provider"]
 
 def m2p(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     """The m2p command line, as a user runs it (its own process)."""
-    return subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=timeout,
+    started = time.monotonic()
+    proc = subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+    phase(f"m2p {' '.join(a for a in args[:3] if not a.startswith('/'))} (exit {proc.returncode})", started)
+    return proc
+
+
+def phase(what: str, started: float) -> None:
+    """Where an integration test's time goes: with ``M2P_PHASE_LOG=FILE``, one line per phase (the test, the
+    seconds it took, what it was) is appended to FILE; without it, nothing."""
+    log = os.environ.get("M2P_PHASE_LOG")
+    if log:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(log, "a") as f:
+            f.write(f"{test}\t{time.monotonic() - started:7.1f}s\t{what}\n")
 
 
 def outcomes(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:

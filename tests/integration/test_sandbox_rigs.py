@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from m2p_sandbox import network
+from m2p_sandbox import network, processes
 from m2p_sandbox import rig as sandbox
 
 from .conftest import run, ssh
@@ -292,3 +293,27 @@ def test_a_rig_that_does_not_come_up_is_booted_again(monkeypatch):
     finally:
         for r in rigs:
             sandbox.stop(r)
+
+
+def test_a_stale_instance_config_stops_no_other_rig_and_a_stopped_rig_says_who_stopped_it(boot_rigs, tmp_path):
+    """A rig id is a reused slot: a Molecule instance config left by an interrupted run names the id another
+    test's rig holds now, and `molecule test` begins with destroy.  Only an entry whose id and name both
+    match stops a rig; and a rig stopped under a test still waiting for it says who asked (its console log
+    goes with its directory)."""
+    from m2p_sandbox.errors import SandboxError
+
+    (r,) = boot_rigs(sandbox.RigSpec("keep1"))
+    stale = tmp_path / "instance_config.yml"
+    stale.write_text(yaml.safe_dump([{"instance": "gone1", "address": r.address, "user": r.user, "port": 22,
+                                      "identity_file": r.key_file, "rig_id": r.id}]))
+    down = [sys.executable, "-m", "m2p_sandbox", "down", "--instance-config"]
+    proc = subprocess.run([*down, str(stale)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sandbox.ssh_banner(r.address) and processes.supervisor_pids(r.path), "a stale entry stopped keep1"
+    mine = tmp_path / "mine.yml"
+    mine.write_text(yaml.safe_dump([{"instance": "keep1", "rig_id": r.id}]))
+    proc = subprocess.run([*down, str(mine)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(SandboxError, match=r"keep1 .* stopped while booting: .*stop asked by pid \d+ .*m2p_sandbox "
+                                           r"down --instance-config .*mine\.yml.* nspawn exit 0 \(as asked\)"):
+        sandbox.wait_ssh(r, timeout=10)

@@ -1,6 +1,13 @@
 """Detect fan-out benchmark: `m2p detect` vs `ansible all -m setup` vs a bare paramiko probe.
 
 Run as root:  .venv/bin/python benchmarks/detect_fanout.py [--rigs 50 200] [--forks 32]
+              .venv/bin/python benchmarks/detect_fanout.py --rigs 50 --profile detect.prof
+
+``--before DIR`` adds a fourth contestant, `m2p detect` run from DIR (a checkout of an earlier commit, such as
+``git archive COMMIT | tar -x -C DIR``), interleaved with the others: before and after side by side on the same
+rigs and the same load.  ``--skip-ansible`` leaves Ansible out (a minute a run at 200 rigs) while iterating.
+``--profile FILE`` runs `m2p detect` once per size under cProfile instead (every thread profiled: the
+fan-out's workers and paramiko's transports too), writes the merged stats to FILE and prints the top of them.
 
 Each simulated rig is an sshd on its own loopback address (127.77.x.y), lighter than a
 sandbox rig.  All log in as the throwaway user ``m2pbench`` (shell /bin/sh, created and
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import resource
 import shutil
 import signal
@@ -48,6 +56,33 @@ with ThreadPoolExecutor(forks) as pool:
 sys.exit(0 if all(c == 0 for c in codes) else 1)
 '''
 
+
+# `m2p detect` under cProfile with every thread profiled (cProfile alone sees only the main thread).
+PROFILED = r'''
+import cProfile, pstats, runpy, sys, threading, time
+out, sys.argv = sys.argv[1], ["m2p", *sys.argv[2:]]
+profiles = [cProfile.Profile(time.thread_time)]  # CPU, not waits
+bootstrap = threading.Thread._bootstrap_inner  # paramiko's Transport overrides run(), not this
+def profiled(self):
+    profile = cProfile.Profile(time.thread_time)
+    profiles.append(profile)
+    profile.enable()
+    try:
+        bootstrap(self)
+    finally:
+        profile.disable()
+threading.Thread._bootstrap_inner = profiled
+profiles[0].enable()
+try:
+    runpy.run_module("miner2provider", run_name="__main__")
+except SystemExit:
+    pass
+profiles[0].disable()
+stats = pstats.Stats(profiles[0])
+for profile in profiles[1:]:
+    stats.add(profile)
+stats.dump_stats(out)
+'''
 
 USER = "m2pbench"
 
@@ -110,11 +145,11 @@ def stop_sshds(procs: list[subprocess.Popen[bytes]], created_user: bool, work: P
     shutil.rmtree(work, ignore_errors=True)
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float]:
     """(wall seconds, controller CPU seconds) of one run; the rigs' sshd CPU is not counted."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
     elapsed = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -123,7 +158,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return elapsed, cpu
 
 
-def run_size(count: int, forks: int, repeat: int) -> dict[str, tuple[float, float]]:
+def run_size(count: int, forks: int, repeat: int, profile: str | None = None, before: str | None = None,
+             skip_ansible: bool = False) -> dict[str, tuple[float, float]]:
     work = Path(tempfile.mkdtemp(prefix="m2p-bench-"))
     work.chmod(0o755)
     created = ensure_user(work / "home")
@@ -147,10 +183,19 @@ def run_size(count: int, forks: int, repeat: int) -> dict[str, tuple[float, floa
             "bare paramiko probe": [PY, "-c", BARE_PROBE, json.dumps([address(i) for i in range(count)]),
                                     key, str(forks)],
         }
+        if skip_ansible:
+            del contestants["ansible -m setup"]
+        cwds = {}
+        if before:  # `python -m` puts the working directory first on sys.path: DIR's miner2provider runs
+            contestants["m2p detect, before"] = contestants["m2p detect"]
+            cwds["m2p detect, before"] = before
+        if profile:
+            detect = contestants["m2p detect"]
+            return {"m2p detect": timed([PY, "-c", PROFILED, profile, *detect[3:]], env)}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in contestants}
         for _ in range(repeat):
             for name, cmd in contestants.items():  # interleaved, so load drifts hit all alike
-                times[name].append(timed(cmd, env))
+                times[name].append(timed(cmd, env, cwds.get(name)))
         return {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
                 for name, t in times.items()}
     finally:
@@ -162,20 +207,34 @@ def main() -> int:
     parser.add_argument("--rigs", type=int, nargs="+", default=[50, 200])
     parser.add_argument("--forks", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", metavar="FILE", help="run m2p detect once under cProfile, stats to FILE")
+    parser.add_argument("--before", metavar="DIR", help="also time m2p detect from this checkout, side by side")
+    parser.add_argument("--skip-ansible", action="store_true", help="leave ansible -m setup out")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: each simulated rig is an sshd on port 22 of a loopback address")
     print(f"detect fan-out, forks={args.forks}, median of {args.repeat}. wall = seconds for the whole run;"
           " cpu = controller CPU per rig (what carries over to a real fleet, whose rigs have their own CPUs)")
     for count in args.rigs:
-        t = run_size(count, args.forks, args.repeat)
-        (m2p_w, m2p_c), (ans_w, ans_c), (bare_w, bare_c) = (
-            t["m2p detect"], t["ansible -m setup"], t["bare paramiko probe"])
+        if args.profile:
+            wall, cpu = run_size(count, args.forks, args.repeat, args.profile)["m2p detect"]
+            print(f"{count:>4} rigs  m2p detect under cProfile: {wall:.2f}s, {cpu * 1000 / count:.1f}ms CPU per rig")
+            pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
+            pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)
+            continue
+        t = run_size(count, args.forks, args.repeat, before=args.before, skip_ansible=args.skip_ansible)
         per = 1000 / count
-        print(f"{count:>4} rigs  wall: m2p {m2p_w:6.2f}s  ansible {ans_w:6.2f}s  bare {bare_w:6.2f}s"
-              f"  | ansible/m2p {ans_w / m2p_w:5.1f}x  m2p/bare {m2p_w / bare_w:4.2f}x", flush=True)
-        print(f"{'':>4}       cpu:  m2p {m2p_c * per:5.1f}ms ansible {ans_c * per:5.1f}ms bare {bare_c * per:5.1f}ms"
-              f"  | ansible/m2p {ans_c / m2p_c:5.1f}x  m2p/bare {m2p_c / bare_c:4.2f}x", flush=True)
+        print(f"{count:>4} rigs  " + "  ".join(f"{name}: {w:.2f}s, {c * per:.1f}ms CPU/rig" for name, (w, c) in t.items()),
+              flush=True)
+        (m2p_w, m2p_c), (bare_w, bare_c) = t["m2p detect"], t["bare paramiko probe"]
+        ratios = [f"m2p/bare wall {m2p_w / bare_w:.2f}x cpu {m2p_c / bare_c:.2f}x"]
+        if "ansible -m setup" in t:
+            ans_w, ans_c = t["ansible -m setup"]
+            ratios.insert(0, f"ansible/m2p wall {ans_w / m2p_w:.1f}x cpu {ans_c / m2p_c:.1f}x")
+        if "m2p detect, before" in t:
+            old_w, old_c = t["m2p detect, before"]
+            ratios.append(f"before/after wall {old_w / m2p_w:.2f}x cpu {old_c / m2p_c:.2f}x")
+        print(f"{'':>4}       " + "  |  ".join(ratios), flush=True)
     return 0
 
 

@@ -109,6 +109,7 @@ class OsRecord:
         return value
 
 
+@functools.cache  # records() and by_kind() ask for it for every rig's facts and findings: find the collection once
 def folder() -> Path:
     return collection.root() / "roles" / "mining_os" / "vars"
 

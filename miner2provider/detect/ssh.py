@@ -12,9 +12,11 @@ to "No existing session" errors in our measurements (benchmarks/detect_fanout.py
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import getpass
+import logging
 import re
 import socket
 import threading
@@ -87,7 +89,9 @@ class OutputTooLarge(Exception):
 # A probe's report is ~100 KB on a 13-card rig; a rig sending far more is broken or hostile, and 1,000
 # rigs' output is held at once during a sweep.
 MAX_OUTPUT = 8 << 20
-POLL_S = 0.25  # how often a quiet channel's stderr and exit status are looked at
+# How often a quiet channel's stderr is looked at (a rig's probe is quiet for seconds: it sends its report at the
+# end, in one write; each look costs the fan-out CPU, and stderr cannot run ahead of the channel's window meanwhile).
+POLL_S = 1.0
 
 
 class KnownHosts(paramiko.HostKeys):
@@ -98,6 +102,23 @@ class KnownHosts(paramiko.HostKeys):
         super().__init__()
         self.skipped: list[str] = []
         self.revoked: set[str] = set()  # base64 key blobs
+        # What add() recorded, by host name then key type: keys_of's index (add replaces a name's key of a type).
+        self._by_name: dict[str, dict[str, paramiko.PKey]] = {}
+        self._hashed = False
+
+    def add(self, hostname: str, keytype: str, key: paramiko.PKey) -> None:
+        super().add(hostname, keytype, key)
+        self._by_name.setdefault(hostname, {})[keytype] = key
+        self._hashed = self._hashed or hostname.startswith("|1|")
+
+    def keys_of(self, name: str) -> dict[str, paramiko.PKey]:
+        """``lookup(name)`` as a plain dictionary, key type -> key.  ``lookup`` reads every entry, O(rigs) for each
+        rig of a fan-out; this is one dictionary read, unless the file holds hashed names (``|1|...``), which only
+        ``lookup``'s hashing finds."""
+        if self._hashed:
+            found = self.lookup(name)
+            return {key_type: found[key_type] for key_type in found} if found else {}
+        return dict(self._by_name.get(name, {}))
 
     def read(self, path: Path) -> None:
         entries = []
@@ -153,15 +174,68 @@ class JumpFailed(Exception):
         self.jump, self.cause = jump, cause
 
 
+class KeyFiles:
+    """The private key files a fan-out logs in with, each read once for all its rigs (paramiko reads the file for
+    every connection, trying it as each key type in turn: three reads for an Ed25519 key)."""
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[str, type, str | None], paramiko.PKey | paramiko.SSHException] = {}
+
+    def read(self, slot: tuple[str, type, str | None], load: Callable[[], paramiko.PKey]) -> paramiko.PKey:
+        """``load()``'s key for ``slot`` (file, key type, passphrase), or its SSHException again."""
+        found = self._read.get(slot)
+        if found is None:
+            try:
+                found = load()
+            except paramiko.SSHException as exc:  # not a key of this type, or locked: paramiko tries the next
+                found = exc
+            self._read[slot] = found
+        if isinstance(found, paramiko.SSHException):
+            raise copy.copy(found)
+        return found
+
+
 class _JumpedClient(paramiko.SSHClient):
     """A rig's client whose socket is a channel through a jump host's client: closed together."""
 
     jump_client: paramiko.SSHClient | None = None
+    key_files: KeyFiles | None = None
 
     def close(self) -> None:
         super().close()
         if self.jump_client is not None:
             self.jump_client.close()
+
+    def _key_from_filepath(self, filename: str, klass: type, password: str | None) -> paramiko.PKey:
+        load = super()._key_from_filepath  # type: ignore[misc]
+        if self.key_files is None:
+            return load(filename, klass, password)  # type: ignore[no-any-return]
+        return self.key_files.read((filename, klass, password), lambda: load(filename, klass, password))
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's Transport, cheaper per rig where paramiko spends CPU in Python for nothing m2p uses
+    (benchmarks/detect_fanout.py --profile):
+
+    - AES-GCM first among its ciphers (the server still picks from all of them): a GCM packet is checked by the
+      cipher, in C, where the default AES-CTR's HMAC is compared byte by byte in Python (a tenth of a fan-out's CPU);
+    - the server's debug message (OpenSSH sends one at each login: the key's options) is made readable, byte by
+      byte, only when paramiko's debug log is on (a twentieth);
+    - its thread looks at a quiet connection once a second, not ten times (a probe keeps the connection quiet for
+      seconds on a busy rig, and each look costs a wake-up and the interpreter's lock: a sixth of the fan-out's CPU
+      under load).  A banner or key exchange that never comes is then given up to a second more than the connect
+      timeout; closing is not slowed (paramiko does not wait for the thread)."""
+
+    _active_check_timeout = POLL_S
+
+    def __init__(self, sock: Any, **kwargs: Any) -> None:
+        super().__init__(sock, **kwargs)
+        security = self.get_security_options()
+        security.ciphers = tuple(sorted(security.ciphers, key=lambda name: "-gcm@" not in name))  # stable otherwise
+
+    def _parse_debug(self, m: paramiko.Message) -> None:
+        if self.logger.isEnabledFor(logging.DEBUG):
+            super()._parse_debug(m)  # type: ignore[misc]
 
 
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
@@ -273,25 +347,28 @@ def load_known_hosts(opts: SshOptions) -> KnownHosts:
     return keys
 
 
-def _checked_client(target: Host | Jump, opts: SshOptions, known: KnownHosts) -> _JumpedClient:
+def _checked_client(target: Host | Jump, opts: SshOptions, known: KnownHosts,
+                    key_files: KeyFiles | None = None) -> _JumpedClient:
     """A client that checks the server's key against ``target``'s known_hosts entries only."""
     client = _JumpedClient()
+    client.key_files = key_files
     name = known_hosts_name(target)
-    for key_type, key in (known.lookup(name) or {}).items():
+    for key_type, key in known.keys_of(name).items():
         client.get_host_keys().add(name, key_type, key)
     client.set_missing_host_key_policy(_KnownHostsPolicy(opts.known_hosts, opts.accept_new, known.revoked))
     return client
 
 
-def _through(jump: Jump, host: Host, opts: SshOptions, known: KnownHosts) -> tuple[paramiko.SSHClient, Any]:
+def _through(jump: Jump, host: Host, opts: SshOptions, known: KnownHosts,
+             key_files: KeyFiles | None = None) -> tuple[paramiko.SSHClient, Any]:
     """Log in to the jump host (its key checked like a rig's; keys and agent only: a jump host's
     password is never asked for) and open a tunnel to the rig's SSH port."""
-    client = _checked_client(jump, opts, known)
+    client = _checked_client(jump, opts, known, key_files)
     try:
         client.connect(jump.address, port=jump.port, username=jump.user or getpass.getuser(),
                        key_filename=jump.key_file, timeout=opts.connect_timeout,
                        banner_timeout=opts.connect_timeout, auth_timeout=opts.connect_timeout,
-                       allow_agent=opts.use_agent, look_for_keys=opts.look_for_keys)
+                       allow_agent=opts.use_agent, look_for_keys=opts.look_for_keys, transport_factory=_Transport)
     except BaseException as exc:
         client.close()
         raise JumpFailed(jump, exc) from exc
@@ -307,11 +384,11 @@ def _through(jump: Jump, host: Host, opts: SshOptions, known: KnownHosts) -> tup
 
 
 def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
-             known: KnownHosts, use_keys: bool = True) -> paramiko.SSHClient:
-    client = _checked_client(host, opts, known)
+             known: KnownHosts, use_keys: bool = True, key_files: KeyFiles | None = None) -> paramiko.SSHClient:
+    client = _checked_client(host, opts, known, key_files)
     sock = None
     if host.jump is not None:
-        client.jump_client, sock = _through(host.jump, host, opts, known)
+        client.jump_client, sock = _through(host.jump, host, opts, known, key_files)
     try:
         client.connect(
             host.address, port=host.port, username=username, password=password,
@@ -319,7 +396,7 @@ def _connect(host: Host, opts: SshOptions, username: str, password: str | None,
             timeout=opts.connect_timeout, banner_timeout=opts.connect_timeout,
             auth_timeout=opts.connect_timeout,
             allow_agent=opts.use_agent and use_keys, look_for_keys=opts.look_for_keys and use_keys,
-            sock=sock,
+            sock=sock, transport_factory=_Transport,
         )
     except BaseException:
         client.close()
@@ -390,8 +467,9 @@ def _default_login_warning(host: Host, opts: SshOptions, known: KnownHosts) -> s
 
 
 def run_one(host: Host, script: str, opts: SshOptions, known: KnownHosts | None = None,
-            command: str = "sh -s", file_notes: bool = True) -> Result:
-    """``file_notes``: report the known_hosts lines skipped (a fan-out reports them once)."""
+            command: str = "sh -s", file_notes: bool = True, key_files: KeyFiles | None = None) -> Result:
+    """``file_notes``: report the known_hosts lines skipped (a fan-out reports them once); ``known`` and
+    ``key_files``: what a fan-out reads once for all its rigs."""
     known = load_known_hosts(opts) if known is None else known
     username = host.user or getpass.getuser()
     password = host.password.reveal() if host.password else None
@@ -401,7 +479,7 @@ def run_one(host: Host, script: str, opts: SshOptions, known: KnownHosts | None 
             warnings.append(f"inventory uses {os_name}'s default login (user {user!r} with {os_name}'s default "
                             "password): change it on the rig")
     try:
-        client = _connect(host, opts, username, password, known)
+        client = _connect(host, opts, username, password, known, key_files=key_files)
         try:
             stdout, rc = _execute(client, script, command, opts.command_timeout)
         finally:
@@ -425,10 +503,11 @@ def fan_out(hosts: list[Host], script: str | Callable[[Host], str], opts: SshOpt
         return []
     workers = max(1, min(opts.pool_size, len(hosts)))
     known = load_known_hosts(opts)
+    key_files = KeyFiles()
 
     def task(host: Host) -> Result:
         result = run_one(host, script(host) if callable(script) else script, opts, known,
-                         file_notes=host is hosts[0])
+                         file_notes=host is hosts[0], key_files=key_files)
         if on_done:
             on_done(result)
         return result

@@ -6,7 +6,7 @@ import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from miner2provider.core.inventory import Host, python_of
 from miner2provider.detect.facts import probe
@@ -27,12 +27,13 @@ def settings_for(host: Host) -> Thresholds:
     )
 
 
-def report_from(result: Result) -> RigReport:
+def report_from(result: Result, seen: dict[tuple[str, Output], Any] | None = None) -> RigReport:
+    """``seen``: the facts parsed for the fan-out's other rigs (probe.gather)."""
     host = result.host
     if not result.ok:
         return RigReport(host.name, host.address, None, None, result.failure, result.error, result.warnings)
     try:
-        facts = probe.gather(result.stdout)
+        facts = probe.gather(result.stdout, seen)
     except probe.ProbeIncomplete as exc:
         return RigReport(host.name, host.address, None, None, "probe",
                          f"probe on {host.address} ended early (exit {result.rc}): {exc}", result.warnings)
@@ -51,9 +52,10 @@ def report_from(result: Result) -> RigReport:
 def detect(hosts: list[Host], opts: SshOptions,
            on_done: Callable[[RigReport], None] | None = None) -> list[RigReport]:
     reports: dict[str, RigReport] = {}  # host names are unique in an inventory
+    seen: dict[tuple[str, Output], Any] = {}
 
     def done(result: Result) -> None:
-        report = reports[result.host.name] = report_from(result)
+        report = reports[result.host.name] = report_from(result, seen)
         if on_done:
             on_done(report)
 

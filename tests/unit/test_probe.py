@@ -1,6 +1,9 @@
 """The probe script's framing, run for real with sh against canned commands."""
 
+import base64
+import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -34,3 +37,54 @@ def test_output_without_a_final_newline_keeps_the_rest_of_the_probe():
     outputs = probe.split(text)
     assert outputs["agent_status"] == Output('{"mode": "mining"}\n', 0)
     assert outputs["xid"] == Output("", 0) and outputs["hostname"] == Output("rig1\n", 0)
+
+
+@pytest.mark.parametrize("with_dd", [True, False])
+def test_the_report_leaves_the_rig_unchanged_in_one_write_with_dd_or_without(tmp_path, with_dd):
+    """The probe's last line gathers its output into one write (dd), or passes it on (cat) where dd is missing."""
+    batch = probe.script().splitlines()[-1]
+    assert batch.startswith("} | ")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("base64", "cat", "dd")[: 3 if with_dd else 2]:
+        (tools / tool).symlink_to(shutil.which(tool))
+    data = b"@@m2p-fact a\n\x00\xff line\r\n" * 5000 + b"no final newline"
+    out = subprocess.run(["/bin/sh", "-c", f"base64 -d | {batch[len('} | '):]}"], input=base64.b64encode(data),
+                         capture_output=True, timeout=60, env={"PATH": str(tools)})
+    assert out.stdout == data
+
+
+def test_a_fan_out_parses_an_output_once_and_every_rig_gets_the_same_facts():
+    out = subprocess.run(["sh", "-s"], input=probe.script(), capture_output=True, text=True, timeout=60).stdout
+    seen: dict = {}
+    first, second = probe.gather(out, seen), probe.gather(out, seen)
+    assert first == second == probe.gather(out)
+    assert seen and all(len(o.text) <= probe.SHARED_OUTPUT for _, o in seen)
+    assert second.os_release is first.os_release  # parsed once
+
+
+# Five stand-in miners, a screensaver (a candidate ps shows and grep drops) and a grep's own words.
+NAMES = ("/tmp/x/xmrig --pool p", "SCREEN -dmS miner bash", "bash /hive/bin/miner-run t-rex 1",
+         "python3 /opt/mmp/miners/x/run.py", "/usr/bin/gnome-screensaver", "T-Rex -a x", "grep -iE [s]creen")
+
+
+def test_the_miner_fact_keeps_the_lines_ps_and_grep_kept():
+    """The fact reads ps only for processes whose command line holds a miner's word: same lines, same order, as
+    `ps -eo args= | grep` over every process (MINER_LINES), run for real against stand-in miners."""
+    from miner2provider.detect.facts.mining_os import MINER_LINES, MinerFact
+
+    started = [subprocess.Popen(["bash", "-c", f'exec -a "{argv0}" sleep 60']) for argv0 in NAMES]
+    try:
+        time.sleep(0.3)  # each has exec'd sleep under its name
+        whole = f"ps -eo args= | grep -iE '{MINER_LINES}'; true"
+        outputs = [subprocess.run(["sh", "-c", f"LC_ALL=C; export LC_ALL; ( {c} ) 2>&1 </dev/null"],
+                                  capture_output=True, text=True, timeout=60).stdout for c in (whole, MinerFact.command)]
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    # Only this test's processes: others on this machine may come and go between the two reads.
+    ours = [[line for line in out.splitlines() if line.startswith(NAMES)] for out in outputs]
+    assert ours[0] == ours[1] and len(ours[1]) == 5
+    found = MinerFact.parse(Output(outputs[1], 0))
+    assert {"xmrig", "screen:miner", "miner-run t-rex", "run.py", "t-rex"} <= set(found.sessions)

@@ -58,3 +58,49 @@ def test_paramikos_wrapped_connect_errors():
     other = NoValidConnectionsError({("10.0.0.7", 22): OSError(errno.EADDRNOTAVAIL, "no address")})
     failure, sentence = classify(other, HOST, OPTS)
     assert failure == "unreachable" and sentence.startswith("cannot connect to 10.0.0.7:22")
+
+
+def test_a_fan_outs_known_hosts_index_finds_what_lookup_finds(tmp_path):
+    """keys_of (one dictionary read a rig) agrees with paramiko's lookup (every entry read), hashed names too."""
+    from miner2provider.detect.ssh import KnownHosts
+
+    first, second = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    hashed = paramiko.HostKeys.hash_host("10.0.0.9")
+    lines = [f"10.0.0.1 {first.get_name()} {first.get_base64()}", f"10.0.0.1,[10.0.0.2]:2222 ssh-rsa "
+             f"{paramiko.RSAKey.generate(1024).get_base64()}", f"10.0.0.3 {second.get_name()} {second.get_base64()}"]
+    for with_hashed in (False, True):
+        path = tmp_path / f"known_hosts_{with_hashed}"
+        path.write_text("\n".join(lines + ([f"{hashed} {second.get_name()} {second.get_base64()}"] if with_hashed
+                                            else [])) + "\n")
+        known = KnownHosts()
+        known.read(path)
+        for name in ("10.0.0.1", "[10.0.0.2]:2222", "10.0.0.3", "10.0.0.9", "10.0.0.4"):
+            found = known.lookup(name)
+            assert known.keys_of(name) == ({key_type: found[key_type] for key_type in found} if found else {})
+        assert known.keys_of("10.0.0.9") == ({second.get_name(): second} if with_hashed else {})
+
+
+def test_a_fan_out_reads_each_key_file_once_and_prefers_aes_gcm():
+    from miner2provider.detect.ssh import KeyFiles, _Transport
+
+    files, reads = KeyFiles(), []
+
+    def load(klass):
+        reads.append(klass)
+        if klass is not paramiko.Ed25519Key:
+            raise paramiko.SSHException(f"not a valid {klass.__name__} private key file")
+        return "the key"
+
+    for _ in range(3):  # three rigs, each trying the key types in paramiko's order
+        for klass in (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key):
+            try:
+                assert files.read(("id", klass, None), lambda klass=klass: load(klass)) == "the key"
+            except paramiko.SSHException as exc:
+                assert f"not a valid {klass.__name__}" in str(exc)
+    assert reads == [paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key]
+    sock = socket.socket()
+    try:
+        ciphers = _Transport(sock).get_security_options().ciphers
+    finally:
+        sock.close()
+    assert ciphers[0].endswith("-gcm@openssh.com") and set(ciphers) == set(paramiko.Transport._preferred_ciphers)

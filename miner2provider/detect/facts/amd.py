@@ -72,7 +72,9 @@ class AmdGpusFact(Fact[tuple[AmdGpu, ...]]):
 
     name = "amd_gpus"
     command = (
-        "for c in /sys/class/drm/card[0-9] /sys/class/drm/card[0-9][0-9]; do d=$c/device; "
+        # `[ -e ]` first: where a pattern matches no card (no GPU, or no card10+) it stays as written, and reading
+        # its files would start processes for nothing.
+        'for c in /sys/class/drm/card[0-9] /sys/class/drm/card[0-9][0-9]; do [ -e "$c" ] || continue; d=$c/device; '
         '[ "$(cat $d/vendor 2>/dev/null)" = 0x1002 ] || continue; '
         'case "$(cat $d/class 2>/dev/null)" in 0x03*) ;; *) continue ;; esac; '
         'echo "amd $(basename "$(readlink -f $d)") $(cat $d/device) $(cat $d/revision) '

@@ -143,16 +143,48 @@ MINER_LOOPS = ("/hive/bin/miner-run",)
 SCRIPT_RUNNERS = {"sh", "bash", "dash", "python", "python3", "perl"}  # their script is the program
 
 
+# The lines of ``ps -eo args=`` the miner fact keeps: a program named like a miner (or screen), an interpreter running
+# a miner loop or a script in a miner folder, or a program in a miner folder (case-insensitive).
+MINER_LINES = (
+    "^([^ ]*/)?(screen|screen\\.real|" + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)"
+    "|^([^ ]*/)?((ba|da)?sh|python3?|perl) (" + "|".join((*MINER_FOLDERS, *MINER_LOOPS)) + ")"
+    "|^(" + "|".join(MINER_FOLDERS) + ")"
+)
+
+
+def _unmatched_by_itself(word: str) -> str:
+    """``word`` as an ERE that matches it but not its own text (``x[m]rig``): the grep below never finds itself."""
+    at = next(i for i, c in enumerate(word) if c.isalnum())
+    return "".join(f"[{c}]" if i == at else "\\" + c if c in ".[]()*+?{}|^$\\" else c for i, c in enumerate(word))
+
+
+# Every command line a MINER_LINES line can come from holds one of these words (the name, the folder or the loop;
+# the letters ps shows are the process's own, and a process without a command line shows as [name], which
+# MINER_LINES cannot match).
+MINER_WORDS = "|".join(_unmatched_by_itself(w) for w in ("screen", *sorted(MINER_BINARIES - {"miner"}),
+                                                              *MINER_FOLDERS, *MINER_LOOPS))
+# /proc/<pid>/cmdline in the order of the pids (ps's order): the shell sorts a glob's names as text, so one glob per
+# length (pid_max is at most 4194304, 7 digits).
+PROC_CMDLINES = " ".join(f"/proc/{'[0-9]' * n}/cmdline" for n in range(1, 8))
+
+
 class MinerFact(Fact[MinerState]):
     """``ps -eo args=`` (visible to any user), cut on the rig to lines that start with
     ``screen``, a known miner binary, or a program (or an interpreter's script) under a miner
-    folder, so a busy rig does not ship its whole process list."""
+    folder, so a busy rig does not ship its whole process list.
+
+    ps reads four files of every process (~15 ms on a rig, more on a busy controller's loopback rigs: the probe's
+    costliest fact), so the rig first finds the processes whose command line holds a miner's word (one grep over
+    their command lines), and ps shows those alone (``-q``: it reads nothing else), in pid order as ``-e`` would;
+    the same grep then keeps the same lines.  Without a candidate neither runs; where ``ps -q`` shows nothing
+    (an old ps, or the candidates ended) the whole list is read as before."""
 
     name = "miner"
     command = (
-        "ps -eo args= | grep -iE '^([^ ]*/)?(screen|screen\\.real|"
-        + "|".join(sorted(b for b in MINER_BINARIES if b != "miner")) + ")( |$)|^([^ ]*/)?((ba|da)?sh|python3?|perl) ("
-        + "|".join((*MINER_FOLDERS, *MINER_LOOPS)) + ")|^(" + "|".join(MINER_FOLDERS) + ")'; true"
+        "P=; for f in $(grep -a -l -i -E '" + MINER_WORDS + "' " + PROC_CMDLINES + " 2>/dev/null); do "
+        'p=${f#/proc/}; P="$P,${p%/cmdline}"; done; '
+        '[ -z "$P" ] || { L=$(ps -o args= -q "${P#,}" 2>/dev/null) || [ -n "$L" ] || L=$(ps -eo args=); '
+        "printf '%s\\n' \"$L\" | grep -iE '" + MINER_LINES + "'; }; true"
     )
 
     @staticmethod

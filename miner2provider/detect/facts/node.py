@@ -67,7 +67,8 @@ class AgentStatusFact(Fact[AgentStatus]):
     "agent_version", "leases": [{"pod", "since"}], "drain"}``), or nothing when no agent has run on the rig."""
 
     name = "agent_status"
-    command = f"cat {AGENT_STATUS} 2>/dev/null; true"
+    # `[ -e ]` first: a rig without an agent (most of a fleet) starts no process for it.
+    command = f"[ -e {AGENT_STATUS} ] && cat {AGENT_STATUS} 2>/dev/null; true"
 
     @staticmethod
     def parse(out: Output) -> AgentStatus:
@@ -87,7 +88,8 @@ class AgentLedgerFact(Fact[tuple[Entry, ...]]):
 
     name = "agent_ledger"
     # The rotated file, then the current one: a sweep after a rotation still reads the lines before it.
-    command = f"cat {AGENT_LEDGER_ROTATED} {AGENT_LEDGER} 2>/dev/null | tail -n {LEDGER_READ}; true"
+    command = (f"if [ -e {AGENT_LEDGER_ROTATED} ] || [ -e {AGENT_LEDGER} ]; then "
+               f"cat {AGENT_LEDGER_ROTATED} {AGENT_LEDGER} 2>/dev/null | tail -n {LEDGER_READ}; fi; true")
 
     @staticmethod
     def parse(out: Output) -> tuple[Entry, ...]:

@@ -47,7 +47,7 @@ class ReclaimerFact(Fact[ReclaimerStatus]):
     "mine_at", "window_s", "action", "why", "error"}]}``), or nothing where none runs."""
 
     name = "reclaimer"
-    command = f"cat {RECLAIMER_STATUS} 2>/dev/null; true"
+    command = f"[ -e {RECLAIMER_STATUS} ] && cat {RECLAIMER_STATUS} 2>/dev/null; true"  # no process where absent
 
     @staticmethod
     def parse(out: Output) -> ReclaimerStatus:

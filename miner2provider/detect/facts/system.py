@@ -42,12 +42,24 @@ def parse_env_file(text: str) -> dict[str, str]:
         if not line or line.startswith("#") or "=" not in line:
             continue
         key, _, raw = line.partition("=")
-        try:
-            parts = shlex.split(raw)
-        except ValueError:
-            parts = [raw.strip("\"'")]
-        values[key.strip()] = " ".join(parts)
+        values[key.strip()] = _shell_value(raw)
     return values
+
+
+_PLAIN_VALUE = re.compile(r"[^\s'\"\\]*|\"[^\"\\]*\"|'[^']*'")
+
+
+def _shell_value(raw: str) -> str:
+    """``raw``'s words as the shell reads them, joined by spaces.  The usual values (``22.04``, ``"Ubuntu 22.04"``,
+    ``'x'``) are one word with nothing to undo but the quotes; anything else goes through shlex (parsing each line
+    with it cost more than all of a rig's other facts together)."""
+    if _PLAIN_VALUE.fullmatch(raw):
+        return raw[1:-1] if raw[:1] in ("'", '"') else raw
+    try:
+        parts = shlex.split(raw)
+    except ValueError:
+        parts = [raw.strip("\"'")]
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ def m2p(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> su
     started = time.monotonic()
     proc = subprocess.run([*M2P, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-    phase(f"m2p {' '.join(a for a in args[:3] if not a.startswith('/'))} (exit {proc.returncode})", started)
+    words = " ".join(a for a in args if "/" not in a)  # the command and its options, not the files
+    phase(f"m2p {words[:120]} (exit {proc.returncode})", started)
     return proc
 
 

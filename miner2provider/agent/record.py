@@ -13,7 +13,7 @@ from miner2provider.agent.decide import State
 from miner2provider.agent.economy import MinerStats, ProfitQuote
 from miner2provider.agent.sight import Sight, iso
 from miner2provider.rigside import ledger
-from miner2provider.rigside.status import STATUS_SCHEMA
+from miner2provider.rigside.status import AgentStatus, Lease, Measured
 from miner2provider.timeshare import policy
 from miner2provider.timeshare.model import Schedule
 
@@ -101,15 +101,32 @@ class Said:
 
 def status(state: State, said: Said, change: datetime | None, mine_at: datetime | None, sight: Sight,
            profit: ProfitQuote, stats: MinerStats) -> dict[str, Any]:
-    """The status record, as status.json and the node's annotation carry it (rigside/status.py reads it)."""
-    quote, shown = profit.quote, stats.shown
+    """The status record (rigside/status.py's AgentStatus, which the controller reads back), as status.json and
+    the node's annotation carry it."""
+    shown = stats.shown
     watchdog = ("" if said.watchdog_was is None else "held while leased (it ran before)" if said.watchdog_was
                 else "held while leased (it was stopped before)")
-    return {"schema": STATUS_SCHEMA, "mode": state.mode, "since": iso(state.since),
-            "next_change": change.isoformat(timespec="seconds") if change else None,
-            "mine_at": mine_at.isoformat(timespec="seconds") if mine_at else None,
-            "schedule": said.schedule, "marketplace": said.marketplace, "last_error": said.last_error,
-            "agent_version": __version__, "hand_over": said.hand_over, "hand_over_why": said.hand_over_why,
-            "watchdog": watchdog, "leases": sight.leases_seen(), "drain": said.drain, "offered": state.offered,
-            **({"profit": {"lease_pays": profit.offer.offered, **quote.as_status()}} if quote else {}),
-            **({"measured": {**shown.as_status(), "at": iso(shown.at)}} if shown else {})}
+    seen = sight.leases_seen()
+    measured = shown.as_status() if shown else None
+    record = AgentStatus(
+        True, state.mode, iso(state.since), change.isoformat(timespec="seconds") if change else "", said.schedule,
+        said.last_error, tuple(Lease(str(lease["pod"]), str(lease["since"]), lease.get("gpus")) for lease in seen),
+        said.drain, Measured(measured["algo"], tuple(measured["mhs"]), tuple(measured["watts"])) if measured else None,
+        mine_at=mine_at.isoformat(timespec="seconds") if mine_at else "", hand_over=said.hand_over,
+        hand_over_why=said.hand_over_why, watchdog=watchdog, agent_version=__version__, marketplace=said.marketplace,
+        offered=state.offered, measured_samples=measured["samples"] if measured else 0,
+        measured_at=iso(shown.at) if shown else "", **_quoted(profit))
+    return record.as_json()
+
+
+def _quoted(profit: ProfitQuote) -> dict[str, Any]:
+    """Policy profit's quote (rounded as timeshare/profit.py says it) and the offer, as the record's fields."""
+    if profit.quote is None:
+        return {}
+    said = profit.quote.as_status()
+    leased: Any = said.get("leased") or {}
+    return {"lease_pays": profit.offer.offered, "lease_per_hour": said["lease_per_hour"],
+            "floor_per_hour": said["floor_per_hour"], "quote_source": said["source"],
+            "quote_missing": said.get("missing", ""), "reclaim_per_hour": said.get("reclaim_per_hour"),
+            "leased_gpus": leased.get("gpus", 0), "leased_of": leased.get("of", 0),
+            "leased_per_hour": leased.get("per_hour") if leased else None}

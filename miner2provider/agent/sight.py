@@ -110,7 +110,7 @@ class Sight:
         8-GPU rig is one."""
         return min(gpu_count, sum(int(lease.get("gpus") or 0) for lease in self.leases))
 
-    def leases_seen(self) -> list[dict[str, str]]:
+    def leases_seen(self) -> list[dict[str, Any]]:
         """The tenant pods the API lists, and the containers the gate let through that the API does not list
         (yet: a lease's pod is read a tick after its container passed the gate; or the API is unreachable).
         m2p's lease guard reads these: a convert in that tick would otherwise restart k3s under a lease."""

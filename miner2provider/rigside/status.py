@@ -25,6 +25,7 @@ MODE_LABEL, STATUS_ANNOTATION = "m2p.io/mode", "m2p.io/status"
 class Lease:
     pod: str  # namespace/name
     since: str  # ISO 8601 ("" when the API did not say)
+    gpus: int | None = None  # the pod's GPU limit (None: unsaid: a container through the gate the API has not listed)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,39 @@ class AgentStatus:
     hand_over_why: str = ""  # what in the OS's configuration hands the whole rig over where per card could be
     # The mining OS's watchdog held by the agent while leased, and how it was before ("": not held).
     watchdog: str = ""
+    # The rest of what the agent writes (issue 54: one record, the agent's to write, everyone's to read).
+    agent_version: str = ""
+    marketplace: str = ""  # the marketplace the rig is offered on ("": none)
+    offered: bool = False  # the agent has uncordoned the node and not cordoned it since
+    lease_per_hour: float | None = None  # policy profit: what a lease pays the rig an hour
+    quote_missing: str = ""  # policy profit: what the quote lacks (a model's watts), said
+    measured_samples: int = 0  # the samples behind ``measured``
+    measured_at: str = ""  # ISO 8601: when ``measured`` was last shown
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as the agent writes it (status.json, the node's annotation); ``agent_status_from`` reads
+        it back."""
+        out: dict[str, Any] = {
+            "schema": STATUS_SCHEMA, "mode": self.mode, "since": self.since, "next_change": self.next_change or None,
+            "mine_at": self.mine_at or None, "schedule": self.schedule, "marketplace": self.marketplace,
+            "last_error": self.last_error, "agent_version": self.agent_version, "hand_over": self.hand_over,
+            "hand_over_why": self.hand_over_why, "watchdog": self.watchdog, "drain": self.drain,
+            "offered": self.offered, "leases": [{"pod": lease.pod, "since": lease.since, **(
+                {"gpus": lease.gpus} if lease.gpus is not None else {})} for lease in self.leases]}
+        if self.lease_pays is not None:
+            out["profit"] = {"lease_pays": self.lease_pays, "lease_per_hour": self.lease_per_hour,
+                             "floor_per_hour": self.floor_per_hour, "source": self.quote_source,
+                             **({"missing": self.quote_missing} if self.quote_missing else {}),
+                             **({"reclaim_per_hour": self.reclaim_per_hour} if self.reclaim_per_hour is not None
+                                else {}),
+                             **({"leased": {"gpus": self.leased_gpus, "of": self.leased_of,
+                                            "per_hour": self.leased_per_hour}}
+                                if self.leased_per_hour is not None else {})}
+        if self.measured is not None:
+            out["measured"] = {"algo": self.measured.algo, "mhs": list(self.measured.mhs),
+                               "watts": list(self.measured.watts), "samples": self.measured_samples,
+                               "at": self.measured_at}
+        return out
 
 
 def agent_status_from(raw: object) -> AgentStatus:
@@ -75,7 +109,7 @@ def agent_status_from(raw: object) -> AgentStatus:
         return AgentStatus(True, "unknown", last_error=f"{STATUS_FILE}: status schema {str(schema)[:20]!r} is not "
                                                        f"{STATUS_SCHEMA}, which this m2p reads: upgrade m2p")
     listed = raw.get("leases")
-    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"))
+    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"), _count(item.get("gpus")))
                    for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
     found = raw.get("profit")
     profit: dict[str, Any] = found if isinstance(found, dict) else {}
@@ -89,7 +123,24 @@ def agent_status_from(raw: object) -> AgentStatus:
                        _number(profit.get("floor_per_hour")), _field(profit, "source"), _field(raw, "mine_at"),
                        _number(profit.get("reclaim_per_hour")), *leased,
                        hand_over=hand_over if hand_over in HAND_OVERS else "",
-                       hand_over_why=_field(raw, "hand_over_why", 200), watchdog=_field(raw, "watchdog"))
+                       hand_over_why=_field(raw, "hand_over_why", 200), watchdog=_field(raw, "watchdog"),
+                       agent_version=_field(raw, "agent_version", 40), marketplace=_field(raw, "marketplace"),
+                       offered=raw.get("offered") is True, lease_per_hour=_number(profit.get("lease_per_hour")),
+                       quote_missing=_field(profit, "missing", 200), **_measured_when(raw.get("measured")))
+
+
+def _count(value: object) -> int | None:
+    """A lease's GPUs: a whole number up to MAX_GPUS; anything else reads as unsaid."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GPUS else None
+
+
+def _measured_when(raw: object) -> dict[str, Any]:
+    """``measured``'s samples and time, beside the figures (measured_from)."""
+    if not isinstance(raw, dict) or measured_from(raw) is None:
+        return {}
+    samples = raw.get("samples")
+    return {"measured_samples": samples if isinstance(samples, int) and not isinstance(samples, bool)
+            and 0 <= samples < 2**31 else 0, "measured_at": _field(raw, "at")}
 
 
 HAND_OVERS = ("per card", "whole rig")

@@ -124,7 +124,7 @@ def agent_status_from(raw: object) -> AgentStatus:
                        _number(profit.get("reclaim_per_hour")), *leased,
                        hand_over=hand_over if hand_over in HAND_OVERS else "",
                        hand_over_why=_field(raw, "hand_over_why", 200), watchdog=_field(raw, "watchdog"),
-                       agent_version=_field(raw, "agent_version", 40), marketplace=_field(raw, "marketplace"),
+                       agent_version=_field(raw, "agent_version"), marketplace=_field(raw, "marketplace"),
                        offered=raw.get("offered") is True, lease_per_hour=_number(profit.get("lease_per_hour")),
                        quote_missing=_field(profit, "missing", 200), **_measured_when(raw.get("measured")))
 

@@ -37,7 +37,7 @@ def records(draw: st.DrawFn) -> AgentStatus:
         draw(money) if pays is not None else None,
         leased[0] if leased and pays is not None else 0, of if leased and pays is not None else 0,
         leased[1] if leased and pays is not None else None,
-        draw(st.sampled_from(["", *HAND_OVERS])), draw(text(200)), draw(text()), draw(text(40)), draw(text()),
+        draw(st.sampled_from(["", *HAND_OVERS])), draw(text(200)), draw(text()), draw(text()), draw(text()),
         draw(st.booleans()), draw(money) if pays is not None else None,
         draw(text(200)) if pays is not None else "",
         draw(st.integers(0, 2**31 - 1)) if measured else 0, draw(text()) if measured else "")

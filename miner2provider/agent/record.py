@@ -110,12 +110,13 @@ def status(state: State, said: Said, change: datetime | None, mine_at: datetime 
     measured = shown.as_status() if shown else None
     record = AgentStatus(
         True, state.mode, iso(state.since), change.isoformat(timespec="seconds") if change else "", said.schedule,
-        said.last_error, tuple(Lease(str(lease["pod"]), str(lease["since"]), lease.get("gpus")) for lease in seen),
+        said.last_error, tuple(Lease(str(lease["pod"]), str(lease["since"])) for lease in seen),
         said.drain, Measured(measured["algo"], tuple(measured["mhs"]), tuple(measured["watts"])) if measured else None,
         mine_at=mine_at.isoformat(timespec="seconds") if mine_at else "", hand_over=said.hand_over,
         hand_over_why=said.hand_over_why, watchdog=watchdog, agent_version=__version__, marketplace=said.marketplace,
         offered=state.offered, measured_samples=measured["samples"] if measured else 0,
-        measured_at=iso(shown.at) if shown else "", **_quoted(profit))
+        measured_at=iso(shown.at) if shown else "", lease_gpus=tuple(lease.get("gpus") for lease in seen),
+        **_quoted(profit))
     return record.as_json()
 
 

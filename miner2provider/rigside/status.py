@@ -25,7 +25,6 @@ MODE_LABEL, STATUS_ANNOTATION = "m2p.io/mode", "m2p.io/status"
 class Lease:
     pod: str  # namespace/name
     since: str  # ISO 8601 ("" when the API did not say)
-    gpus: int | None = None  # the pod's GPU limit (None: unsaid: a container through the gate the API has not listed)
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,9 @@ class AgentStatus:
     quote_missing: str = ""  # policy profit: what the quote lacks (a model's watts), said
     measured_samples: int = 0  # the samples behind ``measured``
     measured_at: str = ""  # ISO 8601: when ``measured`` was last shown
+    # Each lease's GPUs, in ``leases``' order (None: unsaid: a container through the gate the API has not listed);
+    # beside the leases, not in them, so that the detect report's leases keep their shape.
+    lease_gpus: tuple[int | None, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The record as the agent writes it (status.json, the node's annotation); ``agent_status_from`` reads
@@ -81,7 +83,7 @@ class AgentStatus:
             "last_error": self.last_error, "agent_version": self.agent_version, "hand_over": self.hand_over,
             "hand_over_why": self.hand_over_why, "watchdog": self.watchdog, "drain": self.drain,
             "offered": self.offered, "leases": [{"pod": lease.pod, "since": lease.since, **(
-                {"gpus": lease.gpus} if lease.gpus is not None else {})} for lease in self.leases]}
+                {"gpus": gpus} if gpus is not None else {})} for lease, gpus in zip(self.leases, self._gpus())]}
         if self.lease_pays is not None:
             out["profit"] = {"lease_pays": self.lease_pays, "lease_per_hour": self.lease_per_hour,
                              "floor_per_hour": self.floor_per_hour, "source": self.quote_source,
@@ -97,6 +99,9 @@ class AgentStatus:
                                "at": self.measured_at}
         return out
 
+    def _gpus(self) -> tuple[int | None, ...]:
+        return (*self.lease_gpus, *(None,) * (len(self.leases) - len(self.lease_gpus)))
+
 
 def agent_status_from(raw: object) -> AgentStatus:
     """The one reader of the agent's status, decoded: from the rig's status.json (above) and from the
@@ -109,8 +114,8 @@ def agent_status_from(raw: object) -> AgentStatus:
         return AgentStatus(True, "unknown", last_error=f"{STATUS_FILE}: status schema {str(schema)[:20]!r} is not "
                                                        f"{STATUS_SCHEMA}, which this m2p reads: upgrade m2p")
     listed = raw.get("leases")
-    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since"), _count(item.get("gpus")))
-                   for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict))
+    items = [item for item in (listed if isinstance(listed, list) else []) if isinstance(item, dict)]
+    leases = tuple(Lease(_field(item, "pod", 300) or "?", _field(item, "since")) for item in items)
     found = raw.get("profit")
     profit: dict[str, Any] = found if isinstance(found, dict) else {}
     lease_pays = profit.get("lease_pays")
@@ -126,7 +131,8 @@ def agent_status_from(raw: object) -> AgentStatus:
                        hand_over_why=_field(raw, "hand_over_why", 200), watchdog=_field(raw, "watchdog"),
                        agent_version=_field(raw, "agent_version"), marketplace=_field(raw, "marketplace"),
                        offered=raw.get("offered") is True, lease_per_hour=_number(profit.get("lease_per_hour")),
-                       quote_missing=_field(profit, "missing", 200), **_measured_when(raw.get("measured")))
+                       quote_missing=_field(profit, "missing", 200), **_measured_when(raw.get("measured")),
+                       lease_gpus=tuple(_count(item.get("gpus")) for item in items))
 
 
 def _count(value: object) -> int | None:

@@ -22,6 +22,7 @@ figures = st.lists(st.floats(0, 1e6, allow_nan=False, allow_infinity=False), min
 
 @st.composite
 def records(draw: st.DrawFn) -> AgentStatus:
+    leases = tuple(draw(st.lists(st.builds(Lease, text(300).filter(bool), text()), max_size=4)))
     measured = draw(st.none() | st.builds(
         Measured, text(ALGO_CHARS).filter(bool), figures.map(tuple),
         st.just(()) | figures.map(tuple)))
@@ -30,8 +31,7 @@ def records(draw: st.DrawFn) -> AgentStatus:
     leased = draw(st.none() | st.tuples(st.integers(1, of), st.floats(0, 1e6, allow_nan=False)))
     return AgentStatus(
         True, draw(st.sampled_from(["mining", "idle-mining", "leasing", "draining"])), draw(text()), draw(text()),
-        draw(text()), draw(text(300)), tuple(draw(st.lists(st.builds(
-            Lease, text(300).filter(bool), text(), st.none() | st.integers(0, MAX_GPUS)), max_size=4))),
+        draw(text()), draw(text(300)), leases,
         draw(st.booleans()), measured, pays,
         draw(money) if pays is not None else None, draw(text()) if pays is not None else "", draw(text()),
         draw(money) if pays is not None else None,
@@ -40,7 +40,8 @@ def records(draw: st.DrawFn) -> AgentStatus:
         draw(st.sampled_from(["", *HAND_OVERS])), draw(text(200)), draw(text()), draw(text()), draw(text()),
         draw(st.booleans()), draw(money) if pays is not None else None,
         draw(text(200)) if pays is not None else "",
-        draw(st.integers(0, 2**31 - 1)) if measured else 0, draw(text()) if measured else "")
+        draw(st.integers(0, 2**31 - 1)) if measured else 0, draw(text()) if measured else "",
+        tuple(draw(st.none() | st.integers(0, MAX_GPUS)) for _ in leases))
 
 
 @settings(max_examples=300, deadline=None)
@@ -50,7 +51,7 @@ def test_what_the_agent_writes_is_what_the_controller_reads(record):
 
 
 def test_a_lease_the_api_has_not_listed_says_no_gpus_and_odd_counts_read_as_unsaid():
-    written = AgentStatus(True, "leasing", leases=(Lease("a/b", "", None), Lease("c/d", "", 2))).as_json()
+    written = AgentStatus(True, "leasing", leases=(Lease("a/b", ""), Lease("c/d", "")), lease_gpus=(None, 2)).as_json()
     assert written["leases"] == [{"pod": "a/b", "since": ""}, {"pod": "c/d", "since": "", "gpus": 2}]
     odd = agent_status_from({"mode": "leasing", "leases": [{"pod": "x", "gpus": True}, {"pod": "y", "gpus": 65}]})
-    assert [lease.gpus for lease in odd.leases] == [None, None]
+    assert odd.lease_gpus == (None, None)

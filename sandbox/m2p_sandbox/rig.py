@@ -11,6 +11,7 @@ State lives under ``M2P_SANDBOX_ROOT`` (default /var/lib/m2p-sandbox):
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -46,6 +47,10 @@ def ended_dir() -> Path:
     """Why each rig ended, kept after its teardown removes its directory (a rig id is a slot, reused: the
     file is emptied when the slot is taken again)."""
     return sandbox_root() / "ended"
+
+
+TAKEN = "--- slot taken by"  # an end log's mark where the slot's next rig begins
+END_LOG_BYTES = 256 * 1024
 
 
 def end_log(rig_dir: Path) -> Path:
@@ -141,7 +146,12 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
         rig_id = network.namespace_name(slot)
         rig_dir = rigs_dir() / rig_id
         rig_dir.mkdir()
-        end_log(rig_dir).unlink(missing_ok=True)  # the slot's last rig's story is not this one's
+        # The slot's earlier rigs' stories stay in the file (a rig lost under a test is read about after the run),
+        # up to END_LOG_BYTES; this rig's starts at its mark.
+        with contextlib.suppress(OSError):
+            if end_log(rig_dir).stat().st_size > END_LOG_BYTES:
+                end_log(rig_dir).unlink()
+        note_end(rig_dir, f"{TAKEN} {spec.name}")
         address = str(network.address_for(slot))
         rig = Rig(
             id=rig_id,
@@ -362,7 +372,8 @@ def _why_ended(rig: Rig) -> str:
     """What the rig's end log says (who asked it to stop, nspawn's exit, its console's last lines): its
     directory, console log included, is gone by the time its supervisor is."""
     try:
-        return " | ".join(end_log(rig.path).read_text(errors="replace").strip().splitlines()) or "(empty end log)"
+        text = end_log(rig.path).read_text(errors="replace").rpartition(TAKEN)[2].partition("\n")[2]
+        return " | ".join(text.strip().splitlines()) or "(empty end log)"
     except OSError:
         return f"(no end log) {console_tail(rig.path)}"
 

@@ -18,6 +18,7 @@ import fcntl
 import getpass
 import logging
 import re
+import select
 import socket
 import threading
 import time
@@ -89,8 +90,7 @@ class OutputTooLarge(Exception):
 # A probe's report is ~100 KB on a 13-card rig; a rig sending far more is broken or hostile, and 1,000
 # rigs' output is held at once during a sweep.
 MAX_OUTPUT = 8 << 20
-# How often a quiet channel's stderr is looked at (a rig's probe is quiet for seconds: it sends its report at the
-# end, in one write; each look costs the fan-out CPU, and stderr cannot run ahead of the channel's window meanwhile).
+# How often a channel that has ended is looked at for its exit status (the status follows the end at once).
 POLL_S = 1.0
 
 
@@ -425,6 +425,8 @@ def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout:
         chan.sendall(stdin_text.encode())
         chan.shutdown_write()
         out, seen, at_eof = bytearray(), 0, False
+        wake = select.poll()  # poll, not select: a fan-out's descriptors may pass select's 1,024
+        wake.register(chan.fileno(), select.POLLIN)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -432,16 +434,17 @@ def _execute(client: paramiko.SSHClient, stdin_text: str, command: str, timeout:
             if at_eof:
                 chan.status_event.wait(min(left, POLL_S))
             else:
-                chan.settimeout(min(left, POLL_S))
-                try:
+                # The channel's descriptor wakes on stdout, on stderr and on the end alike: a flood on either is read
+                # as fast as it comes (each read opens the window for more), a quiet probe costs no wake-ups.
+                wake.poll(left * 1000)
+                ended = chan.eof_received or chan.closed  # before reading: what came before the end is buffered
+                while chan.recv_ready():
                     data = chan.recv(1 << 16)
-                except TimeoutError:
-                    data = None
-                if data == b"":
-                    at_eof = True
-                elif data:
                     out += data
                     seen += len(data)
+                    if seen > limit:
+                        raise OutputTooLarge()
+                at_eof = bool(ended)
             while chan.recv_stderr_ready():
                 seen += len(chan.recv_stderr(1 << 16))
             if seen > limit:

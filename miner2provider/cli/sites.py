@@ -104,10 +104,13 @@ def sites_invite(ctx: Context, rig: str, inventory_file: str, authorize: str | N
     bundle = join.invite(found, member, keys[found.hub.name], authorized)
     lines = join.reach_lines(found, member)
     if as_json:
-        render.echo_json({"rig": rig, "bundle": join.encode(bundle), "inventory": {k: v for k, v, _ in lines}})
+        render.echo_json({"rig": rig, "bundle": join.encode(bundle), "digest": join.digest(bundle),
+                          "inventory": {k: v for k, v, _ in lines}})
         return
     ctx.note(f"At {rig}'s site, on the rig or a machine beside it (Linux, with m2p installed), run:")
     render.echo(f"m2p join {join.encode(bundle)} --host RIG-LAN-ADDRESS --user {member.user or 'USER'}")
+    ctx.note(f"Tell the person at the site this digest by another channel than the bundle's (a call), and have them "
+             f"add `--digest {join.digest(bundle)}`: m2p join then refuses a bundle changed on its way.")
     ctx.note("It prints the rig's public key as a line for the inventory.  Then, under " + rig + " in "
              + inventory_file + ":")
     for name, value, already in lines:
@@ -141,24 +144,38 @@ def _controller_key(member: Host, authorize: str | None) -> str:
 @click.option("--password-env", metavar="VAR", help="An environment variable holding the login password.")
 @click.option("--become-password-env", metavar="VAR", help="An environment variable holding sudo's password "
               "(default: the login password).")
+@click.option("--digest", help="The digest `m2p sites invite` printed, heard by another channel than the bundle's: "
+              "a bundle with another one is refused.")
 @check_option
 @yes_option
 @json_option
 @ssh_options
 @pass_ctx
 def join_command(ctx: Context, bundle: str, address: str, port: int, user: str, key_file: str | None,
-                 password_env: str | None, become_password_env: str | None, check: bool, yes: bool, as_json: bool,
-                 ssh: SshOptions) -> None:
+                 password_env: str | None, become_password_env: str | None, digest: str | None, check: bool,
+                 yes: bool, as_json: bool, ssh: SshOptions) -> None:
     """At a rig's site: set up its tunnel to the farm's hub from BUNDLE (what `m2p sites invite` printed), so the
     controller reaches it through the hub.  The rig makes its own key pair; this prints its public key for the
     inventory.  Passwords come from environment variables, never from the command line."""
     invited = join.decode(bundle)
+    # A bundle edited on its way decodes cleanly: what it would let in is checked and shown before anything is done.
+    if invited.login_user and invited.login_user != user:
+        raise UsageError(f"the join bundle lets the controller's key log in as {invited.login_user}, but --user is "
+                         f"{user}: a bundle from `m2p sites invite` names the inventory's user; ask for a new one")
+    if digest is not None and not join.same_digest(digest, invited):
+        raise UsageError(f"the join bundle's digest is {join.digest(invited)}, not the --digest given: it was "
+                         "changed on its way (or the digest was misheard); nothing was done")
+    for line in join.what_it_does(invited):
+        ctx.note(line)
     password = password_from_env(password_env)
     rig = Host(name=invited.rig, address=address, port=port, user=user, key_file=key_file, password=password,
                become_password=password_from_env(become_password_env) or password, groups=(), vars={},
                where="the command line")
     if not check and not yes:
-        confirm(f"set up {invited.rig}'s tunnel to {invited.hub} ({invited.endpoint}) on {user}@{address}?")
+        lets_in = (f", letting the key {join.key_fingerprint(invited.authorize)} log in as {invited.login_user}"
+                   if invited.authorize else "")
+        confirm(f"set up {invited.rig}'s tunnel to {invited.hub} ({invited.endpoint}) on {user}@{address}{lets_in} "
+                f"(bundle digest {join.digest(invited)})?")
     # One SSH look first, as every m2p command makes before Ansible runs: it learns the host key (--accept-new)
     # and says a rig that does not answer in one sentence.
     _, _, silent = sites.public_keys([rig], ssh)

@@ -12,6 +12,12 @@ The controller cannot reach such a rig until its tunnel is up, and its tunnel ne
    address and its ``m2p_jump_host`` the hub; ``m2p sites apply`` gives the hub the peer, and from then on every
    m2p command reaches the rig through the hub.
 
+The bundle travels by chat or paper, where whoever can edit it can swap the controller's key for theirs and the
+login user for ``root``: it decodes cleanly, since every field is still well formed.  So ``sites invite`` prints a
+short digest of it to read out by another channel (a phone call), ``m2p join`` shows the digest, the key's
+fingerprint and the account it may log in as before it does anything (and checks ``--digest`` when given), and
+refuses a login user other than the ``--user`` it was told.
+
 Accepting a key into the inventory is the owner's act of trust, as adding a host key is: m2p never accepts a key
 that arrives by itself.  Why not the k3s token and version in the bundle (the issue asked for them): ``m2p convert``
 puts the token on the rig over the tunnel as on any rig, so the bundle need not carry a secret at all.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import ipaddress
 import json
 import re
@@ -39,6 +46,7 @@ from miner2provider.fleet.runner import Event, run_playbook
 PREFIX = "m2p-join-1:"
 AUTHORIZED_COMMENT = "m2p-controller"  # the line the tunnel role adds, and removes when the tunnel goes
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+DIGEST_HEX = 20  # 80 bits: a forged bundle with the same digest is a second preimage of SHA-256 cut to 80 bits
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,44 @@ def encode(bundle: JoinBundle) -> str:
     return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def digest(bundle: JoinBundle) -> str:
+    """A short digest of ``bundle`` (five groups of four hex digits) to compare by a channel other than the one the
+    bundle travelled by.  Taken over the canonical encoding, so a bundle that was re-encoded on its way but says
+    the same still matches, and one that says anything else does not."""
+    raw = hashlib.sha256(encode(bundle).encode()).hexdigest()[:DIGEST_HEX]
+    return "-".join(raw[i:i + 4] for i in range(0, DIGEST_HEX, 4))
+
+
+def same_digest(given: str, bundle: JoinBundle) -> bool:
+    """``given`` (as read out: any case, with or without dashes and spaces) is ``bundle``'s digest."""
+    return re.sub(r"[\s-]", "", given).lower() == digest(bundle).replace("-", "")
+
+
+def key_fingerprint(line: str) -> str:
+    """The SHA256 fingerprint of an authorized_keys line, as ``ssh-keygen -lf KEY.pub`` prints it; ValueError when
+    its key is not base64."""
+    try:
+        blob = base64.b64decode(line.split()[1], validate=True)
+    except (binascii.Error, IndexError):
+        raise ValueError("not one OpenSSH public key (TYPE BASE64 [COMMENT])") from None
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def what_it_does(bundle: JoinBundle) -> list[str]:
+    """What ``m2p join`` shows before it changes anything: the digest, and who may log in to the rig afterwards."""
+    lines = [f"bundle digest {digest(bundle)}: compare it with the one `m2p sites invite` printed, by another "
+             "channel than the bundle's (a call): a different one means the bundle was changed on its way"]
+    if bundle.authorize:
+        kind = bundle.authorize.split()[0]
+        lines.append(f"the controller's key {key_fingerprint(bundle.authorize)} ({kind}) may then log in to "
+                     f"{bundle.rig} as {bundle.login_user} (check: `ssh-keygen -lf KEY.pub` on the controller)")
+    else:
+        lines.append("no SSH key is added to the rig (the controller logs in with a password)")
+    lines.append(f"{bundle.rig}'s tunnel dials the hub {bundle.hub} at {bundle.endpoint}, whose WireGuard key is "
+                 f"{bundle.hub_key}")
+    return lines
+
+
 def decode(text: str) -> JoinBundle:
     """A bundle as ``encode`` wrote it, every field checked: what it carries ends up in a root-owned file."""
     text = text.strip()
@@ -128,6 +174,8 @@ def _check(bundle: JoinBundle) -> None:
         problems.append("the hub's endpoint")
     if bundle.login_user and not _NAME.fullmatch(bundle.login_user):
         problems.append("the login user")
+    if bundle.authorize and not bundle.login_user:
+        problems.append("the login user")
     if bundle.authorize and bundle.authorize != _authorized(bundle.authorize):
         problems.append("the controller's SSH key")
     if len(bundle.site) > 63 or textfiles.printable(bundle.site) != bundle.site:
@@ -139,6 +187,7 @@ def _check(bundle: JoinBundle) -> None:
 
 def _authorized(text: str) -> str:
     try:
+        key_fingerprint(text)
         return ssh_public_key(text)
     except ValueError:
         return ""

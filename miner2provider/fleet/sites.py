@@ -66,7 +66,12 @@ def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event:
     # A rig that joined from its site: the owner's word (its key in the inventory) gives the hub its peer.
     differs = {name for name, key in declared.items() if name in keys and keys[name] != key}
     peers = {**keys, **{name: key for name, key in declared.items() if name != found.hub.name}}
-    ready = [h for h in live if h.name in keys and h.name not in differs]
+    # A rig's root can write any key to its file, another member's too: one key, one member.
+    hub_host = next(h for h in hosts if h.name == found.hub.name)
+    shared = shared_keys(found, peers, declared,
+                         _hub_peers(hub_host, opts) if len(set(peers.values())) < len(peers) else {})
+    peers = {name: key for name, key in peers.items() if name not in shared}
+    ready = [h for h in live if h.name in keys and h.name not in differs and h.name not in shared]
     run = _configure(found, ready, peers, base, opts, check, on_event, keep_artifacts)
     # Joined rigs that did not answer: the hub has their peer now, so they answer through it once they dial in.
     waiting = [h for h in hosts if h.name in silent and h.name in declared]
@@ -76,7 +81,9 @@ def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event:
     out = []
     for h in hosts:
         first = keyed[h.name]
-        if h.name in differs or (h.name in late_keys and h.name not in {r.name for r in late}):
+        if h.name in shared:
+            out.append(RigOutcome(h.name, "failed", first.changed, shared[h.name]))
+        elif h.name in differs or (h.name in late_keys and h.name not in {r.name for r in late}):
             out.append(RigOutcome(h.name, "failed", first.changed, (
                 f"its public key ({PUBLIC_KEY}) is not the m2p_tunnel_public_key of {h.where}: did it join again? "
                 "Put the key it printed in the inventory (the hub keeps the old one until then)")))
@@ -99,6 +106,42 @@ def apply(hosts: list[Host], opts: SshOptions, *, check: bool = False, on_event:
                        RigOutcome(h.name, "pending" if check else "changed", first.changed + second.changed,
                                   second.message or first.message, first.tasks + second.tasks))
     return out
+
+
+def shared_keys(found: tunnel.TunnelPlan, keys: dict[str, str], declared: dict[str, str],
+                hub_peers: dict[str, str]) -> dict[str, str]:
+    """member -> why it gets no tunnel, for members whose public key another member has too (``keys``: member ->
+    its key, read or declared).  Two [Peer] sections with one key are one peer to wg(8): whoever holds the key would
+    be allowed the other member's address.  So a key stays with the one
+    member that has a claim to it: the hub, the member whose inventory line declares it (the owner's word), or the
+    member at whose tunnel address the hub has it now (``hub_peers``: address -> key, what ``wg show`` lists);
+    the others sharing it are refused.  A rig that copies another's key so only takes itself off the farm."""
+    holders: dict[str, list[str]] = {}
+    for name, key in keys.items():
+        holders.setdefault(key, []).append(name)
+    refused = {}
+    for key, names in holders.items():
+        if len(names) < 2:
+            continue
+        claims = [n for n in names if n == found.hub.name] or [n for n in names if declared.get(n) == key] or [
+            n for n in names if hub_peers.get(str(found.member(n).address)) == key]
+        keeper = claims[0] if len(claims) == 1 else None
+        for name in names:
+            if name != keeper:
+                others = ", ".join(n for n in names if n != name)
+                refused[name] = (f"its WireGuard public key ({PUBLIC_KEY}) is {others}'s too" if keeper is None else
+                                 f"its WireGuard public key ({PUBLIC_KEY}) is {keeper}'s, whose key it stays") + (
+                    ": no tunnel for it this run (a member's key must be its own: was its key file copied?)")
+    return refused
+
+
+def _hub_peers(hub: Host, opts: SshOptions) -> dict[str, str]:
+    """tunnel address -> public key, as the hub has its peers now; {} when it does not say (sudo -n wg refused)."""
+    (result,) = fan_out([hub], TunnelFact.command + "\n", opts)
+    if not result.ok:
+        return {}
+    now = TunnelFact.parse(Output(result.stdout, result.rc or 0))
+    return {p.address: p.peer for p in now.handshakes if p.address}
 
 
 def _configure(found: tunnel.TunnelPlan, members: list[Host], peers: dict[str, str], base: dict[str, dict[str, Any]],

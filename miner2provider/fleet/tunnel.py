@@ -168,7 +168,7 @@ def is_endpoint(text: str) -> bool:
 def declared_keys(hosts: list[Host]) -> dict[str, str]:
     """rig -> the public key the owner put in the inventory (``m2p_tunnel_public_key``, printed by ``m2p join``):
     the hub gets it before the controller can reach the rig."""
-    found = {}
+    found: dict[str, str] = {}
     for host in hosts:
         key = host.var("m2p_tunnel_public_key")
         if key is None:
@@ -176,6 +176,12 @@ def declared_keys(hosts: list[Host]) -> dict[str, str]:
         if not isinstance(key, str) or not is_public_key(key.strip()):
             raise InventoryError(f"{host.where}: {host.name}'s m2p_tunnel_public_key is not a WireGuard public key "
                                  "(44 characters of base64, as `m2p join` printed it)")
+        # One key, one peer: the hub would take a second [Peer] with the same key as a change to the first, and the
+        # key's holder would then be allowed the other member's address.
+        other = next((h for h in hosts if found.get(h.name) == key.strip()), None)
+        if other is not None:
+            raise InventoryError(f"{host.where}: {host.name}'s m2p_tunnel_public_key is {other.name}'s too "
+                                 f"({other.where}): each member has a key of its own")
         found[host.name] = key.strip()
     return found
 

@@ -22,6 +22,9 @@ them (v1 Pod, PodList, Node, Status):
   API upgrades exec to a streaming protocol (SPDY / websocket, which kubectl speaks); the stand-in answers
   the same URL (``command``, ``container`` query parameters) with one JSON reply
   ``{"exitCode", "stdout", "stderr"}``, which the stand-in kubectl prints as kubectl would.
+- for a kubelet (a client certificate ``system:node:<node>``, TLS only): its own node's pods and Node, as the
+  Node authorizer and NodeRestriction allow, and ``POST /api/v1/namespaces/<ns>/pods`` of a mirror pod, admitted
+  only as NodeRestriction admits one (kube_api_mirror).
 No watch, no other verbs.  The test drives the rest: ``add_pod``, ``set_phase``,
 ``delete_pod`` (a pod is bound where the test says: no scheduler runs here, so the tests
 bind only to nodes that are offered, as the scheduler would).
@@ -56,9 +59,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from m2p_sandbox import pki
+from m2p_sandbox.kube_api_mirror import mirror_pod_refusal
 from m2p_sandbox.served import Served, reply_json
 
 GPU = "nvidia.com/gpu"
+BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # every cluster has them
 
 
 def _now() -> str:
@@ -275,21 +280,29 @@ class KubeApiStandin(Served):
             return (kind, namespace, name) in self.objects
 
     def add_pod(self, name: str, node: str, gpus: int, namespace: str = "lease", phase: str = "Running",
-                labels: dict[str, str] | None = None) -> None:
-        """A pod bound to ``node``.  Without ``labels``, a marketplace lease's pod outside the cluster's own
-        namespaces: labelled as Akash's provider labels a lease's workload pods (provider
-        cluster/kube/builder: akash.network=true, akash.network/manifest-service=<service>)."""
+                labels: dict[str, str] | None = None, owner: str | None = None) -> None:
+        """A pod bound to ``node``, owned by a controller of kind ``owner`` (apps/v1; "": none).  Without
+        ``labels``, a marketplace lease's pod outside the cluster's own namespaces: labelled as Akash's provider
+        labels a lease's workload pods (provider cluster/kube/builder: akash.network=true,
+        akash.network/manifest-service=<service>) and, without ``owner``, owned as the pods of the Deployment it
+        makes for a service are, by that Deployment's ReplicaSet (builder/deployment.go @010080f3; a service with
+        persistent storage gets a StatefulSet instead, builder/statefulset.go @ab942eee)."""
+        system = namespace in {"kube-system", "kube-public", "kube-node-lease", "m2p-system", "akash-services"}
         if labels is None:
-            system = namespace in {"kube-system", "kube-public", "kube-node-lease", "m2p-system", "akash-services"}
             labels = {} if system else {"akash.network": "true", "akash.network/manifest-service": name}
+            owner = ("" if system else "ReplicaSet") if owner is None else owner
         with self.lock:
-            self._add_pod(name, node, gpus, namespace, phase, labels)
+            self._add_pod(name, node, gpus, namespace, phase, labels, owner or "")
 
-    def _add_pod(self, name: str, node: str, gpus: int, namespace: str, phase: str, labels: dict[str, str]) -> None:
+    def _add_pod(self, name: str, node: str, gpus: int, namespace: str, phase: str, labels: dict[str, str],
+                 owner: str = "") -> None:
         limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+        owned_by = f"{name}-5d8f7c9b6" if owner == "ReplicaSet" else name  # a ReplicaSet: <deployment>-<hash>
+        owners = [{"apiVersion": "apps/v1", "kind": owner, "name": owned_by, "uid": str(uuid.uuid4()),
+                   "controller": True, "blockOwnerDeletion": True}] if owner else []
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-                            "labels": labels, "creationTimestamp": _now()},
+                            "labels": labels, "creationTimestamp": _now(), "ownerReferences": owners},
                "spec": {"nodeName": node, "containers": [
                    {"name": "main", "image": "busybox:1.36", "resources": {"limits": limits, "requests": limits}}]},
                "status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}]}}
@@ -440,7 +453,8 @@ class KubeApiStandin(Served):
         selector of its own node, only its own Node read.  NodeRestriction admission (kubernetes
         plugin/pkg/admission/noderestriction, the Update branch): its own Node only; never its taints;
         labels under kubernetes.io / k8s.io only from the kubelet's own set, none under
-        node-restriction.kubernetes.io (kubelet_may_not_set).  Nothing deleted."""
+        node-restriction.kubernetes.io (kubelet_may_not_set).  A pod created only as NodeRestriction's Create
+        branch admits one: a mirror pod bound to itself (``_mirror_pod``).  Nothing deleted."""
         user = f'User "system:node:{node}"'
         if method == "GET" and url.path == "/api/v1/pods":
             selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
@@ -448,6 +462,9 @@ class KubeApiStandin(Served):
                 return 403, _status(403, "Forbidden", f'pods is forbidden: {user} cannot list resource "pods": '
                                     "can only list/watch pods with spec.nodeName field selector")
             return 200, self._pod_list(node)
+        parts = url.path.strip("/").split("/")
+        if method == "POST" and len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            return self._mirror_pod(node, urllib.parse.unquote(parts[3]), handler)
         prefix = "/api/v1/nodes/"
         name = urllib.parse.unquote(url.path[len(prefix):]) if url.path.startswith(prefix) else ""
         if method not in ("GET", "PATCH") or name != node:
@@ -468,6 +485,41 @@ class KubeApiStandin(Served):
         if forbidden:
             return 403, _status(403, "Forbidden", f"is not allowed to modify labels: {', '.join(forbidden)}")
         return self._patched(node, patched)
+
+    def _mirror_pod(self, node: str, namespace: str, handler: BaseHTTPRequestHandler) -> tuple[int, Any]:
+        """A kubelet creating a pod: in a namespace that exists (NamespaceLifecycle, which runs first), admitted only
+        as NodeRestriction admits a mirror pod (kube_api_mirror), then kept as the API keeps a new pod: its status
+        reset to Pending (the pod strategy's PrepareForCreate), for the kubelet to report."""
+        try:
+            pod = json.loads(handler.rfile.read(int(handler.headers.get("Content-Length") or 0)) or b"{}")
+        except ValueError:
+            return 400, _status(400, "BadRequest", "the body is not JSON")
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        if not isinstance(meta, dict) or not isinstance(pod.get("spec"), dict):
+            return 400, _status(400, "BadRequest", "the body is not a Pod")
+        if meta.get("namespace", namespace) != namespace:
+            return 400, _status(400, "BadRequest", "the namespace of the provided object does not match the "
+                                "namespace sent on the request")
+        if ("Namespace", "", namespace) not in self.objects and namespace not in BUILT_IN_NAMESPACES:
+            return 404, _status(404, "NotFound", f'namespaces "{namespace}" not found')
+        name = str(meta.get("name") or "")
+        current = self.nodes.get(node)
+        refusal = mirror_pod_refusal(node, None if current is None else current["metadata"]["uid"], pod)
+        if refusal:
+            return 403, _status(403, "Forbidden", f'pods "{name}" is forbidden: {refusal}' if name
+                                else f"pods is forbidden: {refusal}")
+        invalid = [k for k, v in (meta.get("labels") or {}).items() if not _legal_label(k, v)]
+        if not _DNS_SUBDOMAIN.match(name) or invalid:
+            return 422, _status(422, "Invalid", f'Pod "{name}" is invalid: ' + (
+                f"metadata.labels: Invalid value: {invalid[0]!r}" if invalid else "metadata.name: Invalid value"))
+        if (namespace, name) in self.pods:
+            return 409, _status(409, "AlreadyExists", f'pods "{name}" already exists')
+        pod = copy.deepcopy(pod)
+        pod["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now())
+        pod["status"] = {"phase": "Pending"}
+        self._bump(pod)
+        self.pods[(namespace, name)] = pod
+        return 201, copy.deepcopy(pod)
 
     def _pod_list(self, node: str) -> dict[str, Any]:
         items = [p for p in self.pods.values() if p["spec"].get("nodeName") == node]

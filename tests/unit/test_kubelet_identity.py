@@ -113,3 +113,86 @@ def test_as_its_kubelet_the_agent_cordons_though_it_may_not_lift_the_first_desig
         assert "taint stays on the node" in status and "not allowed to modify taints" in status
     finally:
         api.close()
+
+
+# -- the pods a kubelet may create: NodeRestriction's mirror pods (issue 55, point 4) -------------------------------
+MIRROR = "kubernetes.io/config.mirror"
+
+
+def mirror_pod(api: KubeApiStandin, node: str, name: str = "static-web", bound_to: str | None = None,
+               **meta_changes) -> dict:
+    """A mirror pod as a kubelet makes one for a static pod: the mirror annotation, bound to its node, owned by its
+    Node (kubelet pkg/kubelet/pod/mirror_client.go), here labelled as any lease's pod."""
+    meta = {"name": name, "annotations": {MIRROR: "0f3c"},
+            "labels": {"akash.network": "true", "akash.network/manifest-service": "web"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "controller": True,
+                                 "uid": api.nodes[node]["metadata"]["uid"]}]}
+    meta.update(meta_changes)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"nodeName": bound_to or node, "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+def create_pod(client: KubeClient, namespace: str, pod: dict) -> dict:
+    return client._request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+
+def forbidden(rule: str, name: str = "static-web") -> str:
+    return f'HTTP 403 pods "{name}" is forbidden: {rule}'
+
+
+def test_a_kubelet_creates_a_mirror_pod_bound_to_itself_in_any_namespace_with_any_labels(api, tmp_path):
+    """What NodeRestriction lets a taken rig do (the reclaimer must not believe it): a pod labelled as a lease's,
+    in a namespace of its choosing, bound to itself."""
+    api.apply([{"kind": "Namespace", "metadata": {"name": "lease-7"}}])
+    client = kubelet_client(api, "rig1", tmp_path)
+    made = create_pod(client, "lease-7", mirror_pod(api, "rig1"))
+    assert made["metadata"]["namespace"] == "lease-7" and made["status"] == {"phase": "Pending"}
+    kept = api.pods[("lease-7", "static-web")]
+    assert kept["spec"]["nodeName"] == "rig1" and kept["metadata"]["labels"]["akash.network/manifest-service"] == "web"
+    with pytest.raises(ApiError, match='HTTP 404 namespaces "nowhere" not found'):
+        create_pod(client, "nowhere", mirror_pod(api, "rig1"))
+
+
+def node_uid(api, node):
+    return api.nodes[node]["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("change, rule", [
+    (lambda api, pod: pod["metadata"].pop("annotations"),
+     'pod does not have "kubernetes.io/config.mirror" annotation, node "rig1" can only create mirror pods'),
+    (lambda api, pod: pod["spec"].update(nodeName="rig2"), 'node "rig1" can only create pods with spec.nodeName set to itself'),
+    (lambda api, pod: pod["metadata"].update(ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6", "uid": "u", "controller": True}]),
+     'node "rig1" can only create pods with an owner reference set to itself'),
+    (lambda api, pod: pod["metadata"]["ownerReferences"].append(
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6", "uid": "u", "controller": False}),
+     'node "rig1" can only create pods with a single owner reference set to itself'),
+    (lambda api, pod: pod["metadata"].pop("ownerReferences"),
+     'node "rig1" can only create pods with an owner reference set to itself'),
+    (lambda api, pod: pod["metadata"]["ownerReferences"][0].update(name="rig2", uid=node_uid(api, "rig2")),
+     'node "rig1" can only create pods with an owner reference set to itself'),
+    (lambda api, pod: pod["metadata"]["ownerReferences"][0].pop("controller"),
+     'node "rig1" can only create pods with a controller owner reference set to itself'),
+    (lambda api, pod: pod["metadata"]["ownerReferences"][0].update(uid="not-its-uid"),
+     "node rig1 UID mismatch: expected not-its-uid got {uid}"),
+    (lambda api, pod: pod["spec"].update(serviceAccountName="akash-provider"),
+     'node "rig1" can not create pods that reference a service account'),
+    (lambda api, pod: pod["spec"].update(volumes=[{"name": "key", "secret": {"secretName": "akash-provider-keys"}}]),
+     'node "rig1" can not create pods that reference secrets'),
+    (lambda api, pod: pod["spec"]["containers"][0].update(env=[{"name": "K", "valueFrom": {"secretKeyRef": {
+        "name": "akash-provider-keys", "key": "key.txt"}}}]), 'node "rig1" can not create pods that reference secrets'),
+    (lambda api, pod: pod["spec"].update(volumes=[{"name": "c", "configMap": {"name": "akash-provider-scripts"}}]),
+     'node "rig1" can not create pods that reference configmaps'),
+    (lambda api, pod: pod["spec"].update(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]),
+     'node "rig1" can not create pods that reference persistentvolumeclaims'),
+])
+def test_the_api_refuses_a_kubelet_any_pod_but_its_own_mirror_pod_as_noderestriction_does(api, tmp_path, change, rule):
+    """NodeRestriction's admitPodCreate (kubernetes/kubernetes@aab56e9b), rule by rule, with its messages: a pod
+    that is no mirror pod, one bound to another node, one another controller owns, one that names a secret."""
+    client = kubelet_client(api, "rig1", tmp_path)
+    pod = mirror_pod(api, "rig1")
+    change(api, pod)
+    with pytest.raises(ApiError) as caught:
+        create_pod(client, "default", pod)
+    assert forbidden(rule.format(uid=node_uid(api, "rig1"))) in str(caught.value)
+    assert ("default", "static-web") not in api.pods

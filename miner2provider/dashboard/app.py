@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -24,6 +24,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from miner2provider.market.base import ProviderState
 
 from . import api, pages
 from .guard import guard
@@ -44,15 +46,22 @@ def create_app(config: DashboardConfig) -> Starlette:
                     collect(config.hosts)
                 except Exception:  # retried at the next interval; the page shows what it last had
                     pass
-            if config.provider_status is not None:
-                state.provider = (time.time(), config.provider_status())  # never raises: errors are its value
+            if not config.interval_s or state.stop.wait(config.interval_s):
+                return
+
+    def provider_reader(ask: Callable[[], ProviderState]) -> None:
+        """The provider's status on its own thread: a provider slow to answer never holds the rigs' sweep."""
+        while True:
+            state.provider = (time.time(), asked(ask))
             if not config.interval_s or state.stop.wait(config.interval_s):
                 return
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        thread = threading.Thread(target=sweeper, name="m2p-sweep", daemon=True)
-        thread.start()
+        threading.Thread(target=sweeper, name="m2p-sweep", daemon=True).start()
+        if config.provider_status is not None:
+            threading.Thread(target=provider_reader, args=(config.provider_status,), name="m2p-provider",
+                             daemon=True).start()
         yield
         state.stop.set()
 
@@ -64,3 +73,12 @@ def create_app(config: DashboardConfig) -> Starlette:
                     exception_handlers={BadParameter: bad_parameter}, lifespan=lifespan)
     app.state.m2p = state
     return app
+
+
+def asked(ask: Callable[[], ProviderState]) -> ProviderState:
+    """What ``ask`` says, or why it said nothing: the marketplace's read answers its errors as values, and
+    anything it did not foresee is shown too rather than ending the thread (the page would go stale)."""
+    try:
+        return ask()
+    except Exception as exc:
+        return ProviderState("", f"the status could not be read ({type(exc).__name__})", {})

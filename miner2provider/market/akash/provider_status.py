@@ -12,11 +12,13 @@ and reads only this public status through it: nothing is sent but the request.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import ssl
-import urllib.error
-import urllib.request
+import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from miner2provider.market.base import ProviderState
 
@@ -31,22 +33,116 @@ def status_url(ingress_address: str) -> str:
 
 
 def fetch(url: str, timeout_s: float = TIMEOUT_S) -> ProviderState:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # the provider's own certificate (see above)
+    """The status at ``url``, or why not, within ``timeout_s`` for the whole read; never raises.
+
+    Whole-read deadline: a socket timeout counts from the last byte, so a server sending a byte every
+    half second held urllib's read for as long as it liked; here a watchdog shuts the socket down at the
+    deadline, whatever the read is doing.  No redirect is followed: the status is at this URL or nowhere,
+    and following one would let whoever answers on the status port send m2p to any URL this machine
+    reaches, its loopback included."""
+    parts = urlsplit(url)
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as reply:
-            body = reply.read(MAX_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        return ProviderState(url, f"HTTP {exc.code}", {})
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return ProviderState(url, f"no answer ({getattr(exc, 'reason', exc)})", {})
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ProviderState(url, "not a URL with a port number", {})
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ProviderState(url, "not an http:// or https:// URL", {})
+    watchdog = _Watchdog(timeout_s)
+    try:
+        with watchdog:
+            status, body = _get(parts.hostname, port, parts.scheme == "https", parts.path or "/", watchdog)
+    except http.client.HTTPException as exc:  # its text is the server's bytes: not shown
+        error = f"not an HTTP answer ({type(exc).__name__})"
+    except OSError as exc:
+        error = f"no answer ({exc.strerror or exc or exc.__class__.__name__})"
+    except ValueError as exc:  # a URL http.client refuses (control characters, a bad port)
+        error = f"no answer ({exc.__class__.__name__})"
+    else:
+        error = ""
+    if watchdog.fired:  # whatever the cut read made of it (an error, or an answer cut short)
+        return ProviderState(url, f"no whole answer within {timeout_s:g} s", {})
+    if error:
+        return ProviderState(url, error, {})
+    if 300 <= status < 400:
+        return ProviderState(url, f"HTTP {status} (a redirect: not followed)", {})
+    if status != 200:
+        return ProviderState(url, f"HTTP {status}", {})
     if len(body) > MAX_BYTES:
         return ProviderState(url, "the answer is larger than a status is", {})
     try:
         return ProviderState(url, "", parse(json.loads(body)))
     except (ValueError, TypeError, AttributeError):
         return ProviderState(url, "not an Akash provider's status", {})
+
+
+def _get(host: str, port: int, tls: bool, path: str, watchdog: _Watchdog) -> tuple[int, bytes]:
+    connection = _Connection(host, port, watchdog, tls)
+    try:
+        connection.request("GET", path, headers={"Accept": "application/json", "Connection": "close"})
+        reply = connection.getresponse()
+        return reply.status, reply.read(MAX_BYTES + 1)
+    finally:
+        watchdog.release()  # before the close: the watchdog never shuts down a descriptor reused since
+        connection.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """One connection whose socket the watchdog holds from the first byte on (the TLS handshake included)."""
+
+    def __init__(self, host: str, port: int, watchdog: _Watchdog, tls: bool) -> None:
+        super().__init__(host, port, timeout=watchdog.seconds)
+        self.watchdog, self.tls = watchdog, tls
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.host, self.port), self.watchdog.seconds)
+        self.sock = raw
+        self.watchdog.watch(raw)
+        if self.tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # the provider's own certificate (see above)
+            self.sock = wrapped = context.wrap_socket(raw, server_hostname=self.host, do_handshake_on_connect=False)
+            self.watchdog.watch(wrapped)  # wrapping took the descriptor from raw
+            wrapped.do_handshake()
+
+
+class _Watchdog:
+    """Shuts the watched socket down ``seconds`` after it is entered: a blocked read then ends at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._timer.cancel()
+        self.release()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.fired:
+                raise TimeoutError("the deadline passed")
+            self._sock = sock
+
+    def release(self) -> None:
+        with self._lock:
+            self._sock = None
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            if self._sock is not None:
+                try:  # the plain socket's shutdown (an SSLSocket's own would first drop its TLS state)
+                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def parse(doc: Any) -> dict[str, Any]:

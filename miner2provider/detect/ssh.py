@@ -265,6 +265,7 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
 
 MASK = "********"
 WHOLE_ONLY = 8  # a secret shorter than this is masked only where it stands alone
+_WORD_CHAR = re.compile(r"\w")
 
 
 def redact(text: str, secrets: Iterable[Secret | None]) -> str:
@@ -272,11 +273,43 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
     default password is ``1``) only as a whole word, so ``10.0.0.1`` stays an address instead of turning into
     ``********0.0.0.********`` (which would garble the line and tell the reader the password)."""
     for secret in sorted((s.reveal() for s in secrets if s is not None and s.reveal()), key=len, reverse=True):
-        if len(secret) >= WHOLE_ONLY:
-            text = text.replace(secret, MASK)
-        else:
-            text = re.sub(rf"(?<![\w.\-]){re.escape(secret)}(?![\w.\-])", MASK, text)
+        text = text.replace(secret, MASK) if len(secret) >= WHOLE_ONLY else _mask_whole(text, secret)
     return text
+
+
+def _mask_whole(text: str, secret: str) -> str:
+    """``text`` with ``secret`` masked wherever it is a whole word: where it cuts no word at either end.  A word is
+    a run of word characters, with a ``.`` or ``-`` inside it only between two of them (``10.0.0.1``, ``rig-1``):
+    so a secret at the end of a sentence (``1.``), before a dash and a space, or ending in punctuation before a
+    letter is still the secret, and masked."""
+    out, start, at = [], 0, text.find(secret)
+    while at >= 0:
+        end = at + len(secret)
+        if not _in_one_word(text, at) and not _in_one_word(text, end):
+            out += [text[start:at], MASK]
+            start = end
+            at = text.find(secret, end)
+        else:
+            at = text.find(secret, at + 1)
+    return "".join(out) + text[start:]
+
+
+def _in_one_word(text: str, cut: int) -> bool:
+    """The characters either side of position ``cut`` belong to one word (as ``_mask_whole`` counts words)."""
+    if cut <= 0 or cut >= len(text):
+        return False
+    before, after = text[cut - 1], text[cut]
+    if _is_word(before) and _is_word(after):
+        return True
+    if _is_word(before) and after in ".-":  # a dot or dash joins only where a word character follows it
+        return cut + 1 < len(text) and _is_word(text[cut + 1])
+    if before in ".-" and _is_word(after):
+        return cut >= 2 and _is_word(text[cut - 2])
+    return False
+
+
+def _is_word(char: str) -> bool:
+    return _WORD_CHAR.match(char) is not None
 
 
 def classify(exc: BaseException, host: Host, opts: SshOptions) -> tuple[str, str]:

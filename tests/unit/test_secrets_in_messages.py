@@ -11,10 +11,12 @@ import stat
 import sys
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from miner2provider.core import inventory
 from miner2provider.core.inventory import Host, Secret
-from miner2provider.detect.ssh import SshOptions, redact, run_one
+from miner2provider.detect.ssh import MASK, WHOLE_ONLY, SshOptions, redact, run_one
 from miner2provider.fleet import runner
 
 
@@ -171,3 +173,43 @@ def test_a_100_character_card_name_gives_legal_label_keys_and_the_status_still_u
             client.node("rig2")
     finally:
         api.close()
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("the password is 1.", "the password is ********."),  # the end of a sentence
+    ("password 1. Try again", "password ********. Try again"),
+    ("1- refused", "********- refused"),  # a dash that joins nothing
+    ("pw=1-\n", "pw=********-\n"),
+    ("(1).", "(********)."),
+])
+def test_a_short_secret_before_a_dot_or_dash_that_ends_it_is_still_masked(text, said):
+    assert redact(text, [Secret("1")]) == said
+
+
+def test_a_short_secret_ending_in_punctuation_is_masked_before_a_word():
+    # A word character after '!' does not make the secret part of a longer word: that is the secret.
+    assert redact("login p4ss!failed", [Secret("p4ss!")]) == "login ********failed"
+    assert redact("pw:#1!a", [Secret("#1!")]) == "pw:********a"
+
+
+_WORDS = st.text(alphabet="abcXYZ019_", min_size=1, max_size=6)
+_SECRETS = st.text(alphabet="abcXYZ019_!@#$%.-", min_size=1, max_size=WHOLE_ONLY - 1)
+_LEFT = st.sampled_from(["", " ", "password: ", "=", "'", "(", "\n", "pw "])
+_RIGHT = st.sampled_from(["", " ", ".", ". Next", "-", "- next", ",", "\n", "'", ")", "!", ".\n", "-\n"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(secret=_SECRETS, left=_LEFT, right=_RIGHT)
+def test_a_short_secret_standing_as_itself_is_always_masked(secret, left, right):
+    text = left + secret + right
+    assume(text.count(secret) == 1)
+    assert redact(text, [Secret(secret)]) == left + MASK + right
+
+
+@settings(max_examples=400, deadline=None)
+@given(secret=_WORDS, before=_WORDS, after=_WORDS, joins=st.sampled_from([("", ""), (".", "."), ("-", "-"),
+                                                                              (".", ""), ("", "-")]))
+def test_a_short_secret_inside_a_longer_word_or_address_is_left_alone(secret, before, after, joins):
+    text = f"at {before}{joins[0]}{secret}{joins[1]}{after} now"
+    assume(text.count(secret) == 1)
+    assert redact(text, [Secret(secret)]) == text

@@ -263,8 +263,10 @@ class KubeApiStandin(Served):
     def token_kubeconfig(self, token_file: str) -> str:
         """A kubeconfig (JSON) for a bearer token in ``token_file`` at this API, as m2p writes the reclaimer's
         (roles/market_provider) and the stand-in kubectl and the agent's client read it."""
+        cluster = {"server": self.url} | ({"certificate-authority": os.path.join(self.files, "ca.crt")}
+                                          if self.authority else {})
         return json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "m2p",
-                           "clusters": [{"name": "k3s", "cluster": {"server": self.url}}],
+                           "clusters": [{"name": "k3s", "cluster": cluster}],
                            "users": [{"name": "m2p", "user": {"tokenFile": token_file}}],
                            "contexts": [{"name": "m2p", "context": {"cluster": "k3s", "user": "m2p"}}]})
 

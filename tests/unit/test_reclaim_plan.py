@@ -227,3 +227,28 @@ def test_transactions_wait_for_their_block_and_refusals_are_named_as_the_chain_n
         "ErrLeaseNotActive"
     assert reclaim.chain_error("unknown lease for bid") == "ErrUnknownLeaseForBid"  # the longer message wins
     assert reclaim.chain_error("out of gas") == ""
+
+
+def _pod(owners: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"ownerReferences": owners, "annotations": annotations or {}}}
+
+
+def _owner(kind: str, api: str = "apps/v1", controller: bool = True) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "name": "web-5d8f7c9b6", "uid": "u", "controller": controller}
+
+
+@pytest.mark.parametrize("pod, made", [
+    (_pod([_owner("ReplicaSet")]), True),  # a Deployment's pod, as the provider runs a service
+    (_pod([_owner("StatefulSet")]), True),  # a service with persistent storage
+    (_pod([_owner("Node", "v1")], {reclaim.MIRROR_ANNOTATION: "0f3c"}), False),  # a kubelet's mirror pod
+    (_pod([_owner("ReplicaSet")], {reclaim.MIRROR_ANNOTATION: "0f3c"}), False),  # a mirror is never believed
+    (_pod([]), False),
+    (_pod([_owner("ReplicaSet", controller=False)]), False),  # an owner that does not control it
+    (_pod([_owner("ReplicaSet"), _owner("StatefulSet")]), False),  # two controllers: no pod the API would keep
+    (_pod([_owner("DaemonSet")]), False),
+    (_pod([_owner("ReplicaSet", "extensions/v1beta1")]), False),
+    ({"metadata": {"ownerReferences": "ReplicaSet"}}, False),
+    ({}, False),
+])
+def test_a_leases_pods_are_only_those_the_providers_workloads_made(pod: dict[str, Any], made: bool) -> None:
+    assert reclaim.made_by_provider(pod) is made

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,16 @@ Farm = tuple[KubeApiStandin, ChainStandin, ProviderPod, Clock, Config]
 @pytest.fixture
 def farm(tmp_path: Path) -> Iterator[Farm]:
     """The API with two agents' nodes, the chain, the provider pod and the reclaimer's identity."""
-    api = KubeApiStandin()
+    yield from _farm(tmp_path, KubeApiStandin())
+
+
+@pytest.fixture
+def tls_farm(tmp_path: Path) -> Iterator[Farm]:
+    """The same over TLS, where a rig's kubelet can show its certificate (system:node:<rig>)."""
+    yield from _farm(tmp_path, KubeApiStandin(tls=True))
+
+
+def _farm(tmp_path: Path, api: KubeApiStandin) -> Iterator[Farm]:
     clock = Clock()
     chain = ChainStandin(min_window_s=60.0, clock=clock)  # a test chain's governance bound (a devnet's)
     pod = ProviderPod(chain, PROVIDER, KEY)
@@ -364,3 +374,48 @@ def test_the_standin_chain_refuses_with_the_chains_own_errors_and_only_a_block_r
     with pytest.raises(ChainRefusal) as bounds:
         chain.create_lease(TENANT, 34, PROVIDER, 30.0)  # below this test chain's governance minimum
     assert (bounds.value.name, bounds.value.code) == ("ErrReclamationWindowInvalid", 39)
+
+
+# -- a taken rig's kubelet lies about where leases run (issue 55, point 4) -----------------------------------------
+def mirror_in_lease(api: KubeApiStandin, tmp_path: Path, rig: str, dseq: int) -> None:
+    """What root on ``rig`` can do with its kubelet's own credential (k3s's agent/client-kubelet.crt): a mirror pod
+    in the namespace of a lease that runs elsewhere, labelled as that lease's pods are, bound to itself, as the
+    API's NodeRestriction admits it (a static pod's mirror)."""
+    from test_kubelet_identity import create_pod, kubelet_client, mirror_pod  # tests/unit is on sys.path
+
+    folder = tmp_path / f"kubelet-{rig}"
+    folder.mkdir(exist_ok=True)
+    create_pod(kubelet_client(api, rig, folder), f"lease-{dseq}", mirror_pod(api, rig, name=f"web-0-{rig}"))
+    assert api.pods[(f"lease-{dseq}", f"web-0-{rig}")]["spec"]["nodeName"] == rig
+
+
+def test_a_taken_rigs_mirror_pod_in_a_lease_elsewhere_does_not_hold_its_reclaim(tls_farm: Farm, tmp_path: Path) -> None:
+    """ATTACK: rig02's kubelet puts a mirror pod in the namespace of a lease that runs on rig01 only, to make it
+    look spanning: held without consent, rig01 would miss its mining window.  Only pods the provider's workloads
+    own count: the lease is reclaimed for rig01 as if rig02 had said nothing."""
+    api, chain, pod, clock, config = tls_farm
+    lease = lease_on(api, chain, 40, ("rig01",), window_s=60.0)
+    must_mine(api, "rig01", T0 + 60 + config.margin_s + config.interval_s)
+    must_mine(api, "rig02", None)
+    mirror_in_lease(api, tmp_path, "rig02", 40)
+    (row,) = Reclaimer(config, KubeClient("", None, kubeconfig=config.kubeconfig), pod.run, clock=clock).sweep()["leases"]
+    assert row["nodes"] == ["rig01"] and row["action"] == "start-reclaim", row
+    assert lease.state == "reclaiming" and lease.deadline <= T0 + 60 + config.margin_s + config.interval_s
+
+
+def test_a_taken_rig_cannot_get_a_lease_on_another_rig_reclaimed_even_with_consent(tls_farm: Farm, tmp_path: Path) -> None:
+    """ATTACK: with ``reclaim_leases_across_rigs`` (reclaim_spanning), rig02 says it must mine (its agent's status,
+    which it writes) and puts a mirror pod in the namespace of a lease that runs on rig01 only, which need not
+    mine: the lease must stay untouched."""
+    api, chain, pod, clock, config = tls_farm
+    lease = lease_on(api, chain, 41, ("rig01",), window_s=60.0)
+    must_mine(api, "rig01", None)
+    must_mine(api, "rig02", T0)
+    mirror_in_lease(api, tmp_path, "rig02", 41)
+    consenting = replace(config, reclaim_spanning=True)
+    r = Reclaimer(consenting, KubeClient("", None, kubeconfig=config.kubeconfig), pod.run, clock=clock)
+    for _ in range(3):
+        (row,) = r.sweep()["leases"]
+        clock.now += 120
+    assert row["nodes"] == ["rig01"] and row["action"] == "" and row["mine_at"] is None, row
+    assert lease.state == "active" and chain.txs == []

@@ -309,6 +309,28 @@ def tx_error(stdout: str) -> str:
     return f"{name + ' ' if name else ''}({codespace or 'no codespace'} code {code}): {raw[:200]}"
 
 
+# The controllers whose pods are a lease's: Akash's provider runs each service of a lease as a Deployment (its pods
+# owned by the Deployment's ReplicaSet) or, with persistent storage, a StatefulSet, in the lease's namespace
+# (akash-network/provider cluster/kube/builder: deployment.go @010080f3, statefulset.go @ab942eee, namespace.go
+# @2859d546).  A kubelet may create only mirror pods, owned by its own Node (NodeRestriction, kubernetes@aab56e9b
+# admitPodCreate): a taken rig can label one as any lease's, in any lease's namespace, but cannot give it these.
+WORKLOADS = {("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def made_by_provider(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is one the provider's workloads made: its controller (the one owner reference with
+    ``controller: true``) a ReplicaSet or StatefulSet, and no mirror pod of a kubelet's."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    owners = meta.get("ownerReferences")
+    controllers = [o for o in owners if isinstance(o, dict) and o.get("controller") is True] \
+        if isinstance(owners, list) else []
+    return len(controllers) == 1 and (controllers[0].get("apiVersion"), controllers[0].get("kind")) in WORKLOADS
+
+
 # What m2p's gate hook prints when it refuses a container (agent/gate.py, main); the runtime's error carries it.
 GATE_SAYS = "m2p gate: GPUs not handed over: "
 

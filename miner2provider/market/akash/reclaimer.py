@@ -7,7 +7,9 @@ whose environment names the key, the RPC node and the chain.  Each sweep (every 
 
 1. the nodes with m2p's agents, and when each must mine (the agent's status annotation, ``mine_at``);
 2. the leases on each node: Akash's lease namespaces (``akash.network/lease.id.*`` labels, reclaim.lease_id),
-   the nodes their pods run on, and the pods whose container m2p's gate refuses there (the hook's reason in the
+   the nodes their pods run on (only pods the provider's workloads made, never a kubelet's mirror pod:
+   reclaim.made_by_provider; else one taken rig could hold or reclaim any lease), and the pods whose container m2p's
+   gate refuses there (the hook's reason in the
    container's status, reclaim.gate_refusal; the agent's own status does not list refusals), since when;
 3. each lease's window and state from the chain (``provider-services query market lease get``), once per
    lease on m2p's nodes and again when an action is due;
@@ -163,6 +165,8 @@ class Reclaimer:
             lease = leases.get(str(meta.get("namespace", "")))
             where = spec.get("nodeName")
             if lease is None or not where or pod.get("status", {}).get("phase") in kube.FINISHED:
+                continue
+            if not reclaim.made_by_provider(pod):  # a kubelet's mirror pod: any rig can make one, anywhere
                 continue
             nodes.setdefault(lease, set()).add(str(where))
             why = reclaim.gate_refusal(pod) if str(where) in mine_at else ""

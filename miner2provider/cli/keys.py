@@ -56,7 +56,9 @@ def keys_install(ctx: Context, inventory_file: str, limit: str | None, key_path:
                  yes: bool, vault_password_file: str | None, as_json: bool, ssh: SshOptions) -> None:
     """Log in once with each rig's password and let the controller's key in (one authorized_keys line for the login
     user), then prove key login works.  The password comes from the inventory (m2p_ssh_password_env), an
-    environment variable or a prompt, never the command line, and is written nowhere."""
+    environment variable or a prompt, never the command line, and is written nowhere.  With --accept-new, each new
+    host key is shown by its fingerprint and asked about at the terminal first (--yes does not answer that): the
+    password goes only to host keys known or confirmed."""
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     key = Path(key_path).expanduser()
     if not key.exists():
@@ -70,7 +72,7 @@ def keys_install(ctx: Context, inventory_file: str, limit: str | None, key_path:
     hosts = _with_passwords(hosts, password_env)
     if not yes:
         confirm(f"let {key.name} log in to {render.counted(len(hosts), 'rig')}?")
-    outcomes = keys.install(hosts, line, str(key), ssh)
+    outcomes = keys.install(hosts, line, str(key), ssh, trust=_trust_new_host_key)
     render.outcomes(outcomes, as_json, show_tasks=False)
     if not as_json and any(not o.failed for o in outcomes):
         ctx.note(f"Key login works.  In the inventory, for these rigs: ansible_ssh_private_key_file: {key_path}; "
@@ -91,6 +93,18 @@ def _with_passwords(hosts: list[Host], password_env: str | None) -> list[Host]:
         raise UsageError(f"{lacking[0].name} has no password in the inventory and there is no terminal to ask: "
                          "pass --password-env VAR")
     return [dataclasses.replace(h, password=secret) if h.password is None else h for h in hosts]
+
+
+def _trust_new_host_key(rigs: list[str], where: str, key_type: str, fingerprint: str) -> bool:
+    """One question per new host key: a password goes to it next, so --yes does not answer this one."""
+    names = ", ".join(rigs) or where
+    if not sys.stdin.isatty():
+        raise UsageError(f"{names}: new host key at {where} ({key_type} {fingerprint}), and there is no terminal to "
+                         "confirm it: keys install sends a password, so it sends none to a host key nobody checked. "
+                         "Run it at a terminal, or record the key first (ssh to the rig once, compare the fingerprint)")
+    return click.confirm(f"{names}: new host key at {where}, {key_type} {fingerprint}.  Is it the rig's (on the rig: "
+                         "ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub)?  The password goes to it next", default=False,
+                         err=True)
 
 
 def _make_key(key: Path) -> None:

@@ -1,9 +1,10 @@
 """The STAND-IN API's verdict on a pod a kubelet creates: NodeRestriction's mirror-pod rules, as the real API has them.
 
-A kubelet (``system:node:<node>``) may create pods: the ``system:node`` role grants it, for the mirror pods of its
-static pods, and the Node authorizer does not narrow creates.  NodeRestriction admission then lets through only a
-mirror pod bound to that node and owned by that Node, which names no other API object.  The rules, in their order,
-with their messages, are kubernetes/kubernetes@aab56e9b ``plugin/pkg/admission/noderestriction/admission.go``
+A kubelet (``system:node:<node>``) may create pods in any namespace: the Node authorizer allows every create, for
+the mirror pods of its static pods, and leaves the limits to NodeRestriction (``plugin/pkg/auth/authorizer/node/
+node_authorizer.go``, ``authorizePod``).  NodeRestriction admission lets through only a mirror pod bound to that
+node and owned by that Node, which names no other API object.  The rules, in their order, with their messages, are
+kubernetes/kubernetes@aab56e9b ``plugin/pkg/admission/noderestriction/admission.go``
 (``admitPodCreate``); the pods' secret and configmap references are the ones ``pkg/api/pod/util.go`` visits
 (``VisitPodSecretNames``, ``VisitPodConfigmapNames``).  The refusal is what ``admission.NewForbidden`` makes of
 them: 403, reason Forbidden, ``pods "<name>" is forbidden: <rule>``.

@@ -4,7 +4,12 @@ POST the request's origin, and on every answer the headers that keep the page's 
 Cross-site requests: a POST signed in by its cookie must come from the dashboard's own page: its
 ``Origin`` is the dashboard's and, where the browser says it, ``Sec-Fetch-Site`` is ``same-origin``.  The
 session cookie is also ``SameSite=Strict`` and ``HttpOnly``, so no token sits in the page for a script to
-read.  A request with ``Authorization: Bearer`` carries no ambient credential and skips the origin check.
+read.  A request with ``Authorization: Bearer`` carries no ambient credential and skips the origin check;
+a wrong one counts against the same limit as a wrong login (sessions.py).
+
+A non-browser client can send any ``Origin`` it likes, so the origin check stops only browsers; such a
+client still needs the session, which is bound to the local user (or address) that opened it and to the
+dashboard's port: a cookie it read somewhere is refused (sessions.py, peer.py).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from .peer import client_of, listening_port
+from .sessions import Sessions
 from .state import state_of
 
-SESSION = "m2p-session"
+SESSION = "m2p-session"  # then "-PORT"; "__Host-" before it over HTTPS (session_cookie)
 OPEN = {"/login"}  # served without a session
 # Referrer-Policy same-origin, not no-referrer: under no-referrer Chromium sends "Origin: null" with the
 # page's own form POSTs, which the origin check must refuse.
@@ -44,17 +51,41 @@ async def _checked(request: Request, call_next: Callable[[Request], Awaitable[Re
         return JSONResponse({"error": "this dashboard answers to 127.0.0.1 and localhost only"}, 421)
     bearer = request.headers.get("authorization", "")
     if bearer:
+        client = client_of(request)
+        if wait := state.limiter.wait_s(client):
+            return too_many(wait)
         if not (bearer.startswith("Bearer ") and state.is_token(bearer[7:])):
+            state.limiter.failed(client)
             return JSONResponse({"error": "the bearer token is not the dashboard's token"}, 401)
         return await call_next(request)
     if request.method not in ("GET", "HEAD") and not same_origin(request):
         return JSONResponse({"error": "a request from another site (or with no Origin header) is refused: "
                              "use the dashboard's own page, or Authorization: Bearer TOKEN"}, 403)
-    if request.url.path not in OPEN and not state.sessions.valid(request.cookies.get(SESSION, "")):
+    if request.url.path not in OPEN and not state.sessions.valid(request.cookies.get(session_cookie(request), ""),
+                                                                  session_binding(request)):
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": "sign in: the m2p-session cookie or Authorization: Bearer TOKEN"}, 401)
+            return JSONResponse({"error": "sign in: the session cookie or Authorization: Bearer TOKEN"}, 401)
         return RedirectResponse("/login", 303)
     return await call_next(request)
+
+
+def too_many(wait_s: float) -> Response:
+    seconds = int(wait_s) + 1
+    return JSONResponse({"error": f"too many wrong tokens: try again in {seconds} s"}, 429,
+                        headers={"Retry-After": str(seconds)})
+
+
+def session_cookie(request: Request) -> str:
+    """The session cookie's name.  A browser sends a host's cookies to every port of it (RFC 6265 8.5), so
+    the name carries the dashboard's port: two dashboards on one machine keep their own.  Over HTTPS it
+    starts with ``__Host-``, which a browser takes only from a secure origin with Path=/ and no Domain
+    (RFC 6265bis 4.1.3.2): a plain-HTTP page on another port cannot set or replace it."""
+    name = f"{SESSION}-{listening_port(request)}"
+    return f"__Host-{name}" if request.url.scheme == "https" else name
+
+
+def session_binding(request: Request) -> str:
+    return Sessions.binding(client_of(request), listening_port(request))
 
 
 def same_origin(request: Request) -> bool:

@@ -17,7 +17,8 @@ from starlette.templating import Jinja2Templates
 from . import views
 from .actions import ACTIONS
 from .api import not_found
-from .guard import SESSION
+from .guard import session_binding, session_cookie
+from .peer import client_of
 from .state import SORT_KEYS, days_of, fleet_view, one, state_of
 
 # Autoescape on for every template, whatever its name: Starlette's default escapes only .html/.htm/.xml,
@@ -47,7 +48,7 @@ async def login(request: Request) -> Response:
     state = state_of(request)
     if request.method != "POST":
         return render(request, "login.html.j2", {"failed": False, "signing_in": True})
-    client = request.client.host if request.client else "?"
+    client = client_of(request)
     wait = state.limiter.wait_s(client)
     if wait:
         response = render(request, "login.html.j2", {"failed": False, "wait_s": int(wait) + 1, "signing_in": True}, 429)
@@ -58,16 +59,18 @@ async def login(request: Request) -> Response:
         state.limiter.failed(client)
         return render(request, "login.html.j2", {"failed": True, "signing_in": True}, 401)
     response = RedirectResponse("/", 303)
-    response.set_cookie(SESSION, state.sessions.open(), max_age=int(state.sessions.ttl_s), httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+    response.set_cookie(session_cookie(request), state.sessions.open(session_binding(request)),
+                        max_age=int(state.sessions.ttl_s), httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
     return response
 
 
 async def logout(request: Request) -> Response:
     """Ends this browser's session (POST from the page's own form)."""
-    state_of(request).sessions.close(request.cookies.get(SESSION, ""))
+    state_of(request).sessions.close(request.cookies.get(session_cookie(request), ""), session_binding(request))
     response = RedirectResponse("/login", 303)
-    response.delete_cookie(SESSION, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    response.delete_cookie(session_cookie(request), httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
     return response
 
 

@@ -338,9 +338,9 @@ def test_a_token_guards_everything_and_no_secret_reaches_a_response(world):
         assert all(body for body in bodies)
         for body in bodies:
             assert "Sup3rSecret" not in body and TOKEN not in body
-        session = client.cookies.get("m2p-session")
-        assert client.post("/logout", headers=OWN, follow_redirects=False).status_code == 303
-        client.cookies.set("m2p-session", session)  # the old cookie, kept by an attacker: dead
+        session = client.cookies.get("m2p-session-8477")
+        assert session and client.post("/logout", headers=OWN, follow_redirects=False).status_code == 303
+        client.cookies.set("m2p-session-8477", session)  # the old cookie, kept by an attacker: dead
         assert client.get("/api/rigs").status_code == 401
     with make(signed_in=False) as client:
         assert client.get("/api/rigs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
@@ -348,21 +348,24 @@ def test_a_token_guards_everything_and_no_secret_reaches_a_response(world):
 
 
 def test_sessions_expire_and_logins_are_rate_limited():
+    from miner2provider.dashboard.peer import Client
     from miner2provider.dashboard.sessions import FAILURE_WINDOW_S, FAILURES_PER_CLIENT, LoginLimiter, Sessions
 
     now = [1000.0]
     sessions = Sessions(ttl_s=60, clock=lambda: now[0])
-    sid = sessions.open()
-    assert sessions.valid(sid) and not sessions.valid("guess") and len(sid) >= 40
+    sid = sessions.open("uid 1000 on port 8477")
+    assert sessions.valid(sid, "uid 1000 on port 8477") and not sessions.valid("guess", "uid 1000 on port 8477")
+    assert len(sid) >= 40 and not sessions.valid(sid, "uid 1001 on port 8477")
     now[0] += 61
-    assert not sessions.valid(sid)  # expired
+    assert not sessions.valid(sid, "uid 1000 on port 8477")  # expired
     limiter = LoginLimiter(clock=lambda: now[0])
+    lan = Client("10.0.0.9")
     for _ in range(FAILURES_PER_CLIENT):
-        assert limiter.wait_s("10.0.0.9") == 0
-        limiter.failed("10.0.0.9")
-    assert limiter.wait_s("10.0.0.9") == FAILURE_WINDOW_S and limiter.wait_s("127.0.0.1") == 0
+        assert limiter.wait_s(lan) == 0
+        limiter.failed(lan)
+    assert limiter.wait_s(lan) == FAILURE_WINDOW_S and limiter.wait_s(Client("127.0.0.1", 1000)) == 0
     now[0] += FAILURE_WINDOW_S
-    assert limiter.wait_s("10.0.0.9") == 0
+    assert limiter.wait_s(lan) == 0
 
 
 def test_the_login_answers_429_after_too_many_wrong_tokens(world):

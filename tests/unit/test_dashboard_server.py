@@ -3,6 +3,7 @@ and limits): a slow client is dropped, a huge body is refused unread, the server
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import threading
@@ -87,3 +88,30 @@ def test_a_400_mib_body_is_refused_unread(server):
         sock.sendall((b"400\r\n" + b"x" * 1024 + b"\r\n") * 8)  # 8 KiB at once: read whole, no reset
         assert sock.recv(100).startswith(b"HTTP/1.1 413")
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 << 10  # KiB: under 50 MiB more
+
+
+def test_a_session_is_the_local_user_s_that_opened_it_over_real_connections(server, monkeypatch):
+    """Behind real uvicorn the session is bound through the kernel's own lookup (/proc/net/tcp): this user's
+    next connection has it; the same cookie from a connection of another user (the lookup answering another
+    uid: a second user cannot be made here without root) does not."""
+    import http.client
+
+    from miner2provider.dashboard import peer
+
+    def ask(method: str, path: str, body: str = "", headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+        connection = http.client.HTTPConnection("127.0.0.1", server, timeout=10)  # a new connection each time
+        connection.request(method, path, body, {"Origin": f"http://127.0.0.1:{server}", **(headers or {})})
+        reply = connection.getresponse()
+        reply.read()
+        connection.close()
+        return reply
+
+    real, found = peer.local_uid, []
+    monkeypatch.setattr(peer, "local_uid", lambda client, to: found.append(real(client, to)) or found[-1])
+    signed = ask("POST", "/login", f"token={TOKEN}", {"Content-Type": "application/x-www-form-urlencoded"})
+    cookie = signed.getheader("set-cookie", "").partition(";")[0]
+    assert signed.status == 303 and cookie.startswith(f"m2p-session-{server}=")
+    assert ask("GET", "/api/rigs", headers={"Cookie": cookie}).status == 200
+    assert found and set(found) == {os.getuid()}, found  # the kernel named this user for each connection
+    monkeypatch.setattr(peer, "local_uid", lambda client, to: (real(client, to) or 0) + 1)
+    assert ask("GET", "/api/rigs", headers={"Cookie": cookie}).status == 401

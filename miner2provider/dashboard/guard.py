@@ -61,8 +61,8 @@ async def _checked(request: Request, call_next: Callable[[Request], Awaitable[Re
     if request.method not in ("GET", "HEAD") and not same_origin(request):
         return JSONResponse({"error": "a request from another site (or with no Origin header) is refused: "
                              "use the dashboard's own page, or Authorization: Bearer TOKEN"}, 403)
-    if request.url.path not in OPEN and not state.sessions.valid(request.cookies.get(session_cookie(request), ""),
-                                                                  session_binding(request)):
+    bound = state.sessions.bound_to(request.cookies.get(session_cookie(request), ""))
+    if request.url.path not in OPEN and (bound is None or bound != session_binding(request)):
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": "sign in: the session cookie or Authorization: Bearer TOKEN"}, 401)
         return RedirectResponse("/login", 303)

@@ -58,14 +58,17 @@ class Sessions:
     def valid(self, sid: str, binding: str) -> bool:
         """``sid`` is a live session opened by ``binding``'s client on its port (a replay by anyone else is
         refused, and leaves the session as it was: the intruder cannot end the operator's)."""
+        return self.bound_to(sid) == binding
+
+    def bound_to(self, sid: str) -> str | None:
+        """What the live session ``sid`` is bound to; None when there is no such session (asked first, so a
+        request with no session costs no look-up of its client)."""
         with self._lock:
             until = self._expires.get(sid)
-            if until is None:
-                return False
-            if until <= self.clock():
+            if until is not None and until <= self.clock():
                 self._drop(sid)
-                return False
-            return self._bound[sid] == binding
+                return None
+            return None if until is None else self._bound[sid]
 
     def close(self, sid: str, binding: str) -> None:
         if self.valid(sid, binding):

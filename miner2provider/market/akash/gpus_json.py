@@ -11,6 +11,11 @@ an RTX 3080 (2206) or a CMP card gets no labels and no bids under Akash's list. 
 its place: m2p's whole NVIDIA database (Akash's 96 NVIDIA entries with the same names and sizes, plus
 the mining cards Akash lacks), and every card the fleet reported that the database does not know
 (named from nvidia-smi, or AMD cards from amdgpu's table).
+
+One entry names a device ID on every node, but a card the database does not know is named (and sized) by the
+rig that reports it.  So a rig names only its own cards: an entry from the rigs goes in only where every rig
+that reports the device says the same, and a device the rigs name differently is left out (``disputes`` says
+which), so one rig cannot name another rig's card.
 """
 
 from __future__ import annotations
@@ -44,18 +49,15 @@ def amd_entry(card: AmdGpu) -> dict[str, str] | None:
 
 def gpus_json(rigs: Iterable[RigGpus]) -> tuple[dict[str, Any], list[str]]:
     """The card list, and the cards in it that Akash's own list lacks (``vendor:device name``)."""
+    rigs = list(rigs)
     nvidia: dict[str, dict[str, str]] = {}
     for card in load().values():
         nvidia[card.pci_id.split(":")[1]] = entry(card)
-    amd: dict[str, dict[str, str]] = {}
-    for rig in rigs:
-        for gpu in rig.gpus.gpus if rig.gpus.state == "ok" else ():
-            found = card_for(gpu)
-            nvidia.setdefault(gpu.device_id.lower(), entry(found))
-        for amd_card in rig.amd:
-            listed = amd_entry(amd_card)
-            if listed is not None:
-                amd.setdefault(amd_card.device_id.lower(), listed)
+    reported = _reported(rigs)
+    for device, said in reported["10de"].items():
+        if len(said) == 1:
+            nvidia.setdefault(device, json.loads(next(iter(said))))
+    amd = {device: json.loads(next(iter(said))) for device, said in reported[AMD_VENDOR].items() if len(said) == 1}
     cards = load()
     lacking = sorted(f"10de:{device} {body['name']}" for device, body in nvidia.items()
                      if not (f"10de:{device}" in cards and cards[f"10de:{device}"].listed))
@@ -64,3 +66,45 @@ def gpus_json(rigs: Iterable[RigGpus]) -> tuple[dict[str, Any], list[str]]:
     if amd:
         out[AMD_VENDOR] = {"name": "amd", "devices": dict(sorted(amd.items()))}
     return out, lacking
+
+
+def disputes(rigs: Iterable[RigGpus]) -> list[str]:
+    """One sentence per device the rigs name differently, which the card list leaves out."""
+    said = []
+    for vendor, devices in _reported(list(rigs)).items():
+        for device, by_entry in sorted(devices.items()):
+            if len(by_entry) > 1:
+                names = "; ".join(f"{', '.join(rigs_)}: {_shown(text)}" for text, rigs_ in sorted(by_entry.items()))
+                said.append(f"rigs name card {vendor}:{device} differently ({names}): the card list leaves it out, "
+                            "since one rig may not name another's card; add it to m2p's database (market/gpus.yml) "
+                            "or check those rigs")
+    return said
+
+
+def _shown(text: str) -> str:
+    body = json.loads(text)
+    return f"{body['name']} {body['memory_size']}"
+
+
+def _reported(rigs: list[RigGpus]) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """vendor -> device -> entry (as JSON) -> the rigs that report it so, for the cards the rigs name: NVIDIA
+    cards m2p's database does not know, and AMD cards (their sizes come from the rig)."""
+    out: dict[str, dict[str, dict[str, list[str]]]] = {"10de": {}, AMD_VENDOR: {}}
+    for rig in rigs:
+        for gpu in rig.gpus.gpus if rig.gpus.state == "ok" else ():
+            found = card_for(gpu)
+            if found.known or gpu.vendor_id.lower() != "10de":
+                continue  # the database names it; another vendor's card is not an NVIDIA entry
+            text = json.dumps(entry(found))
+            _add(out["10de"].setdefault(gpu.device_id.lower(), {}), text, rig.name)
+        for amd_card in rig.amd:
+            listed = amd_entry(amd_card)
+            if listed is not None:
+                _add(out[AMD_VENDOR].setdefault(amd_card.device_id.lower(), {}), json.dumps(listed), rig.name)
+    return out
+
+
+def _add(by_entry: dict[str, list[str]], text: str, rig: str) -> None:
+    rigs = by_entry.setdefault(text, [])
+    if rig not in rigs:
+        rigs.append(rig)

@@ -8,11 +8,11 @@ CUDA version any rig's driver supports) and ``location-region`` (never the legac
 
 from __future__ import annotations
 
-from miner2provider.market.akash.gpus_json import entry_line
+from miner2provider.market.akash.gpus_json import disputes, entry_line
 from miner2provider.market.akash.labels import amd_labels, node_labels
 from miner2provider.market.akash.rules import GPUS_JSON_WHERE, ONE_MODEL_PER_NODE
 from miner2provider.market.base import FleetAttributes, RigAttributes, RigGpus
-from miner2provider.market.cards import Card, amd_combos, cards_of
+from miner2provider.market.cards import amd_combos, cards_of
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -47,11 +47,10 @@ def rig_attributes(rig: RigGpus) -> RigAttributes:
 
 def fleet_attributes(rigs: list[RigGpus], region: str | None = None) -> FleetAttributes:
     per_rig = tuple(rig_attributes(r) for r in rigs)
-    all_cards: dict[str, Card] = {}
-    for r in rigs:
-        for c in cards_of(r.gpus):
-            all_cards.setdefault(c.pci_id, c)
-    warnings: list[str] = []
+    # Every rig's cards as that rig names them: a card m2p's database does not know is named by its own rig, so
+    # the first rig to report a device ID may not name the same device on the others.
+    all_cards = {(c.pci_id, c.slug, c.memory, c.interface): c for r in rigs for c in cards_of(r.gpus)}
+    warnings: list[str] = disputes(rigs)
     attrs: list[tuple[str, str]] = []
     amd = {("amd", slug, ram, iface) for r in rigs for slug, ram, iface in amd_combos(r.amd)}
     if all_cards or amd:

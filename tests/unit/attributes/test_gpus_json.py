@@ -9,7 +9,8 @@ from pathlib import Path
 
 from miner2provider.detect.facts.amd import AmdGpu
 from miner2provider.detect.facts.gpu import Gpu, Gpus
-from miner2provider.market.akash.gpus_json import gpus_json
+from miner2provider.market.akash.gpus_json import disputes, gpus_json
+from miner2provider.market.akash.provider import fleet_attributes
 from miner2provider.market.base import RigGpus
 
 HERE = Path(__file__).parent
@@ -64,3 +65,34 @@ def test_the_command_writes_the_list(tmp_path, capsys, saved_report):
     written = json.loads(out.read_text())
     assert written["10de"]["devices"]["2249"]["name"] == "cmp90hx"
     assert f"wrote {out}:" in capsys.readouterr().err
+
+
+def test_a_rig_cannot_name_another_rigs_unknown_card():
+    """rig-b reports the card rig-a has (10de:2d04, an RTX 5060 Ti, not in m2p's database) under another name and size: an
+    ATTACK from one rig on the others' labels, since the operator labels every node's 2d04 from one entry."""
+    honest = RigGpus("rig-a", Gpus("ok", (gpu("2d04", "NVIDIA GeForce RTX 5060 Ti", 16311),)), "12.4")
+    liar = RigGpus("rig-b", Gpus("ok", (gpu("2d04", "NVIDIA H100 80GB HBM3", 81920),)), "12.4")
+    for fleet in ([liar, honest], [honest, liar]):  # whoever comes first
+        card_list, lacking = gpus_json(fleet)
+        assert "2d04" not in card_list["10de"]["devices"] and not any(e.startswith("10de:2d04") for e in lacking)
+        (said,) = disputes(fleet)
+        assert said.startswith("rigs name card 10de:2d04 differently (") and "rig-a: rtx5060ti 16Gi" in said
+        assert re.search(r"rig-b: h10080[0-9a-f]{5} 80Gi", said) and "leaves it out" in said
+        # The provider's attributes advertise each rig's own card as that rig names it.
+        attributes = dict(fleet_attributes(fleet).attributes)
+        assert "capabilities/gpu/vendor/nvidia/model/rtx5060ti/ram/16Gi" in attributes
+        assert said in fleet_attributes(fleet).warnings
+    # Rigs that agree give the entry; a known card is the database's whatever a rig calls it.
+    twin = RigGpus("rig-c", Gpus("ok", (gpu("2d04", "NVIDIA GeForce RTX 5060 Ti", 16311), gpu("2204", "Fake Name", 1024))),
+                   "12.4")
+    card_list, _ = gpus_json([honest, twin])
+    assert card_list["10de"]["devices"]["2d04"] == {"name": "rtx5060ti", "interface": "PCIe", "memory_size": "16Gi"}
+    assert card_list["10de"]["devices"]["2204"]["name"] == "rtx3090" and disputes([honest, twin]) == []
+
+
+def test_a_rig_cannot_size_another_rigs_amd_card():
+    six = AmdGpu("0000:03:00.0", "73bf", "c1", "1002:0e3a", 16 << 30)
+    big = AmdGpu("0000:03:00.0", "73bf", "c1", "1002:0e3a", 64 << 30)  # the same card, claimed with 64 GiB
+    fleet = [RigGpus("rig-b", Gpus("ok", ()), "12.4", amd=(big,)), RigGpus("rig-a", Gpus("ok", ()), "12.4", amd=(six,))]
+    card_list, _ = gpus_json(fleet)
+    assert "1002" not in card_list and "1002:73bf" in disputes(fleet)[0]

@@ -147,16 +147,19 @@ def guard_leases(leased: list[tuple[Host, tuple[Lease, ...]]], opts: SshOptions,
 
 def run_batches(playbook: str, to_run: list[Host], fleet: list[Host], derived: dict[str, dict[str, Any]],
                 triage: dict[str, Triage], opts: SshOptions, how: RunOptions) -> dict[str, RigOutcome]:
-    """The playbook, ``how.batch`` rigs at a time, servers in runs of their own before agents: agents
-    join a server that is already up, and an upgrade never runs an agent's kubelet newer than its API
-    server (k3s's upgrade order).  Once more than ``max_fail_pct`` of the rigs tried failed, the rest
-    are not started."""
+    """The playbook on every rig in one run, or ``how.batch`` rigs at a time with servers in runs of their
+    own before agents.  Either way agents join a server that is already up, and an upgrade never runs an
+    agent's kubelet newer than its API server (k3s's upgrade order): in one run the playbook's plays keep
+    that order (the servers' k3s play ends before the agents' starts) while the rest, the mining OS and the
+    GPU stack, runs on servers and agents side by side.  Once more than ``max_fail_pct`` of the rigs tried
+    failed, the rest are not started."""
     servers = [h for h in to_run if "k3s_server" in h.groups]
     agents = [h for h in to_run if "k3s_server" not in h.groups]
     extravars = {"m2p_bundle_dir": str(how.bundle.root)} if how.bundle is not None else {}
     outcomes: dict[str, RigOutcome] = {}
     tried = failed = 0
-    for group in batches(servers, how.batch) + batches(agents, how.batch):
+    groups = batches(servers, how.batch) + batches(agents, how.batch) if how.batch else batches(to_run, None)
+    for group in groups:
         if tried and failed * 100 > how.max_fail_pct * tried:
             for host in group:
                 outcomes[host.name] = RigOutcome(host.name, "not-started",

@@ -8,6 +8,7 @@ The sandbox rig is booted by the harness here (the test environment), not by the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,7 +40,14 @@ def ok(proc: subprocess.CompletedProcess[str]) -> str:
 def installed(tmp_path_factory) -> dict[str, Path]:
     """The wheel, and a fresh virtualenv with it (and its pinned dependencies) installed."""
     tmp = tmp_path_factory.mktemp("wheel")
-    ok(sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", ROOT))
+    # Built from a copy of what the build reads: setuptools writes build/ and *.egg-info beside the sources, and
+    # the suite's other worker (or a session editing the checkout) builds from the same checkout at the same time.
+    src = tmp / "src"
+    for name in ("miner2provider", "ansible_collections"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    ok(sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", src))
     (wheel,) = (tmp / "dist").glob("miner2provider-*.whl")
     venv = tmp / "venv"
     ok(sh(sys.executable, "-m", "venv", venv))

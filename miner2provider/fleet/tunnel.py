@@ -36,6 +36,7 @@ DEFAULT_PORT = 51820  # WireGuard's customary port
 KEEPALIVE_S = 25  # wg(8): "a sensible interval that works with a wide variety of firewalls is 25"
 # k3s's defaults (cluster-cidr, service-cidr): a tunnel inside them would route pods into the tunnel.
 K3S_RANGES = (ipaddress.IPv4Network("10.42.0.0/16"), ipaddress.IPv4Network("10.43.0.0/16"))
+RFC1918 = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 _ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})$")
 _KEY = re.compile(r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$")  # 32 bytes, base64 (wg genkey | wg pubkey)
 
@@ -143,8 +144,11 @@ def _network(hub: Host) -> ipaddress.IPv4Network:
         network = ipaddress.IPv4Network(raw)
     except ValueError as exc:
         raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw!r} is not an IPv4 network ({exc})") from None
-    if not network.is_private:
-        raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw} is not a private range")
+    # RFC 1918 only: Python's is_private (and Akash's lease NetworkPolicy alike, which excepts just these three
+    # from its egress rule) would let 198.18.0.0/15 or 100.64.0.0/10 pass, ranges a tenant's pods could reach.
+    if not any(network.subnet_of(r) for r in RFC1918):
+        raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw} is not inside 10.0.0.0/8, 172.16.0.0/12 or "
+                             "192.168.0.0/16 (RFC 1918)")
     clash = next((r for r in K3S_RANGES if r.overlaps(network)), None)
     if clash is not None:
         raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw} overlaps k3s's {clash} (pods and services)")

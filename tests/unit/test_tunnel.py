@@ -79,7 +79,11 @@ def test_the_hub_allows_each_rig_only_its_own_address_and_rigs_reach_everyone_th
 
 @pytest.mark.parametrize(("hub_extra", "rig_extra", "said"), [
     (", m2p_tunnel_network: 10.42.8.0/24", "", "m2p_tunnel_network 10.42.8.0/24 overlaps k3s's 10.42.0.0/16"),
-    (", m2p_tunnel_network: 8.8.8.0/24", "", "m2p_tunnel_network 8.8.8.0/24 is not a private range"),
+    (", m2p_tunnel_network: 8.8.8.0/24", "", "m2p_tunnel_network 8.8.8.0/24 is not inside 10.0.0.0/8, "),
+    # Python's is_private passes these, and Akash's lease NetworkPolicy leaves them open to tenants' pods (issue 55).
+    (", m2p_tunnel_network: 198.18.0.0/24", "", r"m2p_tunnel_network 198.18.0.0/24 is not inside .* \(RFC 1918\)"),
+    (", m2p_tunnel_network: 100.64.0.0/24", "", r"m2p_tunnel_network 100.64.0.0/24 is not inside .* \(RFC 1918\)"),
+    (", m2p_tunnel_network: 169.254.0.0/24", "", r"m2p_tunnel_network 169.254.0.0/24 is not inside "),
     (", m2p_tunnel_network: 10.237.0.0/30", "", "holds 2 addresses; the farm has 4 members"),
     (", m2p_tunnel_mtu: 1500", "", "m2p_tunnel_mtu 1500 is not a whole number from 1280"),
     (', m2p_hub_endpoint: "vps.example.net"', "", "m2p_hub_endpoint 'vps.example.net' is not HOST:PORT"),

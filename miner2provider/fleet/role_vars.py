@@ -94,10 +94,8 @@ def _k3s(rig: Rig, server: Rig | None, default: str) -> dict[str, Any]:
     if not rig.is_agent:
         return own
     if rig.joins_outside_server or server is None:
-        return {**own, "k3s_agent_server_host": "", "k3s_agent_server_token_file": ""}
-    return {**own, "k3s_agent_server_host": server.name,
-            "k3s_agent_server_url": f"https://{server.address}:{API_PORT}",
-            "k3s_agent_server_token_file": f"{data_dir(server, default)}/server/agent-token"}
+        return {**own, "k3s_agent_server_host": ""}
+    return {**own, "k3s_agent_server_host": server.name, "k3s_agent_server_url": f"https://{server.address}:{API_PORT}"}
 
 
 def _through(server: Rig | None, sites: TunnelPlan) -> Rig | None:

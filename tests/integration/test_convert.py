@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import shlex
 import socket
 import subprocess
+from datetime import datetime, timedelta
 
 import pytest
 import yaml
@@ -146,18 +148,28 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     artifacts = [p for p in (tmp / "artifacts").rglob("*") if p.is_file()]
     assert len(artifacts) > 5
     texts.update({str(p): p.read_text(errors="replace") for p in artifacts})
-    # The worker holds the agents' join token only: the server token (cluster admin) is in no file on it.
+    # The worker holds a one-time join token only, made for it on the server (k3s token create: a bootstrap
+    # token, K10<CA hash>::<id>.<secret>, expiring in minutes); neither the server token (cluster admin) nor
+    # the server's long-lived agent token is in any file on it.
     with ssh(farm["hive"]) as client:
         rc, agent_token = run(client, f"sudo cat {DATA_DIR}/server/agent-token")
+        made = json.loads(run(client, f"sudo cat {DATA_DIR}/server/m2p-standin-bootstrap-tokens.json")[1])
     agent_token = agent_token.strip()
     assert rc == 0 and "::node:" in agent_token and agent_token.split("::")[0] == token.split("::")[0]
     with ssh(farm["plain"]) as client:
         rc, env_file = run(client, "sudo cat /etc/systemd/system/k3s-agent.service.env")
-        assert rc == 0 and env_file.strip() == f"K3S_TOKEN={agent_token}"
+        joined = re.fullmatch(r"K3S_TOKEN=K10([0-9a-f]{64})::([a-z0-9]{6})\.([a-z0-9]{16})", env_file.strip())
+        assert rc == 0 and joined and joined[1] == token.split("::")[0][3:], env_file
+        one_time = made[f"bootstrap-token-{joined[2]}"]
+        assert one_time["token-secret"] == joined[3] and "usage-bootstrap-signing" not in one_time
+        assert datetime.strptime(one_time["expiration"], "%Y-%m-%dT%H:%M:%SZ") < datetime.utcnow() + timedelta(minutes=16)
+        rc, found = run(client, f"sudo grep -rlF {shlex.quote(agent_token.split('::')[-1])} /etc /var/lib /opt /root "
+                                "/home 2>/dev/null; true")
+        assert found.strip() == "", found
         rc, found = run(client, f"sudo grep -rlF {shlex.quote(token.split('::')[-1])} /etc /var/lib /opt /root "
                                 "/home 2>/dev/null; true")
         assert found.strip() == "", found
-    for secret in (farm["password"], token, token.split("::")[-1], agent_token.split("::")[-1]):
+    for secret in (farm["password"], token, token.split("::")[-1], agent_token.split("::")[-1], joined[3]):
         leaks = [where for where, text in texts.items() if secret in text]
         assert not leaks, f"a secret leaked into {leaks}"
 

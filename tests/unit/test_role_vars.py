@@ -10,13 +10,12 @@ def rig(name, groups=(), **settings):
     return Rig(name, f"10.0.0.{len(name)}", tuple(groups), settings)
 
 
-def test_an_agent_reads_the_token_and_joins_the_server_on_the_servers_data_dir():
-    """The defect this module replaced: the agent read the default token path of a server on a data disk."""
+def test_an_agent_joins_the_server_and_finds_its_folders_on_the_servers_data_dir():
+    """The defect this module replaced: the agent read the default paths of a server on a data disk."""
     server = rig("srv", ["k3s_server"], m2p_data_dir="/mnt/ssd/k3s/")
     agent = rig("agent1", ["k3s_agent"])
     out = role_vars([server, agent], K3S_DIR)
     assert out["agent1"]["k3s_agent_server_host"] == "srv"
-    assert out["agent1"]["k3s_agent_server_token_file"] == "/mnt/ssd/k3s/server/agent-token"
     assert out["agent1"]["k3s_agent_server_url"] == f"https://{server.address}:6443"
     assert out["agent1"]["timeshare_agent_server_manifests_dir"] == "/mnt/ssd/k3s/server/manifests"
     assert out["agent1"]["timeshare_agent_api_server"] == f"https://{server.address}:6443"

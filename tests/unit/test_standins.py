@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,66 @@ def test_the_standin_ca_issues_a_kubelet_certificate_as_k3s_does():
     other = pki.Authority()
     with pytest.raises(InvalidSignature):  # another cluster's CA of the same name: not its certificate
         kubelet.verify_directly_issued_by(other.cert)
+
+
+# k8s.io/cluster-bootstrap token/api BootstrapTokenPattern, in k3s's secure format (pkg/clientaccess/token.go).
+BOOTSTRAP = re.compile(r"^K10(?P<ca>[0-9a-f]{64})::(?P<id>[a-z0-9]{6})\.(?P<secret>[a-z0-9]{16})$")
+
+
+def k3s_server_dir(tmp_path: Path, pid: int) -> Path:
+    """A stand-in k3s server's data dir as it leaves it running: its server token and the pid it runs as."""
+    server = tmp_path / "data" / "server"
+    server.mkdir(parents=True)
+    (server / "token").write_text("K10" + "ab" * 32 + "::server:" + "cd" * 16 + "\n")
+    (server / "m2p-standin-server.pid").write_text(f"{pid}\n")
+    return server
+
+
+def test_the_standin_k3s_makes_bootstrap_tokens_as_k3s_token_create_does(tmp_path):
+    """`k3s token create --ttl 15m --usages authentication`: K10<the server CA's hash>::<id>.<secret> on stdout,
+    and the Secret bootstrap-token-<id> with the token, its expiration 15 minutes on, only the usage asked for, and
+    k3s's default group; without --ttl it expires in 24 h, and --ttl 0 (or less) never, as in k3s."""
+    server = k3s_server_dir(tmp_path, os.getpid())  # this process stands in for the running server
+    k3s = standin(tmp_path, "k3s", "v1.35.3+k3s1")
+    data_dir = f"--data-dir={server.parent}"
+    made = run(k3s, "token", "create", "--ttl", "15m", "--usages", "authentication", "--description", "join rig1",
+               data_dir, env_path="/usr/bin:/bin")
+    assert made.returncode == 0, made.stderr
+    found = BOOTSTRAP.match(made.stdout.strip())
+    assert found and found["ca"] == "ab" * 32
+    secrets_ = json.loads((server / "m2p-standin-bootstrap-tokens.json").read_text())
+    data = secrets_[f"bootstrap-token-{found['id']}"]
+    assert (data["token-id"], data["token-secret"]) == (found["id"], found["secret"])
+    assert {k for k in data if k.startswith("usage-")} == {"usage-bootstrap-authentication"}
+    assert data["auth-extra-groups"] == "system:bootstrappers:k3s:default-node-token"
+    assert data["description"] == "join rig1"
+    expires = datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert timedelta(minutes=14) < expires - datetime.now(UTC) <= timedelta(minutes=15)
+
+    for ttl, lasts in ((None, timedelta(hours=24)), ("0", None), ("-5m", None), ("1h30m", timedelta(hours=1.5))):
+        made = run(k3s, "token", "create", *(["--ttl", ttl] if ttl else []), data_dir, env_path="/usr/bin:/bin")
+        token_id = BOOTSTRAP.match(made.stdout.strip())["id"]  # type: ignore[index]
+        data = json.loads((server / "m2p-standin-bootstrap-tokens.json").read_text())[f"bootstrap-token-{token_id}"]
+        assert {k for k in data if k.startswith("usage-")} == {"usage-bootstrap-signing",
+                                                               "usage-bootstrap-authentication"}
+        if lasts is None:
+            assert "expiration" not in data
+        else:
+            expires = datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            assert lasts - timedelta(minutes=1) < expires - datetime.now(UTC) <= lasts
+
+
+def test_the_standin_k3s_makes_no_token_where_no_server_runs_or_for_a_bad_ttl(tmp_path):
+    """No kinder than k3s: token create needs the server's API (an agent, or a stopped server, has none to ask), and
+    --ttl must be a Go duration ("15" without a unit is not one)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    server = k3s_server_dir(tmp_path, int(dead.stdout))  # a server that ran and stopped
+    k3s = standin(tmp_path, "k3s", "v1.35.3+k3s1")
+    stopped = run(k3s, "token", "create", "--ttl", "15m", f"--data-dir={server.parent}", env_path="/usr/bin:/bin")
+    assert stopped.returncode == 1 and stopped.stdout == "" and "connection refused" in stopped.stderr
+    agent = run(k3s, "token", "create", f"--data-dir={tmp_path / 'agent-only'}", env_path="/usr/bin:/bin")
+    assert agent.returncode == 1 and agent.stdout == ""
+    (server / "m2p-standin-server.pid").write_text(f"{os.getpid()}\n")
+    bad = run(k3s, "token", "create", "--ttl", "15", f"--data-dir={server.parent}", env_path="/usr/bin:/bin")
+    assert bad.returncode == 1 and bad.stdout == "" and 'invalid value "15" for flag -ttl' in bad.stderr
+    assert not (server / "m2p-standin-bootstrap-tokens.json").exists()

@@ -144,8 +144,8 @@ def _network(hub: Host) -> ipaddress.IPv4Network:
         network = ipaddress.IPv4Network(raw)
     except ValueError as exc:
         raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw!r} is not an IPv4 network ({exc})") from None
-    # RFC 1918 only: Python's is_private (and Akash's lease NetworkPolicy alike, which excepts just these three
-    # from its egress rule) would let 198.18.0.0/15 or 100.64.0.0/10 pass, ranges a tenant's pods could reach.
+    # RFC 1918 only: Python's is_private would let 198.18.0.0/15 or 100.64.0.0/10 pass, and the marketplace's
+    # lease NetworkPolicy refuses tenants' pods just these three ranges (docs/security.md, issue 55).
     if not any(network.subnet_of(r) for r in RFC1918):
         raise InventoryError(f"{hub.where}: m2p_tunnel_network {raw} is not inside 10.0.0.0/8, 172.16.0.0/12 or "
                              "192.168.0.0/16 (RFC 1918)")

@@ -197,7 +197,9 @@ def rig_vars(bundle: JoinBundle) -> dict[str, Any]:
     """The ``tunnel`` role's variables for the joining rig."""
     return {"tunnel_state": "present", "tunnel_address": bundle.address, "tunnel_mtu": bundle.mtu,
             "tunnel_config": bundle.config(), "tunnel_forward": False, "tunnel_authorized_key": bundle.authorize,
-            "tunnel_login_user": bundle.login_user}
+            "tunnel_login_user": bundle.login_user,
+            "tunnel_network": str(ipaddress.IPv4Interface(bundle.address).network),
+            "tunnel_hub_address": bundle.hub_address}
 
 
 def join(bundle: JoinBundle, rig: Host, known_hosts: Path, *, check: bool = False,

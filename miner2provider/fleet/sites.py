@@ -270,4 +270,5 @@ def public_keys(hosts: list[Host], opts: SshOptions) -> tuple[dict[str, str], se
 def _member_vars(found: tunnel.TunnelPlan, name: str) -> dict[str, Any]:
     member = found.member(name)
     return {"tunnel_state": "present", "tunnel_address": f"{member.address}/{found.network.prefixlen}",
-            "tunnel_mtu": found.mtu, "tunnel_config": "", "tunnel_forward": name == found.hub.name}
+            "tunnel_mtu": found.mtu, "tunnel_config": "", "tunnel_forward": name == found.hub.name,
+            "tunnel_network": str(found.network), "tunnel_hub_address": str(found.hub.address)}

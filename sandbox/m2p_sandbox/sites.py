@@ -22,9 +22,11 @@ from pathlib import Path
 
 from m2p_sandbox.errors import SandboxError
 
-TOOLS = {"wg": "wireguard-tools", "wireguard-go": "wireguard-go", "nft": "nftables", "ip": "iproute2"}
+TOOLS = {"wg": "wireguard-tools", "wireguard-go": "wireguard-go", "nft": "nftables", "ip": "iproute2",
+         "bridge": "iproute2"}
 HUB_PUBLIC = "203.0.113.10"  # TEST-NET-3 (RFC 5737): never routed anywhere
 LAN = "192.168.1"  # both homes
+POD_NETWORK = "10.42.0.0/16"  # k3s's default cluster-cidr
 
 
 def missing_tools() -> list[str]:
@@ -123,6 +125,39 @@ class Lab:
         self.run(role, "wg", "set", name, "private-key", str(self.state / f"{role}.key"))
         self.run(role, "ip", "addr", "replace", address, "dev", name)
         self.run(role, "ip", "link", "set", name, "mtu", str(mtu), "up")
+
+    def flannel(self, role: str, tunnel_if: str, local: str, subnet: int, mtu: int) -> str:
+        """STAND-IN for flannel's VXLAN backend as k3s runs it (flannel-io/flannel pkg/backend/vxlan): the device
+        flannel.1 (VNI 1, UDP 8472) over the member's tunnel address, its pod subnet 10.42.N.0/24 (N:
+        ``subnet``) with 10.42.N.0/32 on flannel.1, forwarding on (k3s sets net/ipv4/conf/all/forwarding) and
+        flannel's masquerade for pods leaving the pod network.  Returns flannel.1's MAC for its peers."""
+        self.run(role, "ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "local", local, "dev", tunnel_if,
+                 "dstport", "8472", "nolearning")
+        self.run(role, "ip", "addr", "add", f"10.42.{subnet}.0/32", "dev", "flannel.1")
+        self.run(role, "ip", "link", "set", "flannel.1", "mtu", str(mtu - 50), "up")  # VXLAN's 50 bytes
+        self.run(role, "sysctl", "-qw", "net.ipv4.conf.all.forwarding=1")
+        self.run(role, "nft", "-f", "-", stdin=(
+            "table ip flannel {\n chain postrouting {\n  type nat hook postrouting priority srcnat;\n"
+            f"  ip saddr {POD_NETWORK} ip daddr != {POD_NETWORK} masquerade\n }}\n}}\n"))
+        return self.run(role, "cat", "/sys/class/net/flannel.1/address").stdout.strip()
+
+    def flannel_peer(self, role: str, subnet: int, mac: str, tunnel_address: str) -> None:
+        """What flannel writes for each other node: a route to its pod subnet over flannel.1, the neighbour
+        entry for its VTEP and the forwarding entry that sends its frames to its tunnel address."""
+        self.run(role, "ip", "route", "add", f"10.42.{subnet}.0/24", "via", f"10.42.{subnet}.0", "dev", "flannel.1",
+                 "onlink")
+        self.run(role, "ip", "neigh", "replace", f"10.42.{subnet}.0", "lladdr", mac, "dev", "flannel.1",
+                 "nud", "permanent")
+        self.run(role, "bridge", "fdb", "append", mac, "dev", "flannel.1", "dst", tunnel_address)
+
+    def pod(self, role: str, subnet: int) -> str:
+        """A pod on ``role`` (a namespace of its own, 10.42.N.2, its gateway the node's 10.42.N.1 as k3s's cni0
+        is); returns the pod's role name for ``run``."""
+        pod = f"{role[0]}p"
+        self._add(pod)
+        self._link(role, f"10.42.{subnet}.1/24", pod, f"10.42.{subnet}.2/24")
+        self.run(pod, "ip", "route", "add", "default", "via", f"10.42.{subnet}.1")
+        return pod
 
     def close(self) -> None:
         """End the daemons this lab started (by PID) and delete its namespaces (their links go with them)."""

@@ -19,10 +19,12 @@ only through the hub, both hops' host keys checked against m2p's known_hosts.  T
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import paramiko
 import yaml
@@ -35,6 +37,20 @@ from m2p_sandbox.kube_api import KubeApiStandin
 from .conftest import M2P, m2p, outcomes, point_k3s_kubectl_at, rig_entry, run, ssh
 
 TOOLS = ("/usr/bin/wg", "/usr/bin/wireguard-go")  # Debian's wireguard-tools and wireguard-go (scripts/install)
+NFT = "/usr/sbin/nft"  # Debian's nftables (scripts/install)
+
+
+def install_tools(root: Path) -> None:
+    """What the owner installs on a member of a farm across sites: WireGuard's tools and nftables (the tunnel's
+    filter).  The sandbox rigs are Debian bookworm like this machine: its binaries, and the libraries nft needs that
+    the rig's base lacks."""
+    for tool in (*TOOLS, NFT):
+        shutil.copy2(tool, root / "usr/local/bin" / Path(tool).name)
+    needs = subprocess.run(["ldd", NFT], capture_output=True, text=True, check=True).stdout
+    for library in re.findall(r"=> (/\S+)", needs):
+        name = Path(library).name
+        if not any((root / folder / name).exists() for folder in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")):
+            shutil.copy2(library, root / "usr/lib/x86_64-linux-gnu" / name)
 
 
 def at_site(router: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,8 +123,7 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     assert outcomes(early)["st-hub"]["message"].endswith(
         "it is in a farm across sites and has no tunnel yet: run `m2p sites apply` first; not touched")
 
-    shutil.copy2(TOOLS[0], hub.path / "merged/usr/local/bin/wg")  # the owner installs them on the hub
-    shutil.copy2(TOOLS[1], hub.path / "merged/usr/local/bin/wireguard-go")
+    install_tools(hub.path / "merged")  # the owner installs them on the hub
     first = m2p("sites", "apply", *common)
     said = outcomes(first)
     assert first.returncode == 12 and said["st-hub"]["result"] == "changed", \
@@ -131,8 +146,7 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
             assert bare.returncode == 11, bare.stdout[-2000:] + bare.stderr[-2000:]
             assert "has no wg (WireGuard's tools): install wireguard-tools" in json.loads(bare.stdout)["message"]
             assert not (root / "etc/m2p/tunnel").exists()
-        shutil.copy2(TOOLS[0], root / "usr/local/bin/wg")
-        shutil.copy2(TOOLS[1], root / "usr/local/bin/wireguard-go")
+        install_tools(root)
         joined = at_site(routers[r.name], *join)
         assert joined.returncode == 0, joined.stdout[-2000:] + joined.stderr[-3000:]
         printed[r.name] = json.loads(joined.stdout)
@@ -158,6 +172,15 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
                               "/proc/sys/net/ipv4/conf/eth0/forwarding")
         lines = out.split()
         assert rc == 0 and int(lines[1]) > 0 and int(lines[3]) > 0 and lines[4:] == ["1", "0"], out  # relays the tunnel
+    # One rig's fall stays that rig's (issue 55): the away rig's root knocks on the home rig's SSH over the tunnel;
+    # the hub relays only flannel's VXLAN between rigs (role tunnel's filter), while its own knock still answers.
+    with through_hub(hub, "10.237.0.3", away.user, str(controller_key)) as client:
+        rc, out = run(client, "sudo nft list table inet m2p | grep -c 'udp dport 8472 accept'; timeout 3 bash -c "
+                              "'echo > /dev/tcp/10.237.0.2/22' 2>&1; echo rc=$?")
+        assert out.split()[0] == "1" and "rc=124" in out, out  # the SYN was dropped: no answer, not refused
+    with ssh(hub) as client:
+        rc, out = run(client, "timeout 5 bash -c 'echo > /dev/tcp/10.237.0.2/22' && sudo nft list table inet m2p")
+        assert rc == 0 and 'iifname "m2p0" oifname "m2p0" udp dport 8472 accept' in out, out
     texts += second.stdout + second.stderr
     assert not [name for name, key in private.items() if key in texts]  # no key ever left its rig
     check = m2p("sites", "apply", *common, "--check")
@@ -247,8 +270,9 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     home_keys = home_root / "home" / home.user / ".ssh/authorized_keys"
     assert "m2p-controller" not in home_keys.read_text()
     with ssh(hub) as client:
-        rc, out = run(client, "ip link show m2p0; sudo ls /etc/m2p/tunnel /etc/systemd/system/m2p-tunnel.service")
-        assert "does not exist" in out and "No such file" in out, out
+        rc, out = run(client, "ip link show m2p0; sudo ls /etc/m2p/tunnel /etc/systemd/system/m2p-tunnel.service; "
+                              "sudo nft list tables")
+        assert "does not exist" in out and "No such file" in out and "inet m2p" not in out, out
     inside = subprocess.run(["ip", "netns", "exec", f"m2p{home.slot:05d}", "ip", "link", "show", "m2p0"],
                             capture_output=True, text=True)
     assert "does not exist" in inside.stderr, inside.stdout + inside.stderr

@@ -192,11 +192,14 @@ def provider_status(inventory_file: str, provider_path: str, url: str | None, va
               help="The folder with the marketplace's chart archives (<chart>-<version>.tgz) and CRDs, as the "
                    "provider guide in docs/ lists them.  [env M2P_PROVIDER_CHARTS]")
 @click.option("--check", is_flag=True, help="Show whether the server would change; change nothing.  Exit 1: pending.")
+@click.option("--rotate-token", is_flag=True,
+              help="Replace the reclaimer's API token even where nothing else changed (every apply that changes "
+                   "something replaces it anyway); the old token stops working.")
 @server_run_options
 @pass_ctx
 def provider_apply(ctx: Context, inventory_file: str, provider_path: str, economics_path: str, charts_dir: str,
-                   check: bool, yes: bool, vault_password_file: str | None, keep_artifacts: str | None,
-                   as_json: bool, ssh: SshOptions) -> None:
+                   check: bool, rotate_token: bool, yes: bool, vault_password_file: str | None,
+                   keep_artifacts: str | None, as_json: bool, ssh: SshOptions) -> None:
     """Install the marketplace's provider on the farm's k3s server (through k3s's own Helm controller), priced
     at every model's lease floor.  Nothing is installed unless every rig answers and every value checks."""
     hosts = _hosts(inventory_file, vault_password_file)
@@ -217,7 +220,8 @@ def provider_apply(ctx: Context, inventory_file: str, provider_path: str, econom
     if not check and not yes:
         confirm(f"install {market.label}'s provider on {server.name}?")
     outcome = provider_run.apply(server, hosts, stack, installer.provider_parts, ssh, check=check,
-                                 on_event=_progress(ctx, listed=check), keep_artifacts=_path(keep_artifacts))
+                                 rotate_token=rotate_token, on_event=_progress(ctx, listed=check),
+                                 keep_artifacts=_path(keep_artifacts))
     _finish([outcome], as_json, check, "m2p provider apply")
 
 

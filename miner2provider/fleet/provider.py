@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from miner2provider.core import collection
 from miner2provider.core.errors import ProviderError
 from miner2provider.core.inventory import Host
@@ -145,13 +147,18 @@ def recorded_fingerprint(server: Host, opts: SshOptions) -> str:
 
 
 def apply(server: Host, fleet: list[Host], stack: ProviderStack, parts: ProviderParts, opts: SshOptions, *,
-          check: bool = False, on_event: Callable[[Event], None] | None = None,
+          check: bool = False, rotate_token: bool = False, on_event: Callable[[Event], None] | None = None,
           keep_artifacts: Path | None = None) -> RigOutcome:
+    """Install or update the stack on ``server``.  Every run of the role replaces the reclaimer's token (its Secret
+    made again); a converged provider runs nothing unless ``rotate_token`` asks for that run."""
+    if rotate_token and not stack.reclaimer:
+        raise ProviderError("--rotate-token: this provider runs no reclaimer (it offers no reclamation window), so "
+                            "there is no token to rotate")
     reclaimer = reclaimer_vars(stack, parts)
     # The reclaimer's program is m2p's, not the stack's: an m2p upgrade that changes it must reach the server.
     fingerprint = stack.fingerprint + (f"-{Path(reclaimer['market_provider_reclaimer_pyz']).stem[-16:]}"
                                        if stack.reclaimer else "")
-    if recorded_fingerprint(server, opts) == fingerprint:
+    if recorded_fingerprint(server, opts) == fingerprint and not rotate_token:
         return RigOutcome(server.name, "converged", message="provider up to date (fingerprint matches)")
     variables = {**server_vars(server, parts), "market_provider_state": "present",
                  "market_provider_manifests": stack.files, "market_provider_fingerprint": fingerprint,
@@ -203,7 +210,18 @@ def reclaimer_vars(stack: ProviderStack, parts: ProviderParts) -> dict[str, Any]
     return {"market_provider_reclaimer": stack.reclaimer,
             "market_provider_reclaimer_pyz": str(agent_zipapp.write(entry=parts.reclaimer_entry, name="m2p-reclaimer")),
             "market_provider_reclaimer_token_namespace": namespace,
-            "market_provider_reclaimer_token_secret": secret}
+            "market_provider_reclaimer_token_secret": secret,
+            "market_provider_reclaimer_token_manifest": token_secret_object(stack, namespace, secret)}
+
+
+def token_secret_object(stack: ProviderStack, namespace: str, name: str) -> dict[str, Any]:
+    """The reclaimer's token Secret as the stack's manifests have it (the role makes it again to rotate the token)."""
+    for text in stack.files.values():
+        for doc in yaml.safe_load_all(text):
+            meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
+            if doc and doc.get("kind") == "Secret" and (meta.get("namespace"), meta.get("name")) == (namespace, name):
+                return dict(doc)
+    raise ProviderError(f"the stack's manifests hold no Secret {namespace}/{name} for the reclaimer's token")
 
 
 def server_vars(server: Host, parts: ProviderParts) -> dict[str, Any]:

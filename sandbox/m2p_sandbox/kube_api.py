@@ -22,6 +22,11 @@ them (v1 Pod, PodList, Node, Status):
   API upgrades exec to a streaming protocol (SPDY / websocket, which kubectl speaks); the stand-in answers
   the same URL (``command``, ``container`` query parameters) with one JSON reply
   ``{"exitCode", "stdout", "stderr"}``, which the stand-in kubectl prints as kubectl would.
+  Its token lives by the Secret that holds it, as every ServiceAccount token Secret's does: deleted, the token
+  is refused (401); a ``kubernetes.io/service-account-token`` Secret made without a token (PUT or ``apply``) is
+  filled with a new one, as the API's token controller fills it, and that token has the rights of the
+  ServiceAccount the Secret names (kubernetes ``pkg/controller/serviceaccount/tokens_controller.go``; the
+  authenticator's Secret look-up, ``pkg/serviceaccount/legacy.go``).
 - for a kubelet (a client certificate ``system:node:<node>``, TLS only): its own node's pods and Node, as the
   Node authorizer and NodeRestriction allow, and ``POST /api/v1/namespaces/<ns>/pods`` of a mirror pod, admitted
   only as NodeRestriction admits one (kube_api_mirror).
@@ -139,6 +144,10 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message, "reason": reason, "code": code}
 
 
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"  # a Secret type, and its annotation below
+SERVICE_ACCOUNT_NAME = "kubernetes.io/service-account.name"
+
+
 class NodePasswordRejected(Exception):
     """k3s refused a node registration (see ``KubeApiStandin.join``)."""
 
@@ -155,6 +164,7 @@ class KubeApiStandin(Served):
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> object
         self.requests: list[tuple[str, str]] = []  # (method, path) served, for tests
         self.reclaimers: dict[str, tuple[str, str]] = {}  # token -> the (namespace, pod) it may exec into
+        self.account_pods: dict[tuple[str, str], tuple[str, str]] = {}  # reclaimer ServiceAccount -> its pod
         self.exec_in: dict[tuple[str, str, str], Any] = {}  # (namespace, pod, container) -> argv -> (rc, out, err)
         self.down = False  # answer nothing useful (503), as an unreachable API would fail
         standin = self
@@ -253,6 +263,22 @@ class KubeApiStandin(Served):
                     obj["data"] = self.objects[key]["data"]  # the token controller's filling stays
                 self._bump(obj)
                 self.objects[key] = obj
+                self._fill_token(obj)
+
+    def _fill_token(self, secret: dict[str, Any]) -> None:
+        """The token controller: a ServiceAccount token Secret with no token gets a new one, with the rights of the
+        ServiceAccount it names (a reclaimer's, where that account's tokens are).  Called with the lock held."""
+        meta = secret.get("metadata", {})
+        if secret.get("kind") != "Secret" or secret.get("type") != SERVICE_ACCOUNT_TOKEN or (
+                secret.get("data") or {}).get("token"):
+            return
+        token = secrets.token_urlsafe(24)
+        secret["data"] = {**(secret.get("data") or {}), "token": base64.b64encode(token.encode()).decode()}
+        namespace = meta.get("namespace", "")
+        self.token_secrets[token] = (namespace, meta["name"])
+        pod = self.account_pods.get((namespace, meta.get("annotations", {}).get(SERVICE_ACCOUNT_NAME, "")))
+        if pod is not None:
+            self.reclaimers[token] = pod
 
     def bind_token(self, token: str, node: str, namespace: str, secret: str) -> None:
         """The token the token controller put in ``secret``: it may patch ``node`` while the Secret lives."""
@@ -272,8 +298,14 @@ class KubeApiStandin(Served):
 
     def add_reclaimer(self, token: str, pod: tuple[str, str] = ("akash-services", "akash-provider-0")) -> None:
         """The reclaimer's ServiceAccount token: list nodes, namespaces and pods; exec into ``pod`` only."""
+        encoded = base64.b64encode(token.encode()).decode()
         with self.lock:
             self.reclaimers[token] = pod
+            for (kind, namespace, name), obj in self.objects.items():  # the Secret it lives by, if the test made one
+                if kind == "Secret" and (obj.get("data") or {}).get("token") == encoded:
+                    self.token_secrets[token] = (namespace, name)
+                    account = obj.get("metadata", {}).get("annotations", {}).get(SERVICE_ACCOUNT_NAME, "")
+                    self.account_pods[(namespace, account)] = pod
 
     def has(self, kind: str, name: str, namespace: str = "") -> bool:
         with self.lock:
@@ -368,6 +400,12 @@ class KubeApiStandin(Served):
             with self.lock:
                 return self._as_node(kubelet, handler, method, url)
         if token in self.reclaimers:
+            with self.lock:
+                bound = self.token_secrets.get(token)
+                secret = self.objects.get(("Secret", *bound)) if bound is not None else None
+                if bound is not None and (secret is None or (secret.get("data") or {}).get("token")
+                                          != base64.b64encode(token.encode()).decode()):
+                    return 401, _status(401, "Unauthorized", "Unauthorized")  # its Secret is gone: so is the token
             return self._as_reclaimer(self.reclaimers[token], handler, method, url)
         with self.lock:
             if token in self.admin_tokens:
@@ -619,17 +657,20 @@ class KubeApiStandin(Served):
         meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
         if doc.get("kind") != "Secret" or meta.get("name") != name or meta.get("namespace", namespace) != namespace:
             return 400, _status(400, "BadRequest", "the body is not this Secret")
-        data = dict(doc.get("data") or {})
-        for key, value in (doc.pop("stringData", None) or {}).items():  # the API keeps only base64 data
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        doc["data"] = data
         key = ("Secret", namespace, name)
         old = self.objects.get(key)
+        # Server-side apply leaves the fields it is not given to their owners (the token controller's token).
+        kept = (old or {}).get("data") if "data" not in doc and "stringData" not in doc else None
+        data = dict(doc.get("data") or kept or {})
+        for field, value in (doc.pop("stringData", None) or {}).items():  # the API keeps only base64 data
+            data[field] = base64.b64encode(str(value).encode()).decode()
+        doc["data"] = data
         if old is not None and old.get("data") == data and old.get("metadata", {}).get("labels") == meta.get("labels"):
             return 200, copy.deepcopy(old) | {"m2pStandin": "unchanged"}
         doc["metadata"] = {**meta, "namespace": namespace}
         self._bump(doc)
         self.objects[key] = doc
+        self._fill_token(doc)
         return (201 if old is None else 200), copy.deepcopy(doc)
 
 

@@ -104,7 +104,7 @@ def main() -> int:
     print(f"booting {args.rigs} sandbox rigs ...", flush=True)
     rigs = sandbox.boot([sandbox.RigSpec(f"pv{i:02d}", "hiveos", ("rtx3090",)) for i in range(args.rigs)],
                         owner_pid=os.getpid())
-    api = KubeApiStandin(host=str(network.gateway()))
+    api = KubeApiStandin(host=str(network.gateway()), tls=True)  # HTTPS with its own CA, as kube-apiserver
     try:
         entry = {r.name: {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file}
                  for r in rigs}
@@ -114,15 +114,21 @@ def main() -> int:
             "k3s_agent": {"hosts": {r.name: entry[r.name] for r in rigs[1:]}}}}}))
         known_hosts = work / "known_hosts"
         ssh = ["--known-hosts", str(known_hosts), "--accept-new"]
-        env = {"PYTHONUNBUFFERED": "1", "M2P_STANDIN_PLAIN_HTTP": "1", PASS_ENV: secrets.token_urlsafe(16)}
+        env = {"PYTHONUNBUFFERED": "1", PASS_ENV: secrets.token_urlsafe(16)}
         must(timed([PY, "-m", "miner2provider", "convert", "-i", str(inv), "--bundle", str(work / "bundle"), *ssh,
                     "--yes"], env)[1], "convert")
         admin = secrets.token_urlsafe(16)
         api.admin_tokens.add(admin)
         client = tenant.ssh(rigs[0])
         try:
-            config = json.dumps({"url": api.url, "token": admin})
-            tenant.run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
+            assert api.authority is not None
+            ca_file = "/etc/m2p-standin/kube-api-ca.crt"  # the stand-in kubectl checks the API against it
+            config = json.dumps({"url": api.url, "token": admin, "ca_file": ca_file})
+            rc, out = tenant.run(client, f"sudo mkdir -p /etc/m2p-standin && echo "
+                                         f"{shlex.quote(api.authority.pem.decode())} | sudo tee {ca_file} > /dev/null && "
+                                         f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json > /dev/null")
+            if rc:
+                sys.exit(f"pointing the server's stand-in kubectl at the API failed: {out}")
         finally:
             client.close()
         charts = helm.chart_folder(work / "charts")

@@ -4,16 +4,13 @@
   red line and their exit code (``miner2provider.core.errors.exit_codes``), bugs go to a debug log;
 - ``options``: options shared by several commands, folded into ``SshOptions``/``FleetSettings``;
 - ``render``: how rigs, fleet runs and schedules look, as text and JSON;
-- one module per group of commands: ``rigs`` (init, inventory check, detect, attributes,
-  status), ``fleet`` (plan, convert, revert), ``schedule``, ``bundle``, ``dashboard``, ``provider``; ``harness`` adds
+- one module per group of commands: ``rigs`` (init, inventory check, attributes, status), ``detect``,
+  ``fleet`` (plan, convert, revert), ``schedule``, ``bundle``, ``dashboard``, ``provider``; ``harness`` adds
   what other distributions provide (``m2p demo``, from the sandbox harness).
 """
 
 from __future__ import annotations
 
-from . import bundle, dashboard, economics, fleet, harness, keys, miner, provider, rigs, schedule, sites  # noqa: F401 - each registers its commands
-from .app import cli, entry, main
-
-harness.load()  # commands other distributions add (the sandbox harness: m2p demo)
+from .app import cli, entry, main  # each command's module is imported when it is asked for (app.COMMAND_MODULES)
 
 __all__ = ["cli", "entry", "main"]

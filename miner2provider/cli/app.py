@@ -8,6 +8,7 @@ the line says where.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import sys
@@ -48,7 +49,41 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Which module of miner2provider.cli registers each top-level command ("demo": other distributions', through
+# harness.py).  A command's module is imported when the command is asked for: `m2p detect` loads the probe and its
+# report, not the dashboard, the charts and the runner (about 0.25 s of CPU for every m2p started, which at 200
+# rigs was a quarter of detect's CPU per rig beyond the bare probe's; benchmarks/detect_fanout.py).
+COMMAND_MODULES = {
+    "init": "rigs", "inventory": "rigs", "attributes": "rigs", "pricing": "rigs", "status": "rigs", "history": "rigs",
+    "detect": "detect", "plan": "fleet", "convert": "fleet", "revert": "fleet", "remove": "fleet",
+    "bundle": "bundle", "dashboard": "dashboard", "economics": "economics", "keys": "keys", "miner": "miner",
+    "provider": "provider", "schedule": "schedule", "sites": "sites", "join": "sites", "demo": "harness",
+}
+
+
+class LazyCommands(click.Group):
+    """The root group: each command's module is imported the first time the command is looked up, and every one of
+    them when the commands are listed (``m2p --help``, the command pages)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            load_commands(COMMAND_MODULES[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in sorted(set(COMMAND_MODULES.values())):
+            load_commands(module)
+        return super().list_commands(ctx)
+
+
+def load_commands(module: str) -> None:
+    """Import ``miner2provider.cli.<module>``, which registers its commands on ``cli``."""
+    loaded = importlib.import_module(f"miner2provider.cli.{module}")
+    if module == "harness":
+        loaded.load()  # commands other distributions add (the sandbox harness: m2p demo)
+
+
+@click.group(cls=LazyCommands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="m2p")
 @click.option("-v", "--verbose", count=True, help="More detail (progress per rig).")
 @click.option("-q", "--quiet", count=True, help="Only errors and the summary.")

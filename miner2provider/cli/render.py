@@ -8,24 +8,25 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
 
 from miner2provider.core.textfiles import printable
-from miner2provider.detect.facts.probe import RigFacts
 from miner2provider.detect.os_records import CONTROLS_SHOWN
 from miner2provider.detect.report import RigReport, handshake_said, silent_peer_said
-from miner2provider.fleet.pipeline import RigOutcome
-from miner2provider.market import DEFAULT, MARKETPLACES, marketplace
-from miner2provider.market.base import FleetAttributes, Marketplace, ProviderState, Verdict
-from miner2provider.market.pricing import Floor
 from miner2provider.rigside.status import hand_over_said
-from miner2provider.timeshare.economics import Economics
-from miner2provider.timeshare.model import Schedule
 
 from .app import Context
+
+if TYPE_CHECKING:  # names only: `m2p detect` renders with the probe's imports, not the runner's and the markets'
+    from miner2provider.detect.facts.probe import RigFacts
+    from miner2provider.fleet.pipeline import RigOutcome
+    from miner2provider.market.base import FleetAttributes, Marketplace, ProviderState, Verdict
+    from miner2provider.market.pricing import Floor
+    from miner2provider.timeshare.economics import Economics
+    from miner2provider.timeshare.model import Schedule
 
 
 def echo_json(data: Any) -> None:
@@ -262,6 +263,8 @@ def schedule_summary(sched: Schedule) -> str:
 def pricing(floors: list[Floor], economics: Economics, shape: str, market: Marketplace | None = None) -> None:
     """``shape``: table, json, or a marketplace's name (its price mapping alone); ``market``: the farm's marketplace,
     whose price mapping the table and JSON show (None: m2p_marketplace's default)."""
+    from miner2provider.market import DEFAULT, MARKETPLACES, marketplace  # here: see the imports above
+
     if shape in MARKETPLACES:
         echo(marketplace(shape).price_mappings(floors))
         return

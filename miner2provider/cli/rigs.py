@@ -14,9 +14,9 @@ from miner2provider.core.errors import InventoryProblems, InventoryProblemsListe
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
-from miner2provider.detect.report import RigReport, report_json
+from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
-from miner2provider.detect.survey import detect, detect_local
+from miner2provider.detect.survey import detect
 from miner2provider.fleet import tunnel
 from miner2provider.fleet.pipeline import farm_status, fleet_role_vars
 from miner2provider.market import DEFAULT, MARKETPLACES, marketplace, of_farm, pricing
@@ -105,35 +105,6 @@ def inventory_vars(file: str | None, vault_password_file: str | None) -> None:
     gives the roles what `m2p convert` gives them (no secrets are printed)."""
     inv = load_inventory(find_inventory(file), vault_password_file)
     render.echo_yaml({"all": {"hosts": fleet_role_vars(list(inv.hosts))}})
-
-
-@cli.command("detect")
-@inventory_option(required=False)
-@limit_option
-@click.option("--local", is_flag=True, help="Detect this machine, without SSH (GPUs via pynvml when installed).")
-@vault_option
-@ssh_options
-@json_option
-@pass_ctx
-def detect_command(ctx: Context, inventory_file: str | None, limit: str | None, local: bool,
-                   vault_password_file: str | None, ssh: SshOptions, as_json: bool) -> None:
-    """Show what each rig is and whether it is ready to become a GPU node.  Changes nothing."""
-    if local:
-        reports = [detect_local()]
-    else:
-        hosts = load_inventory(find_inventory(inventory_file), vault_password_file).select(limit)
-        ctx.detail(f"probing {render.counted(len(hosts), 'rig')}, {min(ssh.pool_size, len(hosts))} at a time")
-        reports = detect(hosts, ssh, on_done=lambda r: ctx.detail(
-            f"  {r.name}: {'ok' if r.ok else 'FAILED: ' + (r.error or '')}"))
-    if as_json:
-        render.echo_json([report_json(r) for r in reports])
-    else:
-        for report in reports:
-            render.report(ctx, report)
-        render.detect_summary(reports)
-    failed = sum(1 for r in reports if not r.ok)
-    if failed:
-        raise RigFailures(failed, len(reports))
 
 
 @cli.command("attributes")

@@ -11,7 +11,6 @@ import secrets
 import shlex
 import socket
 import subprocess
-from datetime import datetime, timedelta
 
 import pytest
 import yaml
@@ -149,8 +148,8 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
     assert len(artifacts) > 5
     texts.update({str(p): p.read_text(errors="replace") for p in artifacts})
     # The worker holds a one-time join token only, made for it on the server (k3s token create: a bootstrap
-    # token, K10<CA hash>::<id>.<secret>, expiring in minutes); neither the server token (cluster admin) nor
-    # the server's long-lived agent token is in any file on it.
+    # token, K10<CA hash>::<id>.<secret>, expiring in minutes) and deleted there once it joined, so what it holds is
+    # dead; neither the server token (cluster admin) nor the server's long-lived agent token is in any file on it.
     with ssh(farm["hive"]) as client:
         rc, agent_token = run(client, f"sudo cat {DATA_DIR}/server/agent-token")
         made = json.loads(run(client, f"sudo cat {DATA_DIR}/server/m2p-standin-bootstrap-tokens.json")[1])
@@ -160,9 +159,7 @@ def test_convert_twice_then_plan_revert_and_no_secret_anywhere(farm):
         rc, env_file = run(client, "sudo cat /etc/systemd/system/k3s-agent.service.env")
         joined = re.fullmatch(r"K3S_TOKEN=K10([0-9a-f]{64})::([a-z0-9]{6})\.([a-z0-9]{16})", env_file.strip())
         assert rc == 0 and joined and joined[1] == token.split("::")[0][3:], env_file
-        one_time = made[f"bootstrap-token-{joined[2]}"]
-        assert one_time["token-secret"] == joined[3] and "usage-bootstrap-signing" not in one_time
-        assert datetime.strptime(one_time["expiration"], "%Y-%m-%dT%H:%M:%SZ") < datetime.utcnow() + timedelta(minutes=16)
+        assert f"bootstrap-token-{joined[2]}" not in made, made  # made for it, and deleted once it joined
         rc, found = run(client, f"sudo grep -rlF {shlex.quote(agent_token.split('::')[-1])} /etc /var/lib /opt /root "
                                 "/home 2>/dev/null; true")
         assert found.strip() == "", found

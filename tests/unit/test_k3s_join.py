@@ -82,3 +82,23 @@ def test_the_role_takes_the_token_k3s_token_create_prints_and_nothing_else(tmp_p
     for stdout, passes in ((made.stdout, True), (f"K10{CA}::server:abc\n", False), (AGENT_TOKEN, False), ("", False)):
         assert render("{{ " + check + " }}", k3s_agent_new_token={"stdout": stdout}) is passes, stdout
     assert not needs_token(joined=True, env_file=f"K3S_TOKEN={token}\n")
+
+
+def test_a_rig_that_joined_has_its_one_time_token_deleted_by_id_at_once(tmp_path):
+    """Once the agent runs and has its kubelet certificate, its token goes on the server in the same run (k3s token
+    delete takes the ID, the part before the dot, never the secret), so a copy of it is dead in seconds, not 15
+    minutes; a token the cleaner took already is no failure, any other refusal is."""
+    tasks = yaml.safe_load((TASKS / "joined.yml").read_text())
+    delete = next(t for t in tasks if t["name"].startswith("Delete its one-time join token"))
+    argv = delete["ansible.builtin.command"]["argv"]
+    assert argv[1:3] == ["token", "delete"] and delete["delegate_to"] == "{{ k3s_agent_server_host }}"
+    assert delete["when"] == "k3s_agent_has_joined.stat.exists"
+    assert render(argv[3], k3s_agent_new_token={"stdout": BOOTSTRAP + "\n"}) == "abc123"
+    failed = delete["failed_when"]
+    for rc, stderr, fails in ((0, "", False), (1, 'secrets "bootstrap-token-abc123" not found', False),
+                              (1, "connection refused", True)):
+        assert render("{{ " + failed + " }}", k3s_agent_token_deleted={"rc": rc, "stderr": stderr}) is fails
+    main = yaml.safe_load((TASKS / "main.yml").read_text())
+    include = next(t for t in main if t.get("ansible.builtin.include_tasks") == "joined.yml")
+    assert "k3s_role == 'agent'" in include["when"] and "not ansible_check_mode" in include["when"]
+    assert main.index(include) > next(i for i, t in enumerate(main) if t["name"].startswith("Check that k3s runs"))

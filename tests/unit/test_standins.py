@@ -217,3 +217,20 @@ def test_the_standin_k3s_makes_no_token_where_no_server_runs_or_for_a_bad_ttl(tm
     bad = run(k3s, "token", "create", "--ttl", "15", f"--data-dir={server.parent}", env_path="/usr/bin:/bin")
     assert bad.returncode == 1 and bad.stdout == "" and 'invalid value "15" for flag -ttl' in bad.stderr
     assert not (server / "m2p-standin-bootstrap-tokens.json").exists()
+
+
+def test_the_standin_k3s_deletes_a_bootstrap_token_by_its_id_only_as_k3s_does(tmp_path):
+    """`k3s token delete ID`: its Secret goes ("bootstrap token "ID" deleted"); one not there fails as the API's
+    NotFound; a whole token as the argument fails, since k3s parses its --token flag for anything not an ID."""
+    server = k3s_server_dir(tmp_path, os.getpid())
+    k3s = standin(tmp_path, "k3s", "v1.35.3+k3s1")
+    data_dir = f"--data-dir={server.parent}"
+    token = run(k3s, "token", "create", data_dir, env_path="/usr/bin:/bin").stdout.strip()
+    token_id = BOOTSTRAP.match(token)["id"]  # type: ignore[index]
+    whole = run(k3s, "token", "delete", token.split("::")[-1], data_dir, env_path="/usr/bin:/bin")
+    assert whole.returncode == 1 and "didn't match pattern" in whole.stderr
+    deleted = run(k3s, "token", "delete", token_id, data_dir, env_path="/usr/bin:/bin")
+    assert deleted.returncode == 0 and deleted.stdout == f'bootstrap token "{token_id}" deleted\n'
+    assert f"bootstrap-token-{token_id}" not in json.loads((server / "m2p-standin-bootstrap-tokens.json").read_text())
+    again = run(k3s, "token", "delete", token_id, data_dir, env_path="/usr/bin:/bin")
+    assert again.returncode == 1 and "not found" in again.stderr

@@ -6,7 +6,7 @@ its site: `m2p sites invite` prints a bundle of public facts, `m2p join` runs in
 at the rig's site) over real SSH and Ansible, the owner puts each rig's printed key in the inventory, and `m2p sites
 apply` gives the hub its peers; from then on the controller reaches the rigs through the hub (m2p_jump_host) and
 `m2p convert` runs k3s over the tunnels (the STAND-IN k3s stops at start when flannel's interface is missing, as
-flannel does).  Also: the refusal without WireGuard's tools, userspace WireGuard under systemd, the hub forwarding
+flannel does).  Also: the refusal without WireGuard's tools and nftables, userspace WireGuard under systemd, the hub forwarding
 only what arrives on the tunnel, --check changing nothing, status showing each tunnel, the away site's router
 going down (the hub names it at once, the home site mines on), `m2p remove` dropping the away rig's peer from the
 hub without cutting the home rig's tunnel, `sites remove` refused while k3s runs on a tunnel, and revert and
@@ -144,7 +144,9 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
         if r is home:  # HiveOS has no WireGuard tools: said, with what to install, nothing made
             bare = at_site(routers[r.name], *join)
             assert bare.returncode == 11, bare.stdout[-2000:] + bare.stderr[-2000:]
-            assert "has no wg (WireGuard's tools): install wireguard-tools" in json.loads(bare.stdout)["message"]
+            assert ("has no wg (WireGuard's tools) and no nft (nftables: the tunnel's filter keeps other members off "
+                    "this one's services and LAN): install wireguard-tools and nftables there (apt-get install "
+                    "wireguard-tools nftables)") in json.loads(bare.stdout)["message"], bare.stdout
             assert not (root / "etc/m2p/tunnel").exists()
         install_tools(root)
         joined = at_site(routers[r.name], *join)
@@ -276,4 +278,7 @@ def test_rigs_behind_nat_at_two_sites_join_and_the_farm_runs_over_the_tunnel(boo
     inside = subprocess.run(["ip", "netns", "exec", f"m2p{home.slot:05d}", "ip", "link", "show", "m2p0"],
                             capture_output=True, text=True)
     assert "does not exist" in inside.stderr, inside.stdout + inside.stderr
+    tables = subprocess.run(["ip", "netns", "exec", f"m2p{home.slot:05d}", "nft", "list", "tables"],
+                            capture_output=True, text=True)
+    assert tables.returncode == 0 and "inet m2p" not in tables.stdout, tables.stdout + tables.stderr  # filter gone too
     assert (away_root / "etc/m2p/tunnel/private.key").exists()  # a rig gone for good is never touched by remove

@@ -684,8 +684,9 @@ def test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back(f
         # lease, then the one after it).
         tail = {"smos": ["nvidia-smi -i 0 -pl 130", "miner attached"],
                 "msos": ["nvidia-smi -i 0 -pl 170", "miner attached"]}.get(flavour, ["miner attached", "miner attached"])
-        # (The miner shows running before its stand-in has taken its cards and said so: wait for it.)
-        wait_for(f"the cards' log to end {tail}", lambda: gpu_log(r)[-2:] == tail, timeout=15)
+        # (The miner shows running before its stand-in has taken its cards and said so: wait for it; 45 s, as a
+        # loaded CI machine once took over 15 s here.)
+        wait_for(f"the cards' log to end {tail}", lambda: gpu_log(r)[-2:] == tail, timeout=45)
 
         proc = m2p("revert", "-i", str(tmp_path / "rigs.yml"), "--known-hosts", str(tmp_path / "known_hosts"),
                    "--yes", "--json")

@@ -13,8 +13,7 @@ from typing import Any
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-
-from tests.unit.test_standins import k3s_server_dir, run, standin
+from test_standins import k3s_server_dir, run, standin
 
 TASKS = Path(__file__).resolve().parents[2] / "ansible_collections/m2p/rigs/roles/k3s/tasks"
 DEFAULTS = TASKS.parent / "defaults/main.yml"

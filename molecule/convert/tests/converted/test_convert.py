@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 import testinfra
@@ -70,19 +71,27 @@ def test_k3s_runs_with_the_pinned_binary_and_sees_the_nvidia_runtime(host):
     assert 'runtimes."nvidia"]' in generated and "DO NOT EDIT" in generated
 
 
-def test_agent_joined_with_the_servers_agent_token_kept_out_of_argv():
+def test_agent_joined_with_a_one_time_token_kept_out_of_argv():
+    """The worker joined with a bootstrap token its server made for it (k3s token create: K10<CA hash>::<id>.<secret>)
+    and deleted once it joined; neither the server token nor the server's long-lived agent token is on the worker."""
     agent, server = other("conv-plain"), other("conv-hive")
     with server.sudo():
-        token = server.file("/var/lib/rancher/k3s/server/agent-token").content_string.strip()
-    assert "::node:" in token  # the agents' token (k3s's agent-token-file), never the server token
+        server_token = server.file("/var/lib/rancher/k3s/server/token").content_string.strip()
+        agent_token = server.file("/var/lib/rancher/k3s/server/agent-token").content_string.strip()
+        made = json.loads(server.file("/var/lib/rancher/k3s/server/m2p-standin-bootstrap-tokens.json").content_string)
+    assert "::node:" in agent_token
     with agent.sudo():
         env = agent.file("/etc/systemd/system/k3s-agent.service.env")
         assert env.mode == 0o600 and env.user == "root"
-        assert env.content_string == f"K3S_TOKEN={token}\n"
+        joined = re.fullmatch(r"K3S_TOKEN=K10([0-9a-f]{64})::([a-z0-9]{6})\.([a-z0-9]{16})\n", env.content_string)
         pid = agent.check_output("systemctl show -p MainPID --value k3s-agent")
         cmdline = agent.file(f"/proc/{pid}/cmdline").content_string
         config = yaml.safe_load(agent.file("/etc/rancher/k3s/config.yaml").content_string)
-    assert token not in cmdline
+        for secret in (server_token.split("::")[-1], agent_token.split("::")[-1]):
+            assert agent.run(f"grep -rlF {secret} /etc /var/lib /opt /root /home").stdout == ""
+    assert joined and joined[1] == server_token.split("::")[0][3:], env.content_string
+    assert f"bootstrap-token-{joined[2]}" not in made, made  # deleted on the server once the worker joined
+    assert joined[3] not in cmdline
     assert config["server"] == "https://10.213.0.2:6443" or config["server"].endswith(":6443")
 
 

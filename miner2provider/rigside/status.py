@@ -3,7 +3,8 @@ annotation on its node) and the one reader of it (``agent_status_from``), for th
 probe and dashboard alike.  py38-safe: it ships in the agent's zipapp.
 
 ``schema``: STATUS_SCHEMA; a status without one is of schema 1 (agents before the field).  A reader
-meets a newer schema as an unreadable status, said so, never as a wrong one.
+meets a newer schema as an unreadable status, said so, never as a wrong one.  A field added within a schema is
+optional and reads as absent from a status written before it (``telemetry``: None).
 """
 
 from __future__ import annotations
@@ -34,6 +35,45 @@ class Measured:
     algo: str
     mhs: tuple[float, ...]
     watts: tuple[float, ...]
+
+
+HEALTHS = ("ok", "hot", "lost", "xid")  # a card's health (agent/telemetry.py); a reader says "unknown" for any other
+
+
+@dataclass(frozen=True)
+class Card:
+    """One card as nvidia-smi last read it (agent/telemetry.py): None where the card answers ``[N/A]`` or
+    ``[Not Supported]`` (a GeForce's ECC, a passive card's fan) or could not be read (a lost card)."""
+
+    index: int
+    uuid: str
+    name: str = ""
+    pci: str = ""  # its PCI address as nvidia-smi names it (00000000:01:00.0)
+    health: str = "ok"  # HEALTHS
+    why: str = ""  # the health's reason, said ("91 °C, the limit is 85 °C", "Xid 79 at ...", "GPU is lost")
+    temperature_c: float | None = None
+    fan_percent: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_mhz: float | None = None
+    memory_mhz: float | None = None
+    utilization_percent: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    throttle: int | None = None  # clocks_throttle_reasons.active: NVML's bitmask (0x40: hardware slowdown)
+    ecc_uncorrected: int | None = None  # ecc.errors.uncorrected.volatile.total (None: a card without ECC)
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """The rig's cards as last read, and when: ``read_at`` (ISO 8601) gives their age; ``error`` says why the last
+    read failed (the cards then are as read before it, a lost one marked so)."""
+
+    read_at: str
+    cards: tuple[Card, ...] = ()
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +113,7 @@ class AgentStatus:
     # Each lease's GPUs, in ``leases``' order (None: unsaid: a container through the gate the API has not listed);
     # beside the leases, not in them, so that the detect report's leases keep their shape.
     lease_gpus: tuple[int | None, ...] = ()
+    telemetry: Telemetry | None = None  # per-card telemetry and health (None: an agent before it, or none read)
 
     def as_json(self) -> dict[str, Any]:
         """The record as the agent writes it (status.json, the node's annotation); ``agent_status_from`` reads
@@ -97,6 +138,8 @@ class AgentStatus:
             out["measured"] = {"algo": self.measured.algo, "mhs": list(self.measured.mhs),
                                "watts": list(self.measured.watts), "samples": self.measured_samples,
                                "at": self.measured_at}
+        if self.telemetry is not None:
+            out["telemetry"] = telemetry_json(self.telemetry)
         return out
 
     def _gpus(self) -> tuple[int | None, ...]:
@@ -132,7 +175,49 @@ def agent_status_from(raw: object) -> AgentStatus:
                        agent_version=_field(raw, "agent_version"), marketplace=_field(raw, "marketplace"),
                        offered=raw.get("offered") is True, lease_per_hour=_number(profit.get("lease_per_hour")),
                        quote_missing=_field(profit, "missing", 200), **_measured_when(raw.get("measured")),
-                       lease_gpus=tuple(_count(item.get("gpus")) for item in items))
+                       lease_gpus=tuple(_count(item.get("gpus")) for item in items),
+                       telemetry=telemetry_from(raw.get("telemetry")))
+
+
+CARD_NUMBERS = ("temperature_c", "fan_percent", "power_w", "power_limit_w", "sm_mhz", "memory_mhz",
+                "utilization_percent", "memory_used_mib", "memory_total_mib")
+CARD_COUNTS = ("pcie_gen", "pcie_width", "throttle", "ecc_uncorrected")
+
+
+def telemetry_json(telemetry: Telemetry) -> dict[str, Any]:
+    """``telemetry`` as status.json carries it: a card's unread figures are left out (read back as None)."""
+    cards = []
+    for card in telemetry.cards:
+        row: dict[str, Any] = {"index": card.index, "uuid": card.uuid, "name": card.name, "pci": card.pci,
+                               "health": card.health, "why": card.why}
+        row.update((key, getattr(card, key)) for key in (*CARD_NUMBERS, *CARD_COUNTS)
+                   if getattr(card, key) is not None)
+        cards.append(row)
+    return {"read_at": telemetry.read_at, "error": telemetry.error, "cards": cards}
+
+
+def telemetry_from(raw: object) -> Telemetry | None:
+    """``telemetry`` of status.json, checked field by field (None: absent, or not an object); at most MAX_GPUS
+    cards, each with a whole index; an odd figure reads as unread, an odd health as unknown."""
+    if not isinstance(raw, dict):
+        return None
+    listed = raw.get("cards")
+    cards = []
+    for item in (listed if isinstance(listed, list) else [])[:MAX_GPUS]:
+        index = _whole(item.get("index")) if isinstance(item, dict) else None
+        if not isinstance(item, dict) or index is None or index >= 2**31:
+            continue
+        health = item.get("health")
+        figures: dict[str, Any] = {key: _number(item.get(key)) for key in CARD_NUMBERS}
+        figures.update((key, _whole(item.get(key))) for key in CARD_COUNTS)
+        cards.append(Card(index, _field(item, "uuid"), _field(item, "name"), _field(item, "pci", 20),
+                          health if health in HEALTHS else "unknown", _field(item, "why", 200), **figures))
+    return Telemetry(_field(raw, "read_at"), tuple(cards), _field(raw, "error", 300))
+
+
+def _whole(value: object) -> int | None:
+    """A whole, non-negative number below 2**64 (a bitmask, a count); anything else reads as unread."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64 else None
 
 
 def _count(value: object) -> int | None:

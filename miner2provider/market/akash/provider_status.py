@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import ssl
-import threading
 from typing import Any
 from urllib.parse import urlsplit
 
+from miner2provider.core.deadline import Connection, Watchdog
 from miner2provider.market.base import ProviderState
 
 TIMEOUT_S = 5.0
@@ -47,7 +46,7 @@ def fetch(url: str, timeout_s: float = TIMEOUT_S) -> ProviderState:
         return ProviderState(url, "not a URL with a port number", {})
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return ProviderState(url, "not an http:// or https:// URL", {})
-    watchdog = _Watchdog(timeout_s)
+    watchdog = Watchdog(timeout_s)
     try:
         with watchdog:
             status, body = _get(parts.hostname, port, parts.scheme == "https", parts.path or "/", watchdog)
@@ -75,8 +74,8 @@ def fetch(url: str, timeout_s: float = TIMEOUT_S) -> ProviderState:
         return ProviderState(url, "not an Akash provider's status", {})
 
 
-def _get(host: str, port: int, tls: bool, path: str, watchdog: _Watchdog) -> tuple[int, bytes]:
-    connection = _Connection(host, port, watchdog, tls)
+def _get(host: str, port: int, tls: bool, path: str, watchdog: Watchdog) -> tuple[int, bytes]:
+    connection = Connection(host, port, watchdog, _unverified() if tls else None)
     try:
         connection.request("GET", path, headers={"Accept": "application/json", "Connection": "close"})
         reply = connection.getresponse()
@@ -86,63 +85,11 @@ def _get(host: str, port: int, tls: bool, path: str, watchdog: _Watchdog) -> tup
         connection.close()
 
 
-class _Connection(http.client.HTTPConnection):
-    """One connection whose socket the watchdog holds from the first byte on (the TLS handshake included)."""
-
-    def __init__(self, host: str, port: int, watchdog: _Watchdog, tls: bool) -> None:
-        super().__init__(host, port, timeout=watchdog.seconds)
-        self.watchdog, self.tls = watchdog, tls
-
-    def connect(self) -> None:
-        raw = socket.create_connection((self.host, self.port), self.watchdog.seconds)
-        self.sock = raw
-        self.watchdog.watch(raw)
-        if self.tls:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE  # the provider's own certificate (see above)
-            self.sock = wrapped = context.wrap_socket(raw, server_hostname=self.host, do_handshake_on_connect=False)
-            self.watchdog.watch(wrapped)  # wrapping took the descriptor from raw
-            wrapped.do_handshake()
-
-
-class _Watchdog:
-    """Shuts the watched socket down ``seconds`` after it is entered: a blocked read then ends at once."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.fired = False
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._timer.cancel()
-        self.release()
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            if self.fired:
-                raise TimeoutError("the deadline passed")
-            self._sock = sock
-
-    def release(self) -> None:
-        with self._lock:
-            self._sock = None
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            if self._sock is not None:
-                try:  # the plain socket's shutdown (an SSLSocket's own would first drop its TLS state)
-                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
+def _unverified() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the provider's own certificate (see above)
+    return context
 
 
 def parse(doc: Any) -> dict[str, Any]:

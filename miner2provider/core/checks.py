@@ -1,11 +1,9 @@
 """Values that go from the user into rigs' configs and provider attributes, checked in one place:
-a region name, an API server URL, a host address, an SSH public key.  Pure, but for one switch read from the environment
-(STANDIN_PLAIN_HTTP)."""
+a region name, an API server URL, a host address, an SSH public key.  Pure."""
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import socket
 from urllib.parse import urlsplit
@@ -49,15 +47,10 @@ def is_region(text: str) -> bool:
     return bool(_REGION.fullmatch(text))
 
 
-# Set by m2p's tests and demo only: the sandbox's STAND-IN Kubernetes API speaks plain HTTP.  Anywhere else an
-# API reached over http:// would carry the agents' and the dashboard's tokens in clear.
-STANDIN_PLAIN_HTTP = "M2P_STANDIN_PLAIN_HTTP"
-
-
 def is_api_server(text: str) -> bool:
-    """``https://HOST[:PORT]`` (a path of ``/`` at most): what the agents' Kubernetes client is given.
-    ``http://`` only where STANDIN_PLAIN_HTTP is 1 (the sandbox's stand-in API)."""
-    plain_ok = os.environ.get(STANDIN_PLAIN_HTTP) == "1"
+    """``https://HOST[:PORT]`` (a path of ``/`` at most): what the agents' and the dashboard's Kubernetes client
+    is given.  Never ``http://``, which would carry their tokens in clear; kube-apiserver speaks only TLS, and so
+    does the sandbox's stand-in."""
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         return False
     try:
@@ -66,6 +59,5 @@ def is_api_server(text: str) -> bool:
     except ValueError:
         return False
     host = (url.hostname or "").strip("[]")
-    schemes = ("https", "http") if plain_ok else ("https",)
-    return (url.scheme in schemes and url.path in ("", "/") and not url.query and not url.fragment
+    return (url.scheme == "https" and url.path in ("", "/") and not url.query and not url.fragment
             and not url.username and canonical_address(host) is not None)

@@ -47,7 +47,7 @@ class Endpoint:
 
     server: str
     token_file: str | None = None
-    ca_file: str | None = None  # None: system CAs (or plain http for a stand-in server)
+    ca_file: str | None = None  # None: the system's CAs
     cert_file: str | None = None
     key_file: str | None = None
 
@@ -56,7 +56,7 @@ class Endpoint:
 class KubeClient:
     server: str  # https://HOST:6443
     token_file: str | None  # a bearer token file
-    ca_file: str | None = None  # None: system CAs (or plain http for a stand-in server)
+    ca_file: str | None = None  # None: the system's CAs
     timeout_s: float = 5.0
     kubeconfig: str = ""  # instead of the three above: the kubeconfig k3s writes for the node's kubelet
 

@@ -23,7 +23,6 @@ import click
 from m2p_sandbox.errors import DemoFailed
 from miner2provider.cli.app import Context, cli, main, pass_ctx
 from miner2provider.core import collection
-from miner2provider.core.checks import STANDIN_PLAIN_HTTP
 
 DEMO_TOKEN_ENV = "M2P_DEMO_AGENT_TOKEN"
 
@@ -54,7 +53,6 @@ def demo_command(ctx: Context, serve: bool) -> None:
     api = None
     token = secrets.token_urlsafe(24)
     os.environ[DEMO_TOKEN_ENV] = token  # the agent's API token, as a user names one in m2p_agent_token_env
-    os.environ[STANDIN_PLAIN_HTTP] = "1"  # the demo's STAND-IN API speaks plain HTTP (refused anywhere else)
     closing = contextlib.ExitStack()  # the provider steps' stand-ins
     try:
         build_test_bundle(work / "bundle")
@@ -64,14 +62,17 @@ def demo_command(ctx: Context, serve: bool) -> None:
         ctx.info("booting the sandbox rig demo-hive ...")
         rigs = sandbox.boot([sandbox.RigSpec("demo-hive", "hiveos", ("rtx3090", "rtx3090"))], owner_pid=os.getpid())
         rig = rigs[0]
-        api = KubeApiStandin(host=str(network.gateway()))
+        api = KubeApiStandin(host=str(network.gateway()))  # HTTPS with its own CA, as kube-apiserver
         api.add_node("demo-hive", token, gpus=2)
+        assert api.authority is not None
+        (work / "cluster-ca.crt").write_bytes(api.authority.pem)  # the agent's token comes with the cluster's CA
         inv = work / "rigs.yml"
         # Its own k3s server (group k3s_server): the farm an Akash provider needs.
         inv.write_text(f"all:\n  children:\n    k3s_server:\n      hosts:\n        demo-hive:\n"
                        f"          ansible_host: {rig.address}\n          ansible_user: {rig.user}\n"
                        f"          ansible_ssh_private_key_file: {rig.key_file}\n          m2p_min_free_disk_gb: 5\n"
-                       f"          m2p_agent_token_env: {DEMO_TOKEN_ENV}\n")
+                       f"          m2p_agent_token_env: {DEMO_TOKEN_ENV}\n"
+                       f"          m2p_agent_ca_file: {work / 'cluster-ca.crt'}\n")
         # Policy profit: the rig is offered while a lease pays more than mining.  The stand-in miner
         # reports 58 MH/s kawpow at 240 W a card (HiveOS's stats file): 58 x 0.02 = 1.16 a day, power
         # 0.029/h; floor 0.029 + 1.15 x 0.019 = 0.051/h a card, so a 0.25 lease pays: offered.

@@ -1,6 +1,8 @@
 """STAND-IN Kubernetes API server for the agent's tests (no kube-apiserver can run here).
 
-It serves only what m2p's agent calls, with objects shaped as the Kubernetes API documents
+It speaks HTTPS with its own test CA (``authority``; its PEM is what a caller gives m2p as the cluster's CA), as
+kube-apiserver serves only TLS (m2p refuses an http:// API); ``tls=False`` is only for a test whose client cannot
+speak TLS.  It serves only what m2p's agent calls, with objects shaped as the Kubernetes API documents
 them (v1 Pod, PodList, Node, Status):
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>``
 - ``GET /api/v1/nodes/<name>``, ``PATCH /api/v1/nodes/<name>`` (``application/merge-patch+json``,
@@ -54,6 +56,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import ssl
 import tempfile
 import threading
@@ -153,7 +156,7 @@ class NodePasswordRejected(Exception):
 
 
 class KubeApiStandin(Served):
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: bool = False) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: bool = True) -> None:
         self.lock = threading.Lock()
         self.version = 1
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -210,6 +213,11 @@ class KubeApiStandin(Served):
     @property
     def url(self) -> str:
         return super().url.replace("http://", "https://", 1) if self.authority else super().url
+
+    def close(self) -> None:
+        super().close()
+        if self.authority is not None:  # its CA, certificate and key: one folder per stand-in, gone with it
+            shutil.rmtree(self.files, ignore_errors=True)
 
     def kubelet_credential(self, node: str) -> tuple[bytes, bytes, bytes]:
         """(CA, certificate, key) PEMs as k3s gives a node's kubelet: ``CN=system:node:<node>,

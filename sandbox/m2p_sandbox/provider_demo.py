@@ -65,10 +65,14 @@ def steps(rig: Rig, api: KubeApiStandin, work: Path, inv: Path, ssh: list[str], 
     os.environ[PASS_ENV] = "demo-" + secrets.token_urlsafe(12)
     admin = secrets.token_urlsafe(16)
     api.admin_tokens.add(admin)
-    config = json.dumps({"url": api.url, "token": admin})
+    assert api.authority is not None
+    ca_file = "/etc/m2p-standin/kube-api-ca.crt"  # the stand-in kubectl checks the API (TLS) against it
+    config = json.dumps({"url": api.url, "token": admin, "ca_file": ca_file})
+    ca = shlex.quote(api.authority.pem.decode())
     client = tenant.ssh(rig)
     try:  # the stand-in k3s's kubectl talks to the stand-in API as the server's admin
-        code, out = tenant.run(client, f"echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
+        code, out = tenant.run(client, f"sudo mkdir -p /etc/m2p-standin && echo {ca} | sudo tee {ca_file} > /dev/null"
+                                       f" && echo {shlex.quote(config)} | sudo tee /etc/m2p-standin/kube-api.json")
     finally:
         client.close()
     if code != 0:

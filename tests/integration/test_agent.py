@@ -99,12 +99,16 @@ def miner_process(r) -> tuple[str, str]:
 
 def apply(r, tmp_path, api, schedule: str, *extra: str, settings: dict | None = None) -> tuple[int, list[dict]]:
     """`m2p schedule apply` as a user runs it (the rig's own ``settings`` in the inventory too); returns the
-    exit code and the --json outcomes."""
+    exit code and the --json outcomes.  The API speaks TLS (as kube-apiserver): the agent's token comes with the
+    cluster's CA, the stand-in's, in a file on the controller (m2p_agent_ca_file; the role copies it to the rig)."""
     (tmp_path / "schedule.yml").write_text(schedule)
+    assert api.authority is not None
+    (tmp_path / "cluster-ca.crt").write_bytes(api.authority.pem)
     inv = tmp_path / "rigs.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {r.name: {
         "ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file,
-        "m2p_agent_token_env": "AG_HIVE_AGENT_TOKEN", **(settings or {})}}}}))
+        "m2p_agent_token_env": "AG_HIVE_AGENT_TOKEN", "m2p_agent_ca_file": str(tmp_path / "cluster-ca.crt"),
+        **(settings or {})}}}}))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = cli.main(["schedule", "apply", "-i", str(inv), str(tmp_path / "schedule.yml"), "--api-server", api.url,

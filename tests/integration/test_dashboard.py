@@ -75,14 +75,17 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
     assert Path(CHROMIUM).exists(), "chromium is missing: run scripts/install (Debian's chromium)"
     hive, ms, plain = boot_rigs(sandbox.RigSpec("db-hive", "hiveos", ("rtx3090", "rtx3090")),
                                 sandbox.RigSpec("db-ms", "msos", ("cmp90hx",)), sandbox.RigSpec("db-plain", "plain"))
-    api = KubeApiStandin(host=str(network.gateway()))
+    api = KubeApiStandin(host=str(network.gateway()))  # HTTPS with its own CA, as kube-apiserver
+    assert api.authority is not None
+    ca = tmp_path / "cluster-ca.crt"  # the cluster's CA as its owner keeps it: the agent and the dashboard trust it
+    ca.write_bytes(api.authority.pem)
     token = secrets.token_urlsafe(24)
     api.add_node(hive.name, token, gpus=2)
     ssh_pw = "Sup3r-" + secrets.token_hex(6)  # an inventory secret no response may carry
     inv = tmp_path / "rigs.yml"
     hosts = {r.name: {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file,
                       "ansible_become_password": ssh_pw} for r in (hive, ms, plain)}
-    hosts[hive.name]["m2p_agent_token_env"] = "DB_AGENT_TOKEN"
+    hosts[hive.name] |= {"m2p_agent_token_env": "DB_AGENT_TOKEN", "m2p_agent_ca_file": str(ca)}
     inv.write_text(yaml.safe_dump({"all": {"children": {"farm_a": {"hosts": {hive.name: hosts[hive.name],
                                                                              ms.name: hosts[ms.name]}},
                                                         "farm_b": {"hosts": {plain.name: hosts[plain.name]}}}}}))
@@ -119,7 +122,7 @@ def test_the_fleet_page_a_timeline_a_redetect_and_a_refused_action(boot_rigs, tm
     server = subprocess.Popen([*M2P, "dashboard", *common, "--accept-new", "--port", str(port),
                                "--db", str(tmp_path / "history.sqlite3"), "--economics", str(tmp_path / "econ.yml"),
                                "--kube-api", api.url, "--kube-token-file", str(tmp_path / "kube-token"),
-                               "--token-file", str(token_file)],
+                               "--kube-ca", str(ca), "--token-file", str(token_file)],
                               env=env, stdout=log, stderr=subprocess.STDOUT)
     shots = tmp_path / "screenshots"
     try:

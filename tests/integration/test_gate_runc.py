@@ -55,10 +55,12 @@ def wait_for(what, check, timeout=30.0):
 def world(tmp_path):
     for tool in ("runc", "busybox"):
         assert shutil.which(tool), f"{tool} is missing: run scripts/install (Debian's runc and busybox-static)"
-    api = KubeApiStandin()
+    api = KubeApiStandin()  # HTTPS, as kube-apiserver: the agent trusts its CA (agent.json's ca_file, as the role's)
     token = secrets.token_urlsafe(16)
     api.add_node(NODE, token, gpus=2)
     (tmp_path / "token").write_text(token)
+    assert api.authority is not None
+    (tmp_path / "cluster-ca.crt").write_bytes(api.authority.pem)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shutil.copy(gpu_standin.HERE / "nvidia-smi", bin_dir / "nvidia-smi")
@@ -78,7 +80,8 @@ def world(tmp_path):
 
     def start_agent(gpu_info_dir: str = "", **adapter: object) -> None:
         config = {"node": NODE, "schedule": str(tmp_path / "schedule.yml"), "api_server": api.url,
-                  "token_file": str(tmp_path / "token"), "gpu_count": 2, "state_dir": str(tmp_path / "state"),
+                  "token_file": str(tmp_path / "token"), "ca_file": str(tmp_path / "cluster-ca.crt"),
+                  "gpu_count": 2, "state_dir": str(tmp_path / "state"),
                   "labels_file": str(tmp_path / "labels.json"), "interval_s": 0.5, "miner": {**miner, **adapter},
                   **({"gpu_info_dir": gpu_info_dir} if gpu_info_dir else {})}
         (tmp_path / "agent.json").write_text(json.dumps(config))

@@ -37,8 +37,10 @@ def api():
 
 
 def client(api, tmp_path, token="rig01-token"):
+    """The agent's client as a token user's agent runs it: the token, and the cluster's CA (the stand-in's)."""
     (tmp_path / "token").write_text(token + "\n")
-    return kube_api.KubeClient(api.url, str(tmp_path / "token"))
+    (tmp_path / "ca.crt").write_bytes(api.authority.pem)
+    return kube_api.KubeClient(api.url, str(tmp_path / "token"), str(tmp_path / "ca.crt"))
 
 
 class LoggedClocks(Clocks):
@@ -78,7 +80,7 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                       watchdog_running_cmd=f"test -e {watchdog}", watchdog_stop_cmd=f"rm -f {watchdog}; echo held >> {wd_log}",
                       watchdog_release_cmd=f"echo released >> {wd_log}", watchdog_start_cmd=f"touch {watchdog}")
     config = Config(node=NODE, schedule=str(tmp_path / "schedule.yml"), api_server=api.url,
-                    token_file=str(tmp_path / "token"), miner=miner, gpu_count=2,
+                    token_file=str(tmp_path / "token"), ca_file=str(tmp_path / "ca.crt"), miner=miner, gpu_count=2,
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
                     hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces,

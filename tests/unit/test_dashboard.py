@@ -447,8 +447,11 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
     from miner2provider.dashboard import kube_sweep
     from miner2provider.rigside.kube import ApiError, KubeClient
 
-    api = KubeApiStandin()
+    api = KubeApiStandin()  # HTTPS with its own CA, as kube-apiserver; the dashboard's --kube-ca holds it
     try:
+        assert api.authority is not None
+        (tmp_path / "ca.crt").write_bytes(api.authority.pem)
+        ca = str(tmp_path / "ca.crt")
         api.admin_tokens.add(admin := "admin-" + "y" * 20)
         api.add_node("rig01", "agent-token", labels={"m2p.io/mode": "draining"})
         api.nodes["rig01"]["metadata"]["annotations"] = {"m2p.io/status": json.dumps(
@@ -458,7 +461,7 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
         (tmp_path / "admin").write_text(admin)
         make, _ = world
         with History(tmp_path / "h.sqlite3") as h:
-            assert kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin")), now=time.time() + 60) == 1
+            assert kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin"), ca), now=time.time() + 60) == 1
             assert set(h.nodes()) == {"rig01"}
         with make() as client:
             row = client.get("/api/rigs/rig01").json()
@@ -466,7 +469,7 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
             "draining", "api", ["lease/late"], "API: slow")
         (tmp_path / "admin").write_text("wrong")
         with History(tmp_path / "h.sqlite3") as h, pytest.raises(ApiError, match="HTTP 401"):
-            kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin")))
+            kube_sweep.collect(h, KubeClient(api.url, str(tmp_path / "admin"), ca))
     finally:
         api.close()
 

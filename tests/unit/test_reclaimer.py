@@ -41,17 +41,10 @@ Farm = tuple[KubeApiStandin, ChainStandin, ProviderPod, Clock, Config]
 
 @pytest.fixture
 def farm(tmp_path: Path) -> Iterator[Farm]:
-    """The API with two agents' nodes, the chain, the provider pod and the reclaimer's identity."""
-    yield from _farm(tmp_path, KubeApiStandin())
-
-
-@pytest.fixture
-def tls_farm(tmp_path: Path) -> Iterator[Farm]:
-    """The same over TLS, where a rig's kubelet can show its certificate (system:node:<rig>)."""
-    yield from _farm(tmp_path, KubeApiStandin(tls=True))
-
-
-def _farm(tmp_path: Path, api: KubeApiStandin) -> Iterator[Farm]:
+    """The API with two agents' nodes, the chain, the provider pod and the reclaimer's identity.  The API speaks
+    TLS, as kube-apiserver (the reclaimer's kubeconfig names its CA), where a rig's kubelet can show its
+    certificate (system:node:<rig>)."""
+    api = KubeApiStandin()
     clock = Clock()
     chain = ChainStandin(min_window_s=60.0, clock=clock)  # a test chain's governance bound (a devnet's)
     pod = ProviderPod(chain, PROVIDER, KEY)
@@ -389,11 +382,11 @@ def mirror_in_lease(api: KubeApiStandin, tmp_path: Path, rig: str, dseq: int) ->
     assert api.pods[(f"lease-{dseq}", f"web-0-{rig}")]["spec"]["nodeName"] == rig
 
 
-def test_a_taken_rigs_mirror_pod_in_a_lease_elsewhere_does_not_hold_its_reclaim(tls_farm: Farm, tmp_path: Path) -> None:
+def test_a_taken_rigs_mirror_pod_in_a_lease_elsewhere_does_not_hold_its_reclaim(farm: Farm, tmp_path: Path) -> None:
     """ATTACK: rig02's kubelet puts a mirror pod in the namespace of a lease that runs on rig01 only, to make it
     look spanning: held without consent, rig01 would miss its mining window.  Only pods the provider's workloads
     own count: the lease is reclaimed for rig01 as if rig02 had said nothing."""
-    api, chain, pod, clock, config = tls_farm
+    api, chain, pod, clock, config = farm
     lease = lease_on(api, chain, 40, ("rig01",), window_s=60.0)
     must_mine(api, "rig01", T0 + 60 + config.margin_s + config.interval_s)
     must_mine(api, "rig02", None)
@@ -403,11 +396,11 @@ def test_a_taken_rigs_mirror_pod_in_a_lease_elsewhere_does_not_hold_its_reclaim(
     assert lease.state == "reclaiming" and lease.deadline <= T0 + 60 + config.margin_s + config.interval_s
 
 
-def test_a_taken_rig_cannot_get_a_lease_on_another_rig_reclaimed_even_with_consent(tls_farm: Farm, tmp_path: Path) -> None:
+def test_a_taken_rig_cannot_get_a_lease_on_another_rig_reclaimed_even_with_consent(farm: Farm, tmp_path: Path) -> None:
     """ATTACK: with ``reclaim_leases_across_rigs`` (reclaim_spanning), rig02 says it must mine (its agent's status,
     which it writes) and puts a mirror pod in the namespace of a lease that runs on rig01 only, which need not
     mine: the lease must stay untouched."""
-    api, chain, pod, clock, config = tls_farm
+    api, chain, pod, clock, config = farm
     lease = lease_on(api, chain, 41, ("rig01",), window_s=60.0)
     must_mine(api, "rig01", None)
     must_mine(api, "rig02", T0)

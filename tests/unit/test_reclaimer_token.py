@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -32,11 +33,13 @@ POD = ("akash-services", "akash-provider-0")
 
 
 def as_reclaimer(api: KubeApiStandin, token: str, path: str) -> int:
-    """The HTTP status the API answers the reclaimer's ``token`` with."""
+    """The HTTP status the API answers the reclaimer's ``token`` with (over TLS, trusting the API's CA)."""
     req = urllib.request.Request(api.url + path, headers={"Authorization": f"Bearer {token}"}, method="POST"
                                  if "/exec" in path else "GET", data=b"" if "/exec" in path else None)
+    assert api.authority is not None
+    trusted = ssl.create_default_context(cadata=api.authority.pem.decode())
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=5, context=trusted) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return exc.code

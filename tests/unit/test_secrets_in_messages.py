@@ -105,17 +105,36 @@ def test_the_debug_log_is_private_and_masks_secrets(tmp_path, monkeypatch, capsy
     assert "hunter2" not in capsys.readouterr().err or pytest.fail("the terminal line quoted the secret")
 
 
-def test_an_http_api_is_refused_outside_the_sandbox_and_redirects_keep_no_token(monkeypatch, tmp_path):
+def test_an_http_api_is_refused_everywhere_and_redirects_keep_no_token(monkeypatch, tmp_path, capsys):
+    """An http:// API would carry the agents' and the dashboard's tokens in clear: refused by the inventory
+    check, `schedule apply --api-server` and `dashboard --kube-api`, even with the switch that once let the
+    sandbox's plain-HTTP stand-in through (M2P_STANDIN_PLAIN_HTTP=1, gone: the stand-in speaks TLS)."""
     import http.server
     import threading
 
+    from miner2provider.cli import app
     from miner2provider.core import checks
     from miner2provider.rigside.kube import ApiError, KubeClient
 
-    monkeypatch.delenv(checks.STANDIN_PLAIN_HTTP)
-    assert not checks.is_api_server("http://10.0.0.1:6443") and checks.is_api_server("https://10.0.0.1:6443")
-    monkeypatch.setenv(checks.STANDIN_PLAIN_HTTP, "1")
-    assert checks.is_api_server("http://10.0.0.1:6443")
+    monkeypatch.setenv("M2P_STANDIN_PLAIN_HTTP", "1")
+    assert checks.is_api_server("https://10.0.0.1:6443")
+    for url in ("http://10.0.0.1:6443", "HTTP://10.0.0.1:6443", "http://127.0.0.1:6443/"):
+        assert not checks.is_api_server(url), url
+    plain = "http://127.0.0.1:6443"
+    (tmp_path / "token").write_text("dashboard-token-xyz")
+    inv = tmp_path / "rigs.yml"
+    inv.write_text(f"all:\n  hosts:\n    rig1:\n      ansible_host: 10.0.0.1\n      m2p_agent_api_server: {plain}\n")
+    (tmp_path / "schedule.yml").write_text("timezone: UTC\npolicy: lease-first\n")
+    for argv, code, option in (
+            (["dashboard", "-i", str(inv), "--kube-api", plain, "--kube-token-file", str(tmp_path / "token")], 2,
+             "--kube-api"),
+            (["schedule", "apply", "-i", str(inv), str(tmp_path / "schedule.yml"), "--api-server", plain, "--yes"], 2,
+             "--api-server"),
+            (["inventory", "check", str(inv)], 3, "m2p_agent_api_server")):
+        capsys.readouterr()
+        assert app.main(argv) == code, argv
+        said = capsys.readouterr().err
+        assert option in said and "https://" in said, (argv, said)
 
     seen = []
 
@@ -161,7 +180,9 @@ def test_a_100_character_card_name_gives_legal_label_keys_and_the_status_still_u
     try:
         api.add_node("rig1", "node-token-" + "z" * 20)
         (tmp_path / "token").write_text("node-token-" + "z" * 20)
-        client = KubeClient(api.url, str(tmp_path / "token"))
+        assert api.authority is not None  # HTTPS, as kube-apiserver: the client trusts the stand-in's CA
+        (tmp_path / "ca.crt").write_bytes(api.authority.pem)
+        client = KubeClient(api.url, str(tmp_path / "token"), str(tmp_path / "ca.crt"))
         publisher = Publisher(tmp_path / "status.json")
         assert publisher.push(client, "rig1", '{"mode": "mining"}', labels)
         assert api.nodes["rig1"]["metadata"]["labels"] == labels

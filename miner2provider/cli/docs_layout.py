@@ -28,7 +28,7 @@ detect  ->  plan  ->  run roles  ->  register attributes  ->  schedule
 ```
 
 A stage imports only the stages below it: `core < timeshare < agent < detect < market < fleet <
-dashboard < cli` (`tests/unit/test_layers.py`, in `scripts/test`). The agent runs on rigs' own python3
+alerts < dashboard < cli` (`tests/unit/test_layers.py`, in `scripts/test`). The agent runs on rigs' own python3
 (3.8+) from a zipapp that packs exactly what its entry point imports (`fleet/agent_zipapp.py`,
 `rig_modules`): `agent/`, `rigside/`, the shared `timeshare/` code and `core/errors.py`,
 `core/textfiles.py`; the same test keeps that free of controller code. What rigs run with their own

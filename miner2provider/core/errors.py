@@ -154,3 +154,8 @@ class EconomicsError(ScheduleError):
 
 class ProviderFileError(UsageError):
     """A provider file (provider.yml: the farm as a marketplace provider) is invalid (file:line; exit 2)."""
+
+
+class AlertsFileError(UsageError):
+    """An alert file (``m2p dashboard --alerts``, ``m2p alerts test``) is invalid, or names an environment variable
+    that is not set (file:line; exit 2)."""

@@ -1,7 +1,7 @@
 """The layer order of m2p's stage packages, read from the source (ast; nothing is imported).
 
 A stage imports only stages below it: core < timeshare < agent < detect < market < fleet <
-dashboard < cli.  The agent runs on rigs (python3 3.8+, from a zipapp): it imports nothing of the
+alerts < dashboard < cli.  The agent runs on rigs (python3 3.8+, from a zipapp): it imports nothing of the
 controller, only core's errors and text files and the shared time-share code; what it imports is
 exactly what the zipapp packs (fleet/agent_zipapp.py).
 """
@@ -16,7 +16,7 @@ import pytest
 from miner2provider.fleet import agent_zipapp
 
 PACKAGE = Path(__file__).resolve().parents[2] / "miner2provider"
-LAYERS = ("core", "timeshare", "rigside", "agent", "detect", "market", "fleet", "dashboard", "cli")
+LAYERS = ("core", "timeshare", "rigside", "agent", "detect", "market", "fleet", "alerts", "dashboard", "cli")
 # What may run on a rig: the agent, the time-share code it shares with the controller, and two of
 # core's modules.  timeshare/apply.py is the controller's (it reads the inventory).
 RIG_SIDE = ("miner2provider", "miner2provider.agent", "miner2provider.rigside", "miner2provider.timeshare", "miner2provider.core",

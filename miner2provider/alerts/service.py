@@ -1,0 +1,69 @@
+"""Alerts in the dashboard: the rules' state kept between sweeps (in memory), judged after each sweep on what it
+read, and the messages handed to the outbox (dispatch.py), which sends them off the sweep's thread.
+
+The dashboard's sweep calls ``Alerting.after_sweep(snapshot)`` with ``facts.snapshot_from_history(...)``; the
+provider's answers reach it through ``Alerting.watching(ask)``, which wraps the provider's status read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from miner2provider.market.base import ProviderState
+
+from .config import AlertsConfig
+from .dispatch import Outbox, Receiver, send_once
+from .facts import Snapshot
+from .rules import Message, State, evaluate
+
+
+class Alerting:
+    def __init__(self, config: AlertsConfig, outbox: Outbox | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.outbox = outbox if outbox is not None else Outbox(config.receivers)
+        self.clock = clock
+        self.state = State()
+        self.provider: ProviderState | None = None  # its last answer (None: not asked yet)
+        self._lock = threading.Lock()  # a redetect's sweep may run beside the background one
+
+    def after_sweep(self, snapshot: Snapshot, now: float | None = None) -> list[Message]:
+        """Judge the rules on what the sweep read and queue what is to be said; returns at once."""
+        with self._lock:
+            self.state, messages = evaluate(self.state, snapshot, self.config.rules,
+                                            self.clock() if now is None else now)
+        self.outbox.submit(messages)
+        return messages
+
+    def watching(self, ask: Callable[[], ProviderState]) -> Callable[[], ProviderState]:
+        """``ask`` (the provider's status read) that also keeps its answer for the next sweep's judgement."""
+        def asked() -> ProviderState:
+            self.provider = ask()
+            return self.provider
+        return asked
+
+    def close(self) -> None:
+        self.outbox.close()
+
+
+def test_message(now: float | None = None) -> Message:
+    at = time.time() if now is None else now
+    return Message("test", "test//", "test", "", "a test message from m2p: this receiver is reached", at)
+
+
+def send_test(receivers: Sequence[Receiver], now: float | None = None) -> list[tuple[Receiver, str]]:
+    """One test message to every receiver, one try each, side by side: (receiver, "" or why it failed)."""
+    message = test_message(now)
+    results: list[str] = [""] * len(receivers)
+
+    def one(index: int) -> None:
+        results[index] = send_once(receivers[index], message)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(receivers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()  # each receiver's own deadline bounds it
+    return list(zip(receivers, results, strict=True))

@@ -38,6 +38,11 @@ class Config:
     wake_on_signal: bool = True  # answer the gate at once; False: only every tick (a plain poll)
     schedule_name: str = ""  # the owner's name for the schedule (its file's, on the controller); said in the status
     gpu_info_dir: str = nvml.GPU_INFO_DIR  # the driver's cards (device minor -> UUID): per-card hand-over
+    # Health (telemetry.py): the owner's limit (m2p_gpu_temperature_limit, its default the role's; None: no
+    # temperature rule), nvidia-smi's telemetry read every telemetry_interval_s, and the kernel log for Xids.
+    temperature_limit_c: float | None = None
+    telemetry_interval_s: float = 30.0
+    kernel_log: str = "/dev/kmsg"
 
     @classmethod
     def load(cls, path: str) -> Config:
@@ -50,5 +55,10 @@ class Config:
         raw["clocks"] = Clocks(**raw.get("clocks", {}))
         raw["gpu_count"] = int(raw["gpu_count"])
         raw["interval_s"] = float(raw.get("interval_s", 2.0))
+        for key in ("temperature_limit_c", "telemetry_interval_s"):
+            if raw.get(key) in (None, ""):
+                raw.pop(key, None)
+            else:
+                raw[key] = float(raw[key])
         raw["system_namespaces"] = tuple(str(n) for n in raw.get("system_namespaces", ()))
         return cls(miner=miner, **raw)

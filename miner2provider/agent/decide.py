@@ -23,6 +23,12 @@ A lease is a marketplace lease's pod bound to the node with GPUs (from the API; 
 or a lease's container the gate let through that still runs (from the rig itself: this holds
 while the API is unreachable).  The miner is never started while either exists.
 
+Health: a card that is lost, threw an Xid or passes the owner's temperature limit (``Observation.unhealthy``)
+takes the rig off the market (cordoned, as outside offered time: the marketplace's inventory drops the node) until
+every card is well again.  Nothing else changes: the mode, the miner and the leases are as they would be (mining is
+never blamed for a lost card, and a running lease on a hot card runs on: it is said, never cut); rules.py refuses
+the card to a lease at the gate.
+
 Switching limits: the miner is never started sooner than ``min_switch_interval`` after the
 previous start or stop (on the monotonic clock: a stepped wall clock moves no interval).  A
 stop that a lease needs is never delayed.  If the Kubernetes API cannot be read, the agent
@@ -65,6 +71,9 @@ def decide(state: State, obs: Observation, lease_grace_s: float | None,
         new = replace(new, came_back=0)
     if obs.retuned and new.mode in {"leasing", "draining"}:
         actions = [*actions, RESET_CLOCKS]  # a lease never computes on the mining OS's tuning
+    if obs.unhealthy:  # off the market, and nothing else: the miner and the leases are the mode's
+        actions = [a for a in actions if a not in (OFFER, UNOFFER)] + ([UNOFFER] if state.offered else [])
+        new = replace(new, offered=False)
     return new, actions
 
 

@@ -11,6 +11,8 @@ from typing import Any, Callable
 from miner2provider.agent import flight_sheet, nvml
 from miner2provider.agent.clocks import Clocks
 from miner2provider.agent.config import Config
+from miner2provider.agent.telemetry import CardWatch, KernelLog
+from miner2provider.rigside.status import Telemetry
 
 GPU_RECHECK_S = 10.0
 LEASED = frozenset({"leasing", "draining"})
@@ -26,6 +28,7 @@ class GpuSight:
     card_map: dict[int, str] = field(default_factory=dict)  # device minor -> UUID (the driver's; read once)
     takes_cards: bool | None = None  # the miner can be started on some cards (rig.Miner.takes_cards; read once)
     _sheet: tuple[tuple[int, ...], str] = ((), "")  # the OS's config files' mtimes, and what they say (whole_why)
+    health: CardWatch | None = None  # the cards' telemetry and health (made at the first reading)
 
     def forget(self) -> None:
         """The miner was started or stopped: NVML is asked again before anything relies on it."""
@@ -97,6 +100,16 @@ class GpuSight:
         if stamp != self._sheet[0]:
             self._sheet = (stamp, flight_sheet.why_whole(files))
         return self._sheet[1]
+
+    def watch(self, config: Config) -> CardWatch:
+        """The cards' telemetry and health, read once ``telemetry_interval_s`` has passed (telemetry.py)."""
+        if self.health is None:
+            self.health = CardWatch(config.telemetry_interval_s, config.temperature_limit_c,
+                                    KernelLog(config.kernel_log), config.gpu_info_dir)
+        return self.health
+
+    def telemetry(self) -> Telemetry | None:
+        return None if self.health is None else self.health.status()
 
     def hand_over(self, whole_rig: bool) -> str:
         """What a lease stops: "per card" (the miner mines on the cards no lease holds) or "whole rig"."""

@@ -39,6 +39,10 @@ class Observation:
     # The leased cards found off their defaults again (NVML's recheck: a power limit or an offset the mining OS
     # set during the lease, HiveOS's nvidia-oc tuning every card).
     retuned: frozenset[str] = frozenset()
+    # Health (telemetry.py): the cards lost, with a recent Xid or over the owner's temperature limit (UUIDs), and why
+    # a lease's container at the gate must not get its cards ("": it may).
+    unhealthy: frozenset[str] = frozenset()
+    gate_unhealthy: str = ""
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
     desired = policy.with_lead(agent.schedule, desired, at,
                                agent.windows.mine_at(agent.schedule, at, desired.offered, lease_pays))
     busy = gpus.busy(agent.gpu_holders, mono, running, waiting)
+    watch = gpus.watch(config)
+    watch.read(mono, now)
+    for sentence in watch.said():  # a leased card that overheats is said at once (and every tick it stays so)
+        agent.say(sentence)
+    at_gate = watch.at_gate(seen.waiting, seen.gated, seen.listed)
     cards = gpus.cards(config)
     held = seen.held_cards(gpus.card_map) if cards else frozenset()
     obs = Observation(
@@ -54,6 +59,7 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         gate_waiting=waiting, miner_running=running, gpus_busy=busy, wall=now, cards=cards, held=held,
         busy_cards=gpus.busy_cards(agent.gpu_processes_by_card, mono, waiting, agent.say) if held else frozenset(),
         retuned=gpus.retuned_cards(config.clocks, mono, agent.state.mode, agent.hand.clocks_reset, held, agent.say),
+        unhealthy=watch.unhealthy(), gate_unhealthy=at_gate,
     )
     rig = rules.Rig(
         respawns=agent.hand.respawns, lease_gated=bool(seen.gated), others_waiting=bool(others),

@@ -13,7 +13,7 @@ from miner2provider.agent.decide import State
 from miner2provider.agent.economy import MinerStats, ProfitQuote
 from miner2provider.agent.sight import Sight, iso
 from miner2provider.rigside import ledger
-from miner2provider.rigside.status import AgentStatus, Lease, Measured
+from miner2provider.rigside.status import AgentStatus, Lease, Measured, Telemetry
 from miner2provider.timeshare import policy
 from miner2provider.timeshare.model import Schedule
 
@@ -97,6 +97,7 @@ class Said:
     hand_over_why: str
     watchdog_was: bool | None
     drain: bool
+    telemetry: Telemetry | None = None  # the cards as last read (telemetry.py)
 
 
 def status(state: State, said: Said, change: datetime | None, mine_at: datetime | None, sight: Sight,
@@ -116,7 +117,7 @@ def status(state: State, said: Said, change: datetime | None, mine_at: datetime 
         hand_over_why=said.hand_over_why, watchdog=watchdog, agent_version=__version__, marketplace=said.marketplace,
         offered=state.offered, measured_samples=measured["samples"] if measured else 0,
         measured_at=iso(shown.at) if shown else "", lease_gpus=tuple(lease.get("gpus") for lease in seen),
-        **_quoted(profit))
+        telemetry=said.telemetry, **_quoted(profit))
     return record.as_json()
 
 

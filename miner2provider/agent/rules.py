@@ -72,6 +72,9 @@ def plan(state: State, obs: Observation, rig: Rig, lease_grace_s: float | None,
         if obs.gate_waiting and not rig.lease_gated:
             refuse = f"{RESPAWN_SENTENCE}: this rig takes no lease now"
             obs = replace(obs, gate_waiting=False)
+    if obs.gate_waiting and obs.gate_unhealthy:  # never handed to a lease (telemetry.py at_gate); the miner stays
+        refuse = refuse or obs.gate_unhealthy
+        obs = replace(obs, gate_waiting=False)
     others = (REFUSE if obs.miner_running or obs.gpus_busy else GRANT) if rig.others_waiting else ""
     said += idle_beside(obs, rig)
     new, actions = decide.decide(state, obs, lease_grace_s, min_switch_interval_s)

@@ -210,7 +210,7 @@ class Agent:
     def status(self, now: float) -> dict[str, Any]:
         said = record.Said(self.config.schedule_name or self.schedule.name, self.config.marketplace,
                            self.last_error, self.gpus.hand_over(self.state.whole_rig), self.gpus.hand_over_why(),
-                           self.watchdog_was, (self.dir / "drain").exists())
+                           self.watchdog_was, (self.dir / "drain").exists(), self.gpus.telemetry())
         return record.status(self.state, said, self.next_change(now), self.windows.mine_at_value, self.seen,
                              self.profit, self.stats)
 

@@ -52,6 +52,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_vpn_auth_file": ("k3s_vpn_auth_file",),
     # Which marketplace (market/: the names it registers; none: the owner's own workloads only).
     "m2p_marketplace": ("timeshare_agent_marketplace",),
+    # Issue 56: a card over it leaves the market (the agent's health rule; the default and why: the role's).
+    "m2p_gpu_temperature_limit": ("timeshare_agent_temperature_limit",),
 }
 
 # Settings read by m2p itself, or that several role variables are derived from (role_vars.py).

@@ -62,7 +62,7 @@ class Card:
     memory_total_mib: float | None = None
     pcie_gen: int | None = None
     pcie_width: int | None = None
-    throttle: int | None = None  # clocks_throttle_reasons.active: NVML's bitmask (0x40: hardware slowdown)
+    throttle: int | None = None  # clocks_throttle_reasons.active: NVML's bitmask (0x20, 0x40: thermal slowdown)
     ecc_uncorrected: int | None = None  # ecc.errors.uncorrected.volatile.total (None: a card without ECC)
 
 

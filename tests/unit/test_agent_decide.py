@@ -471,3 +471,37 @@ def test_per_card_a_mining_window_mines_on_the_free_cards_and_on_every_card_once
     assert actions == [] and state.mode == "draining"
     state, actions = decide(state, obs(800.0, False, 0, True, {"GPU-a", "GPU-c"}, set()), None, 600)
     assert actions == [STOP_MINER, START_MINER] and state.mode == "mining" and state.mine_on == ()
+
+
+sick = st.lists(st.booleans(), min_size=1, max_size=40)  # whether a card is unhealthy, step by step (cycled)
+
+
+@settings(max_examples=400, deadline=None)
+@given(plan=steps, health=sick, grace=st.none() | st.integers(0, 3600), interval=st.integers(0, 1200))
+def test_an_unhealthy_card_takes_the_rig_off_the_market_and_changes_nothing_else(plan, health, grace, interval):
+    """Issue 56: a card lost, with an Xid or over the owner's limit cordons the rig (no new lease can come) and
+    leaves the mode, the miner and the gate exactly as without it (mining is never blamed for a lost card; a
+    lease on a hot card runs on); once every card is well the rig is offered again as the mode wants."""
+    world, state = World(), State()
+    for step, (desired_name, event, dt, api_ok) in enumerate(plan):
+        getattr(world, event, lambda: None)()
+        obs = world.observe(DESIRES[desired_name], api_ok)
+        well = decide(state, obs, grace, interval)
+        unhealthy = health[step % len(health)]
+        new, actions = decide(state, replace(obs, unhealthy=frozenset({"GPU-a"}) if unhealthy else frozenset()),
+                              grace, interval)
+        if unhealthy:
+            assert replace(new, offered=well[0].offered) == well[0]
+            assert [a for a in actions if a not in (OFFER, UNOFFER)] == [
+                a for a in well[1] if a not in (OFFER, UNOFFER)]
+            assert not new.offered and OFFER not in actions and (UNOFFER in actions) == state.offered
+        else:
+            assert (new, actions) == well
+        state = new
+        world.apply(actions)
+        assert world.offered == state.offered
+        if unhealthy:
+            assert not world.offered, "an unhealthy card's rig is offered"
+        if world.miner and world.running:
+            raise Violation(f"t={world.now}: mining while a lease holds a GPU")
+        world.now += dt

@@ -1,0 +1,228 @@
+"""Per-card telemetry and health on the rig: one ``nvidia-smi --query-gpu`` call per ``telemetry_interval_s``
+(never per tick) and the kernel log's new NVRM Xid lines, into rigside/status.py's Card records, each card
+``ok``, ``hot`` (over the owner's limit), ``lost`` (nvidia-smi: "GPU is lost") or ``xid`` (an Xid within
+XID_HOLD_S).  Reading only: what the health does is decide.py's (off the market) and rules.py's (the gate).
+
+The cost: nvidia-smi is a process of its own that opens NVML (tens of ms of CPU with the driver's persistence
+mode on, a good part of a second on a weak CPU without it); once every 30 s it is a small share of the idle
+budget, every tick (2 s) it would be most of it.  The kernel log is read from ``/dev/kmsg``, kept open without
+blocking: each read returns one record, so an interval costs a read per new record and one that finds none
+(``journalctl -k --since`` would start a process every interval).  Py38."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from miner2provider.agent import nvml
+from miner2provider.agent.sight import iso
+from miner2provider.rigside.status import Card, Telemetry
+
+# nvidia-smi --help-query-gpu's names, in Card's order after the index, UUID, name and PCI address.
+QUERY = ("index,uuid,name,pci.bus_id,temperature.gpu,fan.speed,power.draw,power.limit,clocks.sm,clocks.mem,"
+         "utilization.gpu,memory.used,memory.total,pcie.link.gen.current,pcie.link.width.current,"
+         "clocks_throttle_reasons.active,ecc.errors.uncorrected.volatile.total")
+FIGURES = ("temperature_c", "fan_percent", "power_w", "power_limit_w", "sm_mhz", "memory_mhz", "utilization_percent",
+           "memory_used_mib", "memory_total_mib")
+COUNTS = ("pcie_gen", "pcie_width", "throttle", "ecc_uncorrected")
+CALL_TIMEOUT_S = 10.0  # nvidia-smi can hang on a card that is falling off the bus; the tick must not wait for long
+# An Xid keeps its card off the market this long after it was logged: one Xid that does not come again returns
+# the card; a card that keeps throwing them (a riser, a dying card) stays off (NVIDIA's Xid catalogue: most Xids a
+# card throws under load are its hardware's, power's or driver's, and end a tenant's job).
+XID_HOLD_S = 3600.0
+# A hot card comes back once this much under the limit: temperatures wander by a few degrees, and the node's
+# cordon should not follow every one of them.
+HOT_BACK_C = 5.0
+UNKNOWN_CARD = "?"  # in unhealthy(): a lost card nvidia-smi never listed (its UUID unknown)
+PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9a-fA-F:.]+): GPU is lost")
+XID = re.compile(rb"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): ([0-9]{1,9})")
+MAX_READS = 5000  # records read per interval (the first read meets the whole buffer since boot)
+
+
+def pci_key(text: str) -> str:
+    """A PCI address in one form (0000:01:00) from nvidia-smi's (00000000:01:00.0) or NVRM's (PCI:0000:01:00)."""
+    match = PCI.search(text)
+    if match is None:
+        return ""
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}:{match.group(3).lower()}"
+
+
+def parse(text: str) -> list[Card]:
+    """``--query-gpu=QUERY --format=csv,noheader,nounits``'s rows: ``[N/A]``, ``[Not Supported]`` and anything
+    else that is no number read as None; a row of another width is left out."""
+    cards = []
+    for line in text.splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 17 or not parts[0].isdigit():
+            continue
+        figures: dict[str, Any] = {key: _number(value) for key, value in zip(FIGURES, parts[4:13])}
+        figures.update((key, _whole(value)) for key, value in zip(COUNTS, parts[13:]))
+        cards.append(Card(int(parts[0]), parts[1][:100], parts[2][:100], parts[3][:20], **figures))
+    return cards
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < 1e9 else None
+
+
+def _whole(text: str) -> int | None:
+    try:
+        value = int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < 2**64 else None
+
+
+@dataclass
+class KernelLog:
+    """The kernel log's new NVRM Xid lines, from a descriptor kept open (``/dev/kmsg``; a sandbox rig's stand-in
+    writes a file in its format): (PCI address, Xid, seconds since boot) each."""
+
+    path: str
+    fd: int | None = None
+    rest: bytes = b""
+    error: str = ""
+
+    def xids(self) -> list[tuple[str, int, float | None]]:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                self.error = f"kernel log {self.path}: {exc.strerror}: Xid errors unseen"
+                return []
+        chunks = [self.rest]
+        for _ in range(MAX_READS):
+            try:
+                chunk = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break  # no new record
+            except BrokenPipeError:
+                continue  # records overwritten in the ring buffer before this read: the next one follows
+            if not chunk:
+                break  # the end of a file
+            chunks.append(chunk)
+        *lines, self.rest = b"".join(chunks).split(b"\n")
+        out = []
+        for line in lines:
+            match = XID.search(line)
+            if match is not None:
+                head = line.split(b";", 1)[0].split(b",")  # /dev/kmsg: priority,sequence,usec,flags;text
+                usec = head[2] if len(head) > 2 and head[2].isdigit() else b""
+                out.append((pci_key(match.group(1).decode()), int(match.group(2)),
+                            int(usec) / 1e6 if usec else None))
+        return out
+
+
+@dataclass
+class CardWatch:
+    """The cards as last read and their health, read again once ``interval_s`` has passed (monotonic)."""
+
+    interval_s: float
+    limit_c: float | None  # the owner's temperature limit (None: no temperature rule)
+    kernel: KernelLog
+    info_dir: str = nvml.GPU_INFO_DIR
+    cards: tuple[Card, ...] = ()
+    read_at: float | None = None  # the wall clock at the last read
+    error: str = ""
+    _due: float = float("-inf")
+    _lost: set[str] = field(default_factory=set)  # PCI addresses nvidia-smi said lost (until the agent restarts)
+    _xids: dict[str, tuple[int, float]] = field(default_factory=dict)  # PCI address -> (last Xid, when: monotonic)
+    _hot: set[str] = field(default_factory=set)  # UUIDs over the limit (back once HOT_BACK_C under it)
+    card_map: dict[int, str] | None = None  # device minor -> UUID (the driver's), for the gate's records
+    leased: dict[str, frozenset[str]] = field(default_factory=dict)  # pod -> the cards its containers ran on
+    run: Callable[..., Any] = subprocess.run  # nvidia-smi's runner (the tests' seam)
+
+    def read(self, mono: float, wall: float) -> None:
+        if mono < self._due:
+            return
+        self._due = mono + self.interval_s
+        self.error, self.read_at = "", wall
+        try:
+            proc = self.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+            rows, said, code = parse(proc.stdout), f"{proc.stdout}\n{proc.stderr}", proc.returncode
+        except subprocess.TimeoutExpired:
+            rows, said, code = [], f"no answer in {CALL_TIMEOUT_S:g} s", -1
+        except (OSError, subprocess.SubprocessError) as exc:
+            rows, said, code = [], getattr(exc, "strerror", None) or str(exc)[:200], -1
+        lost = {pci_key(m.group(1)) for m in LOST.finditer(said)}
+        self._lost |= lost
+        if code == 0 and rows:
+            self.cards = tuple(rows)
+        else:
+            self.error = f"nvidia-smi: {(said.strip().splitlines() or [f'exit {code}'])[-1][:200]}"
+        for pci, xid, at in self.kernel.xids():
+            self._xids[pci] = (xid, mono if at is None or at > mono else at)
+        self.cards = tuple(self._judge(card, mono) for card in self._with_lost())
+
+    def _with_lost(self) -> list[Card]:
+        """The cards as last listed, and a lost card nvidia-smi never listed (its UUID unknown)."""
+        known = {pci_key(card.pci) for card in self.cards}
+        extra = sorted(pci for pci in self._lost if pci not in known)
+        return [*self.cards, *(Card(len(self.cards) + n, UNKNOWN_CARD, pci=pci) for n, pci in enumerate(extra))]
+
+    def _judge(self, card: Card, mono: float) -> Card:
+        pci = pci_key(card.pci)
+        xid = self._xids.get(pci)
+        temperature = card.temperature_c
+        hot = self.limit_c is not None and temperature is not None and (
+            temperature > self.limit_c or (card.uuid in self._hot and temperature > self.limit_c - HOT_BACK_C))
+        (self._hot.add if hot else self._hot.discard)(card.uuid)
+        if pci in self._lost:
+            health, why = "lost", "nvidia-smi: GPU is lost (fallen off the bus?): back after a reboot"
+        elif xid is not None and mono - xid[1] < XID_HOLD_S:
+            health, why = "xid", f"Xid {xid[0]} in the kernel log {max(0, mono - xid[1]) / 60:.0f} min ago"
+        elif hot:
+            health, why = "hot", f"{temperature:g} °C, over the owner's limit of {self.limit_c:g} °C"
+        else:
+            health, why = "ok", ""
+        return replace(card, health=health, why=why)
+
+    def unhealthy(self) -> frozenset[str]:
+        """The cards (UUIDs; UNKNOWN_CARD for a lost card never listed) that are not ``ok``."""
+        return frozenset(card.uuid for card in self.cards if card.health != "ok")
+
+    def said(self) -> tuple[str, ...]:
+        return tuple(f"card {card.index} ({card.uuid}) {card.health}: {card.why}" for card in self.cards
+                     if card.health != "ok")
+
+    def status(self) -> Telemetry | None:
+        if self.read_at is None:
+            return None
+        return Telemetry(iso(self.read_at), self.cards, "; ".join(filter(None, (self.error, self.kernel.error))))
+
+    def at_gate(self, waiting: list[dict[str, Any]], gated: list[dict[str, Any]], listed: set[str] | None) -> str:
+        """Why a lease's container at the gate must not get its cards ("": it may): one of them is not ``ok``
+        and no container of its pod ran on it through the gate (``gated``, remembered while the API lists the
+        pod: a lease's container restarting keeps its cards, a lease is never cut), or its cards are unknown
+        while some card is not ``ok``."""
+        if self.card_map is None and (waiting or gated):
+            self.card_map = nvml.card_uuids(self.info_dir)
+        for record in gated:
+            pod = str(record.get("pod") or "")
+            self.leased[pod] = self.leased.get(pod, frozenset()) | (self._cards(record) - {UNKNOWN_CARD})
+        if listed is not None:
+            self.leased = {pod: cards for pod, cards in self.leased.items() if pod in listed}
+        bad = self.unhealthy()
+        for record in waiting if bad else []:
+            new = self._cards(record) - self.leased.get(str(record.get("pod") or ""), frozenset())
+            if new & bad or UNKNOWN_CARD in new:
+                return ("a card of this rig is unhealthy (" + "; ".join(self.said())[:300]
+                        + "): m2p hands it to no lease")
+        return ""
+
+    def _cards(self, record: dict[str, Any]) -> frozenset[str]:
+        """A gate record's cards by UUID (its device minors, the driver's map); UNKNOWN_CARD for one unknown."""
+        minors = record.get("gpus")
+        if not isinstance(minors, list) or not minors:
+            return frozenset({UNKNOWN_CARD})
+        return frozenset((self.card_map or {}).get(m, UNKNOWN_CARD) if isinstance(m, int) else UNKNOWN_CARD
+                         for m in minors)

@@ -7,7 +7,7 @@ file:line (docs/alerts.md shows one).
       temperature_limit_c: 85    # a card at or over it (the agent's own "hot" counts without it)
       miner_grace: 10m           # how long the miner may be down while the rig should mine
       wallet_low: 50             # the provider's wallet under this (its currency), when the provider file names one
-      off: [lease]               # rules not judged: silent, card, temperature, miner, reclaim, provider, wallet, lease
+      disable: [lease]           # rules not judged: silent, card, temperature, miner, reclaim, provider, wallet, lease
     receivers:
       - {name: hook, type: webhook, url: https://hooks.example.com/m2p}
       - {name: phone, type: telegram, token_env: M2P_TELEGRAM_TOKEN, chat_id: "-1001234"}
@@ -43,7 +43,7 @@ from .receivers import TELEGRAM_API, TIMEOUT_S, Discord, Telegram, Webhook
 from .rules import RULES, Rules
 from .smtp import Email
 
-RULE_KEYS = {"silent_after", "repeat_every", "temperature_limit_c", "miner_grace", "wallet_low", "off"}
+RULE_KEYS = {"silent_after", "repeat_every", "temperature_limit_c", "miner_grace", "wallet_low", "disable"}
 COMMON = {"name", "type", "timeout"}
 TYPES: dict[str, set[str]] = {
     "webhook": {"url", "url_env"},
@@ -107,10 +107,10 @@ def _rules(path: str, node: yaml.Node) -> Rules:
                              ("wallet_low", "wallet_low", 1e15)):
         if key in found:
             kept[field] = _number(path, key, *found[key], most=most)
-    if "off" in found:
-        off_node, off = found["off"]
+    if "disable" in found:  # not "off": YAML 1.1 reads that key as false
+        off_node, off = found["disable"]
         if not isinstance(off, list) or not all(isinstance(rule, str) and rule in RULES for rule in off):
-            raise AlertsFileError(f"off is a list of rules: {', '.join(RULES)}", where=textfiles.at(path, off_node))
+            raise AlertsFileError(f"disable is a list of rules: {', '.join(RULES)}", where=textfiles.at(path, off_node))
         kept["off"] = frozenset(off)
     return Rules(**kept)
 

@@ -1,21 +1,23 @@
 """Alerts in the dashboard: the rules' state kept between sweeps (in memory), judged after each sweep on what it
 read, and the messages handed to the outbox (dispatch.py), which sends them off the sweep's thread.
 
-The dashboard's sweep calls ``Alerting.after_sweep(snapshot)`` with ``facts.snapshot_from_history(...)``; the
-provider's answers reach it through ``Alerting.watching(ask)``, which wraps the provider's status read.
+The dashboard's sweep calls ``Alerting.sweep_done(nodes, history.latest_snapshots())`` once it stored what it read
+(``after_sweep(snapshot)`` takes a Snapshot made otherwise); the provider's answers reach it through
+``Alerting.watching(ask)``, which wraps the provider's status read, and the wallet's balance through ``wallet``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from miner2provider.market.base import ProviderState
 
 from .config import AlertsConfig
 from .dispatch import Outbox, Receiver, send_once
-from .facts import Snapshot
+from .facts import Snapshot, snapshot_from_history
 from .rules import Message, State, evaluate
 
 
@@ -27,6 +29,9 @@ class Alerting:
         self.clock = clock
         self.state = State()
         self.provider: ProviderState | None = None  # its last answer (None: not asked yet)
+        # The provider's wallet (balance, currency) as last read, where the provider file names a wallet (None: not
+        # read: the wallet rule is not judged).  Nothing in m2p reads a balance yet: whoever does sets it here.
+        self.wallet: tuple[float, str] | None = None
         self._lock = threading.Lock()  # a redetect's sweep may run beside the background one
 
     def after_sweep(self, snapshot: Snapshot, now: float | None = None) -> list[Message]:
@@ -36,6 +41,12 @@ class Alerting:
                                             self.clock() if now is None else now)
         self.outbox.submit(messages)
         return messages
+
+    def sweep_done(self, nodes: Mapping[str, str], latest: Mapping[str, tuple[float, dict[str, Any] | None]],
+                   now: float | None = None) -> list[Message]:
+        """What the dashboard's sweep calls once it stored the rigs' reports: ``nodes``, the inventory's rigs (rig ->
+        Kubernetes node); ``latest``, ``History.latest_snapshots()``."""
+        return self.after_sweep(snapshot_from_history(nodes, latest, self.provider, self.wallet), now)
 
     def watching(self, ask: Callable[[], ProviderState]) -> Callable[[], ProviderState]:
         """``ask`` (the provider's status read) that also keeps its answer for the next sweep's judgement."""

@@ -58,6 +58,7 @@ COMMAND_MODULES = {
     "detect": "detect", "plan": "fleet", "convert": "fleet", "revert": "fleet", "remove": "fleet",
     "bundle": "bundle", "dashboard": "dashboard", "economics": "economics", "keys": "keys", "miner": "miner",
     "provider": "provider", "schedule": "schedule", "sites": "sites", "join": "sites", "demo": "harness",
+    "alerts": "alerts",
 }
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from miner2provider.alerts import config as alert_file
+from miner2provider.alerts.config import is_loopback
+from miner2provider.alerts.service import Alerting
 from miner2provider.core import checks, private, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import Host
@@ -30,15 +32,6 @@ from .options import inventory_option, limit_option, load_inventory, ssh_options
 from .provider import ingress_of, read_provider
 
 MAX_TOKEN_FILE = 4 << 10
-
-
-def is_loopback(bind: str) -> bool:
-    if bind == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bind).is_loopback
-    except ValueError:
-        return False
 
 
 DEFAULT_TOKEN_FILE = DEFAULT_PATH.parent / "dashboard-token"
@@ -101,11 +94,14 @@ def default_token() -> tuple[str, Path]:
                    "every --interval.")
 @click.option("--provider-status-url", default=None, metavar="URL",
               help="Where the provider answers its status (default: https://<ingress rig>:8443/status).")
+@click.option("--alerts", "alerts_path", type=click.Path(dir_okay=False), default=None,
+              help="An alert file (docs/alerts.md): judge its rules after every sweep and send to its receivers.")
 def dashboard_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
                       port: int, bind: str, token_file: str | None, tls_cert: str | None, tls_key: str | None,
                       insecure_http: str | None, db_path: str | None,
                       economics_path: str | None, interval: str, kube_api: str | None, kube_token_file: str | None,
-                      kube_ca: str | None, provider_path: str | None, provider_status_url: str | None) -> None:
+                      kube_ca: str | None, provider_path: str | None, provider_status_url: str | None,
+                      alerts_path: str | None) -> None:
     """Serve the fleet's page: each rig's mode, hours leased and mined, earnings, and actions (plan first,
     then confirm).  Sweeps the rigs every --interval into the history database."""
     import uvicorn
@@ -128,10 +124,15 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     db = Path(db_path) if db_path else DEFAULT_PATH
     History(db).close()  # a bad or newer database is refused now, not in the page
+    alerting = Alerting(alert_file.load(alerts_path)) if alerts_path else None
+    nodes = {h.name: h.node_name for h in hosts}
 
     def sweep_hosts(chosen: list[Host]) -> list[RigReport]:
         with History(db) as history:
-            return sweep(history, chosen, ssh)
+            reports = sweep(history, chosen, ssh)
+            if alerting is not None:
+                alerting.sweep_done(nodes, history.latest_snapshots())
+            return reports
 
     def redetect(rig: str) -> str:
         (report,) = sweep_hosts([h for h in hosts if h.name == rig])
@@ -144,6 +145,8 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
             return kube_sweep.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
 
     provider_status = _provider_status(provider_path, provider_status_url, hosts) if provider_path else None
+    if alerting is not None and provider_status is not None:
+        provider_status = alerting.watching(provider_status)
     secrets = tuple(s for h in hosts for s in h.secrets().values())
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,

@@ -14,6 +14,7 @@ import click
 import pytest
 import yaml
 
+from miner2provider.alerts import config as alert_file
 from miner2provider.cli import cli, main
 from miner2provider.core import collection
 from miner2provider.market import marketplace
@@ -25,7 +26,10 @@ M2P = re.compile(r"^\s*(?:\$ )?(?:sudo )?(?:\.venv/bin/)?m2p(?= |$)")
 HELP = "<!-- help:begin"
 # What a YAML block is part of: the name the text before it says (the nearest wins), else what its keys say.
 FILE_NAMES = {"provider.yml": "provider", "schedule": "schedule", "economics": "economics", "rigs.yml": "inventory",
-              "inventory": "inventory", "playbook": "playbook"}
+              "inventory": "inventory", "playbook": "playbook", "alert file": "alerts"}
+# The variables the alert file examples name (docs/alerts.md), as the owner would set them.
+ALERT_SECRETS = {"M2P_TELEGRAM_TOKEN": "123:example-token", "M2P_SMTP_PASSWORD": "example-password",
+                 "M2P_DISCORD_WEBHOOK": "https://discord.example/api/webhooks/1/example-token"}
 
 
 def shown(page: Path, text: str, at: int) -> str:
@@ -72,6 +76,8 @@ def kind_of(before: str, doc: object) -> str:
         return "economics"
     if isinstance(doc, dict) and {"domain", "wallet"} <= set(doc):
         return "provider"
+    if isinstance(doc, dict) and "receivers" in doc:
+        return "alerts"
     return said[1]
 
 
@@ -149,6 +155,9 @@ def check_yaml(where: str, kind: str, doc: dict | list, tmp: Path, capsys, inven
         market = marketplace()
         full = {**yaml.safe_load(market.provider_starter()), **doc}
         market.read_provider_file(yaml.safe_dump(full), where)
+        return
+    elif kind == "alerts":
+        alert_file.parse(yaml.safe_dump(doc), where, ALERT_SECRETS)
         return
     else:
         raise AssertionError(f"{where}: a YAML example of no file m2p reads (say before it which file it is part of)")

@@ -8,20 +8,17 @@ only into the request, never into a reason, log or message.
 
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from miner2provider.core.deadline import Connection, Watchdog
+from miner2provider.core.deadline import NoAnswer, exchange
 from miner2provider.core.inventory import Secret
 
 from .rules import Message
 
 TIMEOUT_S = 10.0  # a receiver's whole exchange, by default
-MAX_ANSWER = 64 << 10  # bytes of an answer read (Telegram's is a few hundred)
+MAX_ANSWER = 64 << 10  # bytes of an answer read, a longer one a failure (Telegram's is a few hundred)
 # Telegram: a message's text is 1-4096 characters after entities parsing (core.telegram.org/bots/api#sendmessage).
 TELEGRAM_TEXT = 4096
 # Discord: a webhook message's content is up to 2000 characters (discord.com/developers/docs/resources/webhook,
@@ -37,47 +34,11 @@ class SendFailed(Exception):
 def post_json(url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, bytes]:
     """POST ``body`` as JSON to ``url`` within ``timeout_s`` for the whole exchange: (status, answer), or SendFailed
     for no answer, a redirect (not followed) or a status other than 2xx.  Reasons never quote the URL."""
-    parts = urlsplit(url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise SendFailed("the URL's port is not a number") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SendFailed("not an http:// or https:// URL")
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    data = json.dumps(body).encode()
-    watchdog = Watchdog(timeout_s)
-    error = ""
-    try:
-        with watchdog:
-            connection = Connection(parts.hostname, port, watchdog,
-                                    ssl.create_default_context() if parts.scheme == "https" else None)
-            try:
-                connection.request("POST", path, body=data, headers={
-                    "Content-Type": "application/json", "Accept": "application/json", "Connection": "close",
-                    "User-Agent": "m2p-alerts"})
-                reply = connection.getresponse()
-                status, answer = reply.status, reply.read(MAX_ANSWER)
-            finally:
-                watchdog.release()  # before the close: the watchdog never shuts down a descriptor reused since
-                connection.close()
-    except ssl.SSLCertVerificationError as exc:
-        error = f"its TLS certificate is not trusted ({exc.verify_message or 'unverified'})"
-    except http.client.HTTPException as exc:  # its text is the server's bytes: not shown
-        error = f"not an HTTP answer ({type(exc).__name__})"
-    except OSError as exc:
-        error = f"no answer ({exc.strerror or type(exc).__name__})"
-    except ValueError as exc:  # a URL http.client refuses (control characters)
-        error = f"no answer ({type(exc).__name__})"
-    if watchdog.fired:
-        raise SendFailed(f"no whole answer within {timeout_s:g} s")
-    if error:
-        raise SendFailed(error)
-    if 300 <= status < 400:
-        raise SendFailed(f"HTTP {status} (a redirect: not followed)")
-    if not 200 <= status < 300:
-        raise SendFailed(f"HTTP {status}")
-    return status, answer
+        return exchange(url, timeout_s, MAX_ANSWER, method="POST", body=json.dumps(body).encode(),
+                        headers={"Content-Type": "application/json", "User-Agent": "m2p-alerts"})
+    except NoAnswer as exc:
+        raise SendFailed(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,11 @@
 """A deadline for a whole exchange over one socket: a watchdog shuts the socket down when the time is up,
 whatever the read or write is doing, so that a peer trickling a byte every half second cannot hold the caller
 (a socket timeout counts from the last byte only).  Used by every outbound HTTP read or send that must not
-stall the dashboard: the marketplace provider's status, the alert receivers."""
+stall the dashboard or `m2p provider check`: the marketplace provider's status, the RPC node's, the alert receivers.
+
+``exchange`` is the one HTTP read built on it: one request, no redirect followed (urllib follows a 30x to any URL,
+so whoever answers could send m2p to one this machine reaches, its loopback included), at most ``max_bytes`` read,
+and every failure a ``NoAnswer`` whose text quotes nothing the server sent."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import http.client
 import socket
 import ssl
 import threading
+from urllib.parse import urlsplit
 
 
 class Watchdog:
@@ -66,3 +71,60 @@ class Connection(http.client.HTTPConnection):
             self.sock = wrapped = self.tls.wrap_socket(raw, server_hostname=self.host, do_handshake_on_connect=False)
             self.watchdog.watch(wrapped)  # wrapping took the descriptor from raw
             wrapped.do_handshake()
+
+
+class NoAnswer(Exception):
+    """No usable answer; ``str()`` says why in a few words, none of them the server's."""
+
+
+def exchange(url: str, timeout_s: float, max_bytes: int, *, method: str = "GET", body: bytes | None = None,
+             headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """The status and body of a 2xx answer to one request to ``url`` (http:// or https://, verified against the
+    system's CAs unless ``tls`` is another context), whole within ``timeout_s``, or NoAnswer."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise NoAnswer("not a URL with a port number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NoAnswer("not an http:// or https:// URL")
+    context = (tls or ssl.create_default_context()) if parts.scheme == "https" else None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    watchdog, reason = Watchdog(timeout_s), ""
+    try:
+        with watchdog:
+            status, answer = _one(Connection(parts.hostname, port, watchdog, context), method, path, body,
+                                  {"Accept": "application/json", "User-Agent": "m2p", **(headers or {})}, max_bytes)
+    except ssl.SSLCertVerificationError as exc:  # this machine's verdict on the certificate, not the server's text
+        reason = f"its TLS certificate is not trusted ({exc.verify_message or 'unverified'})"
+    except http.client.InvalidURL:
+        reason = "not a URL that can be sent (a space or control character)"
+    except http.client.HTTPException as exc:  # its text is the server's bytes: only its kind is said
+        reason = f"not an HTTP answer ({type(exc).__name__})"
+    except OSError as exc:
+        reason = f"no answer ({exc.strerror or type(exc).__name__})"
+    except ValueError as exc:  # a host name IDNA refuses, and the like
+        reason = f"no answer ({type(exc).__name__})"
+    if watchdog.fired:  # whatever the cut exchange made of it (an error, or an answer cut short)
+        raise NoAnswer(f"no whole answer within {timeout_s:g} s")
+    if reason:
+        raise NoAnswer(reason)
+    if 300 <= status < 400:
+        raise NoAnswer(f"HTTP {status} (a redirect: not followed)")
+    if not 200 <= status < 300:
+        raise NoAnswer(f"HTTP {status}")
+    if len(answer) > max_bytes:
+        raise NoAnswer(f"the answer is larger than {max_bytes:,} bytes")
+    return status, answer
+
+
+def _one(connection: Connection, method: str, path: str, body: bytes | None, headers: dict[str, str],
+         max_bytes: int) -> tuple[int, bytes]:
+    """One request and its answer's status and first ``max_bytes + 1`` bytes (one more tells a longer answer)."""
+    try:
+        connection.request(method, path, body=body, headers={**headers, "Connection": "close"})
+        reply = connection.getresponse()
+        return reply.status, reply.read(max_bytes + 1)
+    finally:
+        connection.watchdog.release()  # before the close: the watchdog never shuts down a descriptor reused since
+        connection.close()

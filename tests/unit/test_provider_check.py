@@ -112,7 +112,7 @@ def test_the_rpc_node_is_asked_for_its_status():
         assert outside.rpc_status(rpc.url) == RpcStatus("akashnet-2", 987, False)
         assert outside.rpc_status(rpc.url.replace("http://", "tcp://")) == RpcStatus("akashnet-2", 987, False)
         assert rpc.paths == ["/status", "/status"]
-        assert outside.rpc_status(rpc.url + "/cosmos") == f"HTTP 404 from {rpc.url}/cosmos/status"
+        assert outside.rpc_status(rpc.url + "/cosmos") == f"{rpc.url}/cosmos/status: HTTP 404"
     finally:
         rpc.close()
     assert "Connection refused" in str(outside.rpc_status(rpc.url, timeout_s=2))

@@ -8,10 +8,9 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import socket
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
+from miner2provider.core.deadline import NoAnswer, exchange
 from miner2provider.market.akash.checkup import RpcStatus
 
 TIMEOUT_S = 5.0
@@ -53,17 +52,10 @@ def rpc_status(node: str, timeout_s: float = TIMEOUT_S) -> RpcStatus | str:
     url = urlsplit(node)
     scheme = "http" if url.scheme == "tcp" else url.scheme  # tcp://host:26657 is the CLI's form of the same RPC
     target = urlunsplit((scheme, url.netloc, url.path.rstrip("/") + "/status", "", ""))
-    try:
-        with urllib.request.urlopen(urllib.request.Request(target, headers={"Accept": "application/json"}),
-                                    timeout=timeout_s) as reply:
-            body = reply.read(MAX_STATUS_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code} from {target}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{target}: {reason}"
-    if len(body) > MAX_STATUS_BYTES:
-        return f"{target}: the answer is larger than a status is"
+    try:  # core/deadline.py's reader: a deadline on the whole read, no redirect followed, every failure a reason
+        _, body = exchange(target, timeout_s, MAX_STATUS_BYTES)
+    except NoAnswer as exc:
+        return f"{target}: {exc}"
     try:
         result = json.loads(body)["result"]
         sync = result["sync_info"]

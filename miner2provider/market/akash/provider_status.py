@@ -12,13 +12,11 @@ and reads only this public status through it: nothing is sent but the request.
 
 from __future__ import annotations
 
-import http.client
 import json
 import ssl
 from typing import Any
-from urllib.parse import urlsplit
 
-from miner2provider.core.deadline import Connection, Watchdog
+from miner2provider.core.deadline import NoAnswer, exchange
 from miner2provider.market.base import ProviderState
 
 TIMEOUT_S = 5.0
@@ -34,55 +32,18 @@ def status_url(ingress_address: str) -> str:
 def fetch(url: str, timeout_s: float = TIMEOUT_S) -> ProviderState:
     """The status at ``url``, or why not, within ``timeout_s`` for the whole read; never raises.
 
-    Whole-read deadline: a socket timeout counts from the last byte, so a server sending a byte every
-    half second held urllib's read for as long as it liked; here a watchdog shuts the socket down at the
-    deadline, whatever the read is doing.  No redirect is followed: the status is at this URL or nowhere,
-    and following one would let whoever answers on the status port send m2p to any URL this machine
-    reaches, its loopback included."""
-    parts = urlsplit(url)
+    core/deadline.py's reader: a watchdog ends the read at the deadline however the answer trickles (a socket
+    timeout counts from the last byte only), and no redirect is followed (the status is at this URL or nowhere;
+    following one would let whoever answers on the status port send m2p to any URL this machine reaches, its
+    loopback included)."""
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return ProviderState(url, "not a URL with a port number", {})
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return ProviderState(url, "not an http:// or https:// URL", {})
-    watchdog = Watchdog(timeout_s)
-    try:
-        with watchdog:
-            status, body = _get(parts.hostname, port, parts.scheme == "https", parts.path or "/", watchdog)
-    except http.client.HTTPException as exc:  # its text is the server's bytes: not shown
-        error = f"not an HTTP answer ({type(exc).__name__})"
-    except OSError as exc:
-        error = f"no answer ({exc.strerror or exc or exc.__class__.__name__})"
-    except ValueError as exc:  # a URL http.client refuses (control characters, a bad port)
-        error = f"no answer ({exc.__class__.__name__})"
-    else:
-        error = ""
-    if watchdog.fired:  # whatever the cut read made of it (an error, or an answer cut short)
-        return ProviderState(url, f"no whole answer within {timeout_s:g} s", {})
-    if error:
-        return ProviderState(url, error, {})
-    if 300 <= status < 400:
-        return ProviderState(url, f"HTTP {status} (a redirect: not followed)", {})
-    if status != 200:
-        return ProviderState(url, f"HTTP {status}", {})
-    if len(body) > MAX_BYTES:
-        return ProviderState(url, "the answer is larger than a status is", {})
+        _, body = exchange(url, timeout_s, MAX_BYTES, tls=_unverified())
+    except NoAnswer as exc:
+        return ProviderState(url, str(exc), {})
     try:
         return ProviderState(url, "", parse(json.loads(body)))
     except (ValueError, TypeError, AttributeError):
         return ProviderState(url, "not an Akash provider's status", {})
-
-
-def _get(host: str, port: int, tls: bool, path: str, watchdog: Watchdog) -> tuple[int, bytes]:
-    connection = Connection(host, port, watchdog, _unverified() if tls else None)
-    try:
-        connection.request("GET", path, headers={"Accept": "application/json", "Connection": "close"})
-        reply = connection.getresponse()
-        return reply.status, reply.read(MAX_BYTES + 1)
-    finally:
-        watchdog.release()  # before the close: the watchdog never shuts down a descriptor reused since
-        connection.close()
 
 
 def _unverified() -> ssl.SSLContext:

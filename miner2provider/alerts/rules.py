@@ -10,8 +10,10 @@ No I/O, no clock: the dashboard keeps the state between sweeps (service.py) and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from miner2provider.core.textfiles import printable
 
@@ -77,6 +79,22 @@ class Condition:
     text: str
     recovered: str
     hold_s: float = 0.0
+
+
+def state_json(state: State) -> dict[str, Any]:
+    """The state as JSON, for a store that outlives the dashboard (the history database: not wired yet)."""
+    return {"started": state.started, "held": {key: dataclasses.asdict(h) for key, h in state.held.items()},
+            "leases": {rig: list(pods) for rig, pods in state.leases.items()}}
+
+
+def state_from_json(raw: Any) -> State:
+    """``state_json``'s output read back; anything unreadable is a fresh state (alerts that hold fire again once)."""
+    try:
+        return State(None if raw["started"] is None else float(raw["started"]),
+                     {str(key): Held(**h) for key, h in raw["held"].items()},
+                     {str(rig): tuple(str(p) for p in pods) for rig, pods in raw["leases"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return State()
 
 
 def evaluate(state: State, snapshot: Snapshot, rules: Rules, now: float) -> tuple[State, list[Message]]:

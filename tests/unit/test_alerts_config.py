@@ -150,3 +150,17 @@ def test_m2p_alerts_test_on_a_bad_file_is_one_line_with_file_and_line(tmp_path: 
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (f"m2p: error: {path}:2: token_env: the environment variable M2P_UNSET_TOKEN is "
                                    "not set")
+
+
+def test_the_dashboard_refuses_a_bad_alert_file_before_it_serves(tmp_path: Path, capsys):
+    from miner2provider.cli import main
+
+    (tmp_path / "rigs.yml").write_text("all:\n  hosts:\n    rig01: {ansible_host: 10.0.0.1}\n")
+    (tmp_path / "token").write_text("t" * 40 + "\n")
+    (tmp_path / "token").chmod(0o600)
+    (tmp_path / "alerts.yml").write_text("rules:\n  silent_after: soon\nreceivers: []\n")
+    code = main(["dashboard", "-i", str(tmp_path / "rigs.yml"), "--db", str(tmp_path / "h.db"), "--token-file",
+                 str(tmp_path / "token"), "--alerts", str(tmp_path / "alerts.yml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == (f"m2p: error: {tmp_path}/alerts.yml:2: silent_after 'soon': a duration from "
+                                         "1m to 7d (90s, 10m, 1h)")

@@ -4,11 +4,13 @@ Property tests drive random fleets through random sweeps."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from miner2provider.alerts.facts import Card, Rig, Snapshot
-from miner2provider.alerts.rules import Message, Rules, State, evaluate
+from miner2provider.alerts.rules import Message, Rules, State, evaluate, state_from_json, state_json
 
 RULES = Rules(silent_after_s=600, repeat_every_s=1800, temperature_limit_c=85, miner_grace_s=300, wallet_low=10)
 
@@ -162,3 +164,15 @@ def test_what_holds_is_remembered_and_a_fired_alert_stays_known_until_it_recover
         fired |= {m.key for m in messages if m.kind == "firing"}
         fired -= {m.key for m in messages if m.kind == "resolved"}
         assert fired == {key for key, held in state.held.items() if held.sent is not None}
+
+
+@settings(max_examples=100, deadline=None)
+@given(sweeps, rule_sets)
+def test_the_state_reads_back_from_its_json_and_judges_the_same(steps, rules):
+    state = State()
+    for now, snapshot in timed(steps):
+        kept = state_from_json(json.loads(json.dumps(state_json(state))))
+        assert kept == state
+        state, said = evaluate(state, snapshot, rules, now)
+        assert evaluate(kept, snapshot, rules, now) == (state, said)
+    assert state_from_json({"held": "x"}) == State()

@@ -36,6 +36,10 @@ XID_HOLD_S = 3600.0
 # A hot card comes back once this much under the limit: temperatures wander by a few degrees, and the node's
 # cordon should not follow every one of them.
 HOT_BACK_C = 5.0
+# The status (status.json on a USB stick, the node's annotation in the farm's datastore) takes new figures at most
+# this often; a change of a card's health, or of the reading's error, at once.  Power and clocks change at every
+# reading: published every 30 s they would rewrite both 2,880 times a day.
+PUBLISH_S = 300.0
 UNKNOWN_CARD = "?"  # in unhealthy(): a lost card nvidia-smi never listed (its UUID unknown)
 PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
 LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9a-fA-F:.]+): GPU is lost")
@@ -130,7 +134,6 @@ class CardWatch:
     kernel: KernelLog
     info_dir: str = nvml.GPU_INFO_DIR
     cards: tuple[Card, ...] = ()
-    read_at: float | None = None  # the wall clock at the last read
     error: str = ""
     _due: float = float("-inf")
     _lost: set[str] = field(default_factory=set)  # PCI addresses nvidia-smi said lost (until the agent restarts)
@@ -138,13 +141,14 @@ class CardWatch:
     _hot: set[str] = field(default_factory=set)  # UUIDs over the limit (back once HOT_BACK_C under it)
     card_map: dict[int, str] | None = None  # device minor -> UUID (the driver's), for the gate's records
     leased: dict[str, frozenset[str]] = field(default_factory=dict)  # pod -> the cards its containers ran on
+    shown: tuple[Telemetry | None, float, tuple[str, ...]] = (None, float("-inf"), ())  # (status, when, health)
     run: Callable[..., Any] = subprocess.run  # nvidia-smi's runner (the tests' seam)
 
     def read(self, mono: float, wall: float) -> None:
         if mono < self._due:
             return
         self._due = mono + self.interval_s
-        self.error, self.read_at = "", wall
+        self.error = ""
         try:
             proc = self.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
@@ -162,6 +166,10 @@ class CardWatch:
         for pci, xid, at in self.kernel.xids():
             self._xids[pci] = (xid, mono if at is None or at > mono else at)
         self.cards = tuple(self._judge(card, mono) for card in self._with_lost())
+        error = "; ".join(filter(None, (self.error, self.kernel.error)))
+        health = (error, *(f"{card.uuid} {card.health}" for card in self.cards))
+        if health != self.shown[2] or mono - self.shown[1] >= PUBLISH_S:
+            self.shown = (Telemetry(iso(wall), self.cards, error), mono, health)
 
     def _with_lost(self) -> list[Card]:
         """The cards as last listed, and a lost card nvidia-smi never listed (its UUID unknown)."""
@@ -179,7 +187,7 @@ class CardWatch:
         if pci in self._lost:
             health, why = "lost", "nvidia-smi: GPU is lost (fallen off the bus?): back after a reboot"
         elif xid is not None and mono - xid[1] < XID_HOLD_S:
-            health, why = "xid", f"Xid {xid[0]} in the kernel log {max(0, mono - xid[1]) / 60:.0f} min ago"
+            health, why = "xid", f"Xid {xid[0]} in the kernel log (NVRM), within the last {XID_HOLD_S / 3600:g} h"
         elif hot:
             health, why = "hot", f"{temperature:g} °C, over the owner's limit of {self.limit_c:g} °C"
         else:
@@ -195,9 +203,8 @@ class CardWatch:
                      if card.health != "ok")
 
     def status(self) -> Telemetry | None:
-        if self.read_at is None:
-            return None
-        return Telemetry(iso(self.read_at), self.cards, "; ".join(filter(None, (self.error, self.kernel.error))))
+        """The cards as the status shows them: read again at most every PUBLISH_S, at once on a change of health."""
+        return self.shown[0]
 
     def at_gate(self, waiting: list[dict[str, Any]], gated: list[dict[str, Any]], listed: set[str] | None) -> str:
         """Why a lease's container at the gate must not get its cards ("": it may): one of them is not ``ok``

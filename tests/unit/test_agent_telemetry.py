@@ -81,9 +81,16 @@ def test_a_hot_card_is_said_and_comes_back_once_well_under_the_limit_read_once_a
     assert len(calls) == 1 and cards.cards[0].temperature_c == 91.0
     cards.read(130.0, 1_800_000_030.0)
     assert len(calls) == 2 and cards.cards[0].health == "hot"  # 83 °C: not yet HOT_BACK_C under the limit
+    assert cards.status() == status  # the same health: the status keeps its figures (a write saved)
     change(config, 0, **{"temperature.gpu": "79"})
     cards.read(160.0, 1_800_000_060.0)
     assert cards.cards[0].health == "ok" and cards.unhealthy() == frozenset()
+    shown = cards.status()
+    assert shown is not None and shown.read_at == "2027-01-15T08:01:00+00:00"  # a change of health: at once
+    cards.read(190.0, 1_800_000_090.0)
+    assert cards.status() == shown
+    cards.read(160.0 + telemetry.PUBLISH_S, 1_800_000_360.0)
+    assert cards.status() is not None and cards.status().read_at == "2027-01-15T08:06:00+00:00"  # type: ignore[union-attr]
     assert all(c.health == "ok" for c in watch(tmp_path, standin(tmp_path, card0={"temperature.gpu": "99"}),
                                                limit=None).cards)  # no limit: no temperature rule
 

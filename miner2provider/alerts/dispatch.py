@@ -91,9 +91,6 @@ class Outbox:
                     with self._lock:
                         self.delivery[receiver.name].dropped += 1
 
-    def pending(self) -> int:
-        return sum(q.unfinished_tasks for q in self._queues.values())
-
     def wait(self, timeout_s: float) -> bool:
         """Until every queued message is sent or given up (tests, a clean stop); False at the timeout."""
         done = threading.Event()

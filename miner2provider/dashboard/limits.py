@@ -16,6 +16,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from . import peer
+
 LOGIN_BODY = 4 << 10
 JSON_BODY = 64 << 10
 HEADER_S = 10.0  # a request's headers, from connect (or the last response) on
@@ -94,9 +96,11 @@ class HeaderDeadline(H11Protocol):
     connection or the previous response): a connection still without a whole request then is closed."""
 
     _header_timer: asyncio.TimerHandle | None = None
+    _peer: peer.Connection | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self._peer = peer.opened(self.client, self.server)  # its local user is looked up once (peer.py)
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -109,6 +113,7 @@ class HeaderDeadline(H11Protocol):
             self._disarm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        peer.closed(self._peer)
         self._disarm()
         super().connection_lost(exc)
 

@@ -4,8 +4,10 @@ connection's other end (Linux's /proc/net/tcp, as identd reads it), beyond loopb
 Why the user: on loopback every local user's address is 127.0.0.1, so an address cannot tell the operator
 from another user of the machine; the kernel knows which user owns each socket, and a user cannot pass
 for another (short of being root, or the operator, who can read the token file anyway).  The table is read
-whole at each look-up (about 15 ms with 4,000 sockets on the machine), so it is read only for a request
-that needs it: a Bearer token, a login, or a cookie naming a live session."""
+whole at a look-up (about 15 ms with 4,000 sockets on the machine), so it is read only for a request that
+needs it (a Bearer token, a login, or a cookie naming a live session), and once per connection: the server's
+protocol (limits.HeaderDeadline) says when each connection opens and closes, and the user found is kept for
+that connection only, so that a port another user opens after it closed is looked up afresh."""
 
 from __future__ import annotations
 
@@ -30,11 +32,47 @@ class Client:
         return f"uid {self.uid}" if self.uid is not None else self.address
 
 
+class Connection:
+    """One open connection to the dashboard and the local user found for it (None: not looked up yet)."""
+
+    def __init__(self, ends: tuple[tuple[str, int], tuple[str, int]]) -> None:
+        self.ends = ends
+        self.uid: int | None = None
+
+
+# The server's open connections by their (client, server) ends: two open ones never share both ends; an entry
+# leaves when its connection closes, and a connection opened on the same ends replaces it even before that
+# (asyncio's TLS transport tells the protocol of a close one loop turn after the socket is gone).
+_OPEN: dict[tuple[tuple[str, int], tuple[str, int]], Connection] = {}
+
+
+def opened(client: tuple[str, int] | None, server: tuple[str, int | None] | None) -> Connection | None:
+    """Notes a connection the server accepted (None where it has no TCP ends: a Unix socket)."""
+    if client is None or server is None:
+        return None
+    connection = Connection(((str(client[0]), int(client[1])), (str(server[0]), int(server[1] or 0))))
+    _OPEN[connection.ends] = connection
+    return connection
+
+
+def closed(connection: Connection | None) -> None:
+    """Forgets a connection and its user: ``opened``'s answer, once the server sees it close."""
+    if connection is not None and _OPEN.get(connection.ends) is connection:
+        del _OPEN[connection.ends]
+
+
 def client_of(request: Request) -> Client:
     """The request's client; its ``server`` is the socket the dashboard listens on (the ASGI scope's)."""
     host, port = request.client or ("?", 0)
     server = request.scope.get("server") or ("", 0)
-    return Client(host, local_uid((host, port), (server[0], server[1] or 0)))
+    ends = ((str(host), int(port)), (str(server[0]), int(server[1] or 0)))
+    connection = _OPEN.get(ends)
+    if connection is not None and connection.uid is not None:
+        return Client(host, connection.uid)
+    uid = local_uid(*ends)
+    if connection is not None:  # only a found user is kept: a look-up that failed is tried again
+        connection.uid = uid
+    return Client(host, uid)
 
 
 def listening_port(request: Request) -> int:

@@ -115,3 +115,70 @@ def test_a_session_is_the_local_user_s_that_opened_it_over_real_connections(serv
     assert found and set(found) == {os.getuid()}, found  # the kernel named this user for each connection
     monkeypatch.setattr(peer, "local_uid", lambda client, to: (real(client, to) or 0) + 1)
     assert ask("GET", "/api/rigs", headers={"Cookie": cookie}).status == 401
+
+
+def test_one_keep_alive_connection_looks_its_user_up_once(server, monkeypatch):
+    """The kernel's table is read whole at a look-up: once per connection, not once per request."""
+    import http.client
+
+    from miner2provider.dashboard import peer
+
+    real, found = peer.local_uid, []
+    monkeypatch.setattr(peer, "local_uid", lambda client, to: found.append(real(client, to)) or found[-1])
+    connection = http.client.HTTPConnection("127.0.0.1", server, timeout=10)
+    for _ in range(5):  # bearer requests: each one is limited by its user
+        connection.request("GET", "/api/rigs", headers={"Authorization": f"Bearer {TOKEN}"})
+        reply = connection.getresponse()
+        assert reply.status == 200 and reply.read()
+    connection.close()
+    assert found == [os.getuid()], found
+    again = http.client.HTTPConnection("127.0.0.1", server, timeout=10)  # a new connection is looked up anew
+    again.request("GET", "/api/rigs", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert again.getresponse().status == 200
+    again.close()
+    assert found == [os.getuid()] * 2, found
+
+
+def test_a_port_another_user_reuses_after_the_close_does_not_inherit_the_users_session(server, monkeypatch):
+    """ATTACK: the operator signs in from a client port, the connection closes, another local user connects from
+    the same port (the same ends: a port is free once its socket is gone) with the operator's cookie.  The user
+    kept for the first connection must not be the second's.  Stand-in look-up: which user holds the port now."""
+    import http.client
+
+    from miner2provider.dashboard import peer
+
+    holder = {"uid": 1000}
+    monkeypatch.setattr(peer, "local_uid", lambda client, to: holder["uid"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    own = {"Origin": f"http://127.0.0.1:{server}"}
+    operator = http.client.HTTPConnection("127.0.0.1", server, timeout=10, source_address=("127.0.0.1", port))
+    operator.request("POST", "/login", f"token={TOKEN}", {**own, "Content-Type": "application/x-www-form-urlencoded"})
+    signed = operator.getresponse()
+    signed.read()
+    cookie = signed.getheader("set-cookie", "").partition(";")[0]
+    held = operator.sock.dup()  # open until the server has closed: its close comes first (no TIME_WAIT here)
+    operator.request("GET", "/api/rigs", headers={"Cookie": cookie, "Connection": "close"})  # the server closes
+    reply = operator.getresponse()
+    assert signed.status == 303 and reply.status == 200 and reply.read()
+    operator.close()
+    with held:
+        held.settimeout(5)
+        while held.recv(4096):
+            pass
+    holder["uid"] = 1001  # the port is another user's now
+    deadline = time.monotonic() + 5
+    while True:  # until the kernel lets the port connect to the dashboard again
+        intruder = http.client.HTTPConnection("127.0.0.1", server, timeout=10, source_address=("127.0.0.1", port))
+        try:
+            intruder.connect()
+            break
+        except OSError:
+            intruder.close()
+            assert time.monotonic() < deadline, "the client port could not be used again"
+            time.sleep(0.1)
+    assert intruder.sock.getsockname()[1] == port
+    intruder.request("GET", "/api/rigs", headers={"Cookie": cookie})
+    assert intruder.getresponse().status == 401
+    intruder.close()

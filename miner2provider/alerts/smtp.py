@@ -57,7 +57,7 @@ class Email:
         mail["Date"], mail["Message-ID"] = formatdate(message.at), make_msgid("m2p")
         mail.set_content(f"{message.line}\n\nalert: {message.key} ({message.kind})\n")
         watchdog = Watchdog(self.timeout_s)
-        error = ""
+        error, timed_out = "", False
         try:
             with watchdog:
                 client = _Smtp(watchdog)
@@ -78,7 +78,10 @@ class Email:
             error = f"its TLS certificate is not trusted ({exc.verify_message or 'unverified'})"
         except (smtplib.SMTPException, OSError) as exc:
             error = f"no answer ({getattr(exc, 'strerror', None) or type(exc).__name__})"
-        if watchdog.fired:
+            # The socket's own timeout is the deadline's twin and may fire just before the watchdog (smtplib says it
+            # as a disconnection, the timeout its context).
+            timed_out = isinstance(exc, TimeoutError) or isinstance(exc.__context__, TimeoutError)
+        if watchdog.fired or timed_out:
             raise SendFailed(f"no whole exchange within {self.timeout_s:g} s")
         if error:
             raise SendFailed(error)

@@ -101,6 +101,8 @@ def exchange(url: str, timeout_s: float, max_bytes: int, *, method: str = "GET",
         reason = "not a URL that can be sent (a space or control character)"
     except http.client.HTTPException as exc:  # its text is the server's bytes: only its kind is said
         reason = f"not an HTTP answer ({type(exc).__name__})"
+    except TimeoutError:  # the socket's own timeout, the deadline's twin: under load it may fire before the watchdog
+        reason = f"no whole answer within {timeout_s:g} s"
     except OSError as exc:
         reason = f"no answer ({exc.strerror or type(exc).__name__})"
     except ValueError as exc:  # a host name IDNA refuses, and the like

@@ -19,8 +19,8 @@ from .rules import Message
 
 TIMEOUT_S = 10.0  # a receiver's whole exchange, by default
 MAX_ANSWER = 64 << 10  # bytes of an answer read, a longer one a failure (Telegram's is a few hundred)
-# Telegram: a message's text is 1-4096 characters after entities parsing (core.telegram.org/bots/api#sendmessage).
-TELEGRAM_TEXT = 4096
+# Telegram: a message's text is 1 to 4,096 characters after entities parsing (core.telegram.org/bots/api#sendmessage).
+TELEGRAM_TEXT = 4 * 1024
 # Discord: a webhook message's content is up to 2000 characters (discord.com/developers/docs/resources/webhook,
 # "Execute Webhook").
 DISCORD_CONTENT = 2000

@@ -67,7 +67,8 @@ def test_hiveos_flavour_has_the_hiveos_layout_and_miner(sandbox_rigs):
         assert run(client, "readlink /etc/environment") == (0, "/hive/etc/environment\n")
         assert "RIG_CONF=/hive-config/rig.conf" in run(client, "cat /etc/environment")[1]
         assert run(client, "dpkg-query -W -f '${Version}' hive") == (0, "0.6-229")
-        assert run(client, "systemctl is-active hive-watchdog")[1].strip() == "active"
+        # Started by the boot script's `wd start`, late in the boot as on HiveOS: under load after sshd answers.
+        assert wait_until(lambda: run(client, "systemctl is-active hive-watchdog")[1].strip() == "active", timeout=60)
         # The miner runs in a window of the screen session "miner", under miner-run's restart loop.
         assert ".miner" in run(client, "sudo screen -ls miner")[1]
         assert run(client, f"sudo {MINER_RUNS}")[0] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import click
 
 from miner2provider.alerts import config as alert_file
 from miner2provider.alerts.config import is_loopback
+from miner2provider.alerts.rules import state_from_json, state_json
 from miner2provider.alerts.service import Alerting
 from miner2provider.core import checks, private, textfiles
 from miner2provider.core.errors import UsageError
@@ -125,6 +127,9 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     db = Path(db_path) if db_path else DEFAULT_PATH
     History(db).close()  # a bad or newer database is refused now, not in the page
     alerting = Alerting(alert_file.load(alerts_path)) if alerts_path else None
+    if alerting is not None:  # what already fired before a restart is not said again
+        with History(db) as history:
+            alerting.state = state_from_json(history.alert_state())
     nodes = {h.name: h.node_name for h in hosts}
 
     def sweep_hosts(chosen: list[Host]) -> list[RigReport]:
@@ -132,6 +137,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
             reports = sweep(history, chosen, ssh)
             if alerting is not None:
                 alerting.sweep_done(nodes, history.latest_snapshots())
+                history.save_alert_state(state_json(alerting.state), time.time())
             return reports
 
     def redetect(rig: str) -> str:

@@ -35,6 +35,7 @@ def sweep(history: History, hosts: list[Host], ssh: SshOptions, now: float | Non
         if report.ok and report.facts:
             history.add_snapshot(report.name, now, {**snapshot(report, row), "read_at": now})
             history.add_ledger(report.name, report.facts.agent_ledger, seen_at=now)
+            history.add_cards(report.name, report.facts.agent_status.telemetry, now)
         else:
             old = history.latest_snapshot(report.name) or {}
             history.add_snapshot(report.name, now, {**old, "failure": report.failure, "error": report.error,

@@ -2,7 +2,9 @@
 
 The rigs keep their own ledgers (rigside/ledger.py, bounded and rotated); the controller keeps them for
 good, merged without duplicates: the same ledger read twice adds nothing (a line is keyed by rig,
-time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig.  The
+time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig; card samples
+each card's temperature and power over the last days (the rig page's charts); the alert rules' state is kept
+across restarts.  The
 schema moves forward by numbered migrations (``PRAGMA user_version``); a database from a newer m2p
 is refused rather than misread.  Default place: ``~/.local/share/m2p/history.sqlite3``.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from miner2provider.core.errors import UsageError
 from miner2provider.rigside.ledger import Entry, seconds_by_mode, spans
+from miner2provider.rigside.status import Telemetry
 
 DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
 
@@ -68,8 +71,21 @@ MIGRATIONS = (
     """
     ALTER TABLE ledger ADD COLUMN mining INTEGER NOT NULL DEFAULT 0;
     """,
+    # 8: each card's temperature and power as the agent published them (issue 56: the rig page's day charts),
+    # one row per new reading (the agent's ``read_at``), kept CARDS_KEPT_S; and the alert rules' state
+    # (alerts/rules.py state_json), one row, so that a restarted dashboard does not fire every alert again.
+    """
+    CREATE TABLE card_samples (
+        rig TEXT NOT NULL, at REAL NOT NULL, card INTEGER NOT NULL, temperature_c REAL, power_w REAL,
+        PRIMARY KEY (rig, at, card)) WITHOUT ROWID;
+    CREATE TABLE alert_state (one INTEGER PRIMARY KEY CHECK (one = 1), at REAL NOT NULL, state TEXT NOT NULL);
+    """,
 )
 SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
+# How long a card's figures are kept: the charts show a day; two keep a rig whose clock lags a little charted.
+# The agent publishes new figures at most every 5 minutes (agent/telemetry.py PUBLISH_S), so a rig stores at
+# most 2 x 288 readings a card whatever the sweep's pace (docs/dashboard.md has the cost at 1,000 rigs).
+CARDS_KEPT_S = 2 * 86_400.0
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,41 @@ class History:
         return {node: (at, mode, json.loads(status))
                 for node, at, mode, status in self.db.execute("SELECT * FROM nodes")}
 
+    def add_cards(self, rig: str, telemetry: Telemetry | None, now: float) -> int:
+        """Store the cards' temperature and power of one reading of the agent (keyed by its ``read_at``: the
+        same reading swept again adds nothing), and forget the rig's readings older than CARDS_KEPT_S.  A
+        reading dated after ``now`` (the rig's clock ahead) is stored at ``now``.  Returns the rows added."""
+        at = _when(telemetry.read_at) if telemetry is not None else None
+        if telemetry is None or at is None or not telemetry.cards:
+            return 0
+        at = min(at, now)
+        rows = [(rig, at, card.index, card.temperature_c, card.power_w) for card in telemetry.cards]
+        with self._transaction():
+            before = self.db.total_changes
+            self.db.executemany("INSERT OR IGNORE INTO card_samples VALUES (?, ?, ?, ?, ?)", rows)
+            added = self.db.total_changes - before
+            self.db.execute("DELETE FROM card_samples WHERE rig = ? AND at < ?", (rig, now - CARDS_KEPT_S))
+            return added
+
+    def card_samples(self, rig: str, since: float) -> dict[int, list[tuple[float, float | None, float | None]]]:
+        """The rig's card readings from ``since`` on: card index -> [(at, temperature °C, power W)], oldest first."""
+        out: dict[int, list[tuple[float, float | None, float | None]]] = {}
+        for at, card, temperature, power in self.db.execute(
+                "SELECT at, card, temperature_c, power_w FROM card_samples WHERE rig = ? AND at >= ? ORDER BY at",
+                (rig, since)):
+            out.setdefault(card, []).append((at, temperature, power))
+        return out
+
+    def save_alert_state(self, state: dict[str, Any], at: float) -> None:
+        """The alert rules' state (alerts/rules.py state_json) after a sweep's judgement."""
+        self.db.execute("INSERT INTO alert_state VALUES (1, ?, ?) ON CONFLICT(one) DO UPDATE SET "
+                        "at = excluded.at, state = excluded.state", (at, json.dumps(state, sort_keys=True)))
+
+    def alert_state(self) -> Any:
+        """The alert rules' state as last saved (None: never saved); state_from_json reads it."""
+        row = self.db.execute("SELECT state FROM alert_state").fetchone()
+        return json.loads(row[0]) if row else None
+
     # -- queries --------------------------------------------------------------------------
     def rigs(self) -> list[RigSummary]:
         rows = self.db.execute("SELECT r.name, r.first_seen, r.last_seen, count(l.at) FROM rigs r "
@@ -264,6 +315,15 @@ class Window:
 
     closed: tuple[tuple[str, int, int, float, int], ...]
     last: Entry | None
+
+
+def _when(iso: str) -> float | None:
+    """An ISO 8601 time of the agent's as a timestamp (None: unreadable or without its zone)."""
+    try:
+        found = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return found.timestamp() if found.tzinfo is not None else None
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:

@@ -14,12 +14,12 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from . import views
+from . import cards, views
 from .actions import ACTIONS
 from .api import not_found
 from .guard import session_binding, session_cookie
 from .peer import client_of
-from .state import SORT_KEYS, days_of, fleet_view, one, state_of
+from .state import SORT_KEYS, card_samples, days_of, fleet_view, one, state_of
 
 # Autoescape on for every template, whatever its name: Starlette's default escapes only .html/.htm/.xml,
 # and ours are .html.j2 (everything a rig sends reaches these pages).
@@ -40,8 +40,11 @@ async def page_rig(request: Request) -> Response:
     if rig is None:
         return not_found(request.path_params["rig"])
     line = views.timeline(rig, state.config.economics, now, days)
+    agent, _ = views.agent_of(rig)
     return render(request, "rig.html.j2", {"row": views.fleet_row(rig, state.config.economics, now, days),
-                                           "timeline": line, "chart": chart(line), "actions": ACTIONS})
+                                           "timeline": line, "chart": chart(line), "actions": ACTIONS,
+                                           "cards": cards.card_table(agent, now),
+                                           "card_charts": cards.day_charts(card_samples(state, rig.name, now), now)})
 
 
 async def login(request: Request) -> Response:

@@ -102,6 +102,13 @@ def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInp
         return _input(host, snap, history.ledger(name, start, math.inf), history.nodes(), state.typed(name, at, snap))
 
 
+def card_samples(state: DashboardState, name: str, now: float) -> dict[int, list[tuple[float, float | None,
+                                                                                   float | None]]]:
+    """The rig's card readings over the last day (the rig page's charts)."""
+    with History(state.config.db) as history:
+        return history.card_samples(name, now - views.DAY)
+
+
 def fleet_view(request: Request) -> dict[str, Any]:
     state = state_of(request)
     days = days_of(request)

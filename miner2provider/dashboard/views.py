@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from miner2provider.dashboard import cards
 from miner2provider.dashboard.history import Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
@@ -203,6 +204,7 @@ def fleet_row(rig: RigInput, economics: Economics, now: float, days: int) -> dic
         "reclaims": reclaims(status),
         "tunnel": tunnel(status),
         "agent_error": agent.last_error,
+        "cards": cards.health(agent.telemetry),  # the hottest card and every unhealthy one (None: no telemetry)
         "hours": {m: round(v / 3600, 2) for m, v in sorted(totals.seconds.items())},
         "earnings": earnings(totals, [m for m, _ in models], economics, valued["measured_per_gpu_day"]),
         "economy": valued,

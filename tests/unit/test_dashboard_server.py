@@ -3,14 +3,17 @@ and limits): a slow client is dropped, a huge body is refused unread, the server
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import uvicorn
+from starlette.applications import Starlette
 from test_dashboard import INVENTORY, TOKEN  # tests/unit is on sys.path (no package)
 
 from miner2provider.core import inventory
@@ -30,6 +33,13 @@ def server(tmp_path, monkeypatch):
                             lambda rig: rig))
     app = create_app(DashboardConfig(tmp_path / "h.db", list(hosts), economics.NONE, actions, lambda chosen: None,
                                      lambda chosen: 0, 0, TOKEN))
+    with serving(app) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def serving(app: Starlette) -> Iterator[int]:
+    """``app`` behind real uvicorn on a free loopback port, with the limits `m2p dashboard` serves it with."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -41,9 +51,11 @@ def server(tmp_path, monkeypatch):
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started, "uvicorn did not start"
-    yield port
-    srv.should_exit = True
-    thread.join(10)
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        thread.join(10)
 
 
 def closed_within(sock: socket.socket, seconds: float) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from prometheus_client.exposition import choose_encoder
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -70,6 +71,14 @@ async def api_economics(request: Request) -> Response:
                          "mining_revenue_per_gpu_day": e.mining_per_gpu_day})
 
 
+def metrics(request: Request) -> Response:
+    """the fleet in Prometheus's text format, per rig and per card (docs/metrics.md)"""
+    # A plain def: Starlette runs it in its thread pool, so the history's reads never hold the event loop.
+    # The library's own negotiation: OpenMetrics where the scraper asks for it (Prometheus does), else text 0.0.4.
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(request.app.state.metrics), headers={"Content-Type": content_type})
+
+
 async def api_index(request: Request) -> Response:
     """this index"""
     return JSONResponse(api_doc())
@@ -118,6 +127,7 @@ ROUTES = [
     (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind, plan}"),
     (Route("/api/jobs/{job}", api_job), "?since=N"),
     (Route("/api/economics", api_economics), ""),
+    (Route("/metrics", metrics), ""),
 ]
 
 

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from miner2provider.market.base import ProviderState
 
-from . import api, pages
+from . import api, metrics, pages
 from .guard import guard
 from .limits import BodyLimit
 from .pages import TEMPLATES
@@ -72,6 +72,7 @@ def create_app(config: DashboardConfig) -> Starlette:
                     middleware=[Middleware(BodyLimit), Middleware(BaseHTTPMiddleware, dispatch=guard)],
                     exception_handlers={BadParameter: bad_parameter}, lifespan=lifespan)
     app.state.m2p = state
+    app.state.metrics = metrics.registry_for(state)  # GET /metrics (api.metrics)
     return app
 
 

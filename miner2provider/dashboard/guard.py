@@ -63,7 +63,7 @@ async def _checked(request: Request, call_next: Callable[[Request], Awaitable[Re
                              "use the dashboard's own page, or Authorization: Bearer TOKEN"}, 403)
     bound = state.sessions.bound_to(request.cookies.get(session_cookie(request), ""))
     if request.url.path not in OPEN and (bound is None or bound != session_binding(request)):
-        if request.url.path.startswith("/api/"):
+        if request.url.path.startswith("/api/") or request.url.path == "/metrics":  # machines: 401, no login page
             return JSONResponse({"error": "sign in: the session cookie or Authorization: Bearer TOKEN"}, 401)
         return RedirectResponse("/login", 303)
     return await call_next(request)

@@ -213,6 +213,8 @@ class History:
         if telemetry is None or at is None or not telemetry.cards:
             return 0
         at = min(at, now)
+        if self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?", (rig, at)).fetchone():
+            return 0  # stored already: most sweeps (a minute apart) find the same reading (5 minutes apart)
         rows = [(rig, at, card.index, card.temperature_c, card.power_w) for card in telemetry.cards]
         with self._transaction():
             before = self.db.total_changes

@@ -111,6 +111,7 @@ def test_the_exposition_parses_and_carries_every_rig_and_card_with_the_fleet_pag
     with client() as c:
         answer = c.get("/metrics", headers=bearer(TOKEN))
     assert answer.status_code == 200 and answer.headers["content-type"] == CONTENT_TYPE_PLAIN_0_0_4
+    assert answer.headers["content-encoding"] == "gzip"  # httpx asks for it, as Prometheus does, and unpacks it
     found = samples(answer.text)
     hot, odd = card("rig01", 1, "GPU-hot", "NVIDIA GeForce RTX 3090"), card("rig01", 0, HOSTILE[2], HOSTILE[4])
     assert value(found, "m2p_gpu_temperature_celsius", **hot) == 91.0
@@ -156,7 +157,8 @@ def test_a_scrape_as_prometheus_sends_it_gets_openmetrics_that_parses(scrape):
 
 
 def test_hostile_card_names_round_trip_as_label_values(scrape, tmp_path):
-    """Every HOSTILE string as a card's name and UUID comes back whole as that card's labels, and adds no series."""
+    """Every HOSTILE string as a card's name and UUID comes back whole as that card's labels, and adds no series;
+    a made-up mode on the rig's node reads as unknown."""
     client, _ = scrape
     cards = tuple(Card(n, text, text, temperature_c=float(n)) for n, text in enumerate(HOSTILE))
     with History(tmp_path / "h.sqlite3") as history:
@@ -164,6 +166,7 @@ def test_hostile_card_names_round_trip_as_label_values(scrape, tmp_path):
         stored["facts"]["agent_status"]["telemetry"] = {"read_at": READ_AT, "cards": [
             {"index": c.index, "uuid": c.uuid, "name": c.name, "temperature_c": c.temperature_c} for c in cards]}
         history.add_snapshot("rig02", at + 1, stored)
+        history.set_nodes({"rig01": (HOSTILE[3], {"schema": 1, "mode": HOSTILE[3]})}, time.time() + 60)
     with client() as c:
         text = c.get("/metrics", headers=bearer(TOKEN)).text
     found = samples(text)
@@ -172,6 +175,9 @@ def test_hostile_card_names_round_trip_as_label_values(scrape, tmp_path):
     assert sum(dict(labels)["rig"] == "rig02" for name, labels in found
                if name == "m2p_gpu_temperature_celsius") == len(HOSTILE)  # one series a card: none of a name's making
     assert all(name.startswith("m2p_") for name, _ in found)
+    # a mode the node's annotation makes up is "unknown", not a series of its own
+    assert value(found, "m2p_rig_mode", rig="rig01", mode="unknown") == 1.0
+    assert not any(HOSTILE[3] in dict(labels).values() for name, labels in found if name == "m2p_rig_mode")
 
 
 def test_metrics_are_guarded_like_the_api_and_wrong_tokens_are_limited(scrape):

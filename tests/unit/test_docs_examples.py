@@ -17,6 +17,8 @@ import yaml
 from miner2provider.alerts import config as alert_file
 from miner2provider.cli import cli, main
 from miner2provider.core import collection
+from miner2provider.dashboard import api
+from miner2provider.dashboard.metrics import metric_names
 from miner2provider.market import marketplace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,9 @@ M2P = re.compile(r"^\s*(?:\$ )?(?:sudo )?(?:\.venv/bin/)?m2p(?= |$)")
 HELP = "<!-- help:begin"
 # What a YAML block is part of: the name the text before it says (the nearest wins), else what its keys say.
 FILE_NAMES = {"provider.yml": "provider", "schedule": "schedule", "economics": "economics", "rigs.yml": "inventory",
-              "inventory": "inventory", "playbook": "playbook", "alert file": "alerts"}
+              "inventory": "inventory", "playbook": "playbook", "alert file": "alerts",
+              # Prometheus's own files, for m2p's GET /metrics (docs/metrics.md)
+              "prometheus.yml": "prometheus", "rule file": "prometheus rules"}
 # The variables the alert file examples name (docs/alerts.md), as the owner would set them.
 ALERT_SECRETS = {"M2P_TELEGRAM_TOKEN": "123:example-token", "M2P_SMTP_PASSWORD": "example-password",
                  "M2P_DISCORD_WEBHOOK": "https://discord.example/api/webhooks/1/example-token"}
@@ -159,6 +163,17 @@ def check_yaml(where: str, kind: str, doc: dict | list, tmp: Path, capsys, inven
     elif kind == "alerts":
         alert_file.parse(yaml.safe_dump(doc), where, ALERT_SECRETS)
         return
+    elif kind == "prometheus":  # scrapes the dashboard's own route, with a bearer token from a file
+        assert isinstance(doc, dict)
+        for job in doc["scrape_configs"]:
+            assert job["metrics_path"] == "/metrics" and "/metrics" in {route.path for route, _ in api.ROUTES}, where
+            assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"], where
+        return
+    elif kind == "prometheus rules":  # its queries name only metrics the dashboard exports
+        assert isinstance(doc, dict)
+        named = {n for group in doc["groups"] for rule in group["rules"] for n in re.findall(r"\bm2p_[a-z_]+", rule["expr"])}
+        assert named and named <= metric_names(), f"{where}: no such metric: {sorted(named - metric_names())}"
+        return
     else:
         raise AssertionError(f"{where}: a YAML example of no file m2p reads (say before it which file it is part of)")
     out, err = capsys.readouterr()
@@ -189,3 +204,5 @@ def test_the_yaml_check_fails_a_wrong_example(tmp_path, monkeypatch, capsys):
         check_yaml("x:1", "schedule", {"policy": "lease-first", "hysteresis": 0.05}, tmp_path, capsys)
     with pytest.raises(AssertionError, match="the inventory example fails its check"):
         check_yaml("x:1", "inventory", {"all": {"hosts": {"r1": {"ansible_hots": "10.0.0.1"}}}}, tmp_path, capsys)
+    with pytest.raises(AssertionError, match=r"no such metric: \['m2p_gpu_temp'\]"):
+        check_yaml("x:1", "prometheus rules", {"groups": [{"rules": [{"expr": "m2p_gpu_temp > 85"}]}]}, tmp_path, capsys)

@@ -1,13 +1,14 @@
-"""Per-card telemetry and health on the rig: one ``nvidia-smi --query-gpu`` call per ``telemetry_interval_s``
-(never per tick) and the kernel log's new NVRM Xid lines, into rigside/status.py's Card records, each card
-``ok``, ``hot`` (over the owner's limit), ``lost`` (nvidia-smi: "GPU is lost") or ``xid`` (an Xid within
-XID_HOLD_S).  Reading only: what the health does is decide.py's (off the market) and rules.py's (the gate).
+"""Per-card telemetry and health on the rig: every card's figures once per ``telemetry_interval_s`` (never per
+tick; card_read.py: NVML kept open where it opens, else one ``nvidia-smi --query-gpu`` call) and the kernel log's
+new NVRM Xid lines, into rigside/status.py's Card records, each card ``ok``, ``hot`` (over the owner's limit),
+``lost`` (NVML or nvidia-smi: "GPU is lost") or ``xid`` (an Xid within XID_HOLD_S).  Reading only: what the health
+does is decide.py's (off the market) and rules.py's (the gate).
 
-The cost: nvidia-smi is a process of its own that opens NVML (tens of ms of CPU with the driver's persistence
-mode on, a good part of a second on a weak CPU without it); once every 30 s it is a small share of the idle
-budget, every tick (2 s) it would be most of it.  The kernel log is read from ``/dev/kmsg``, kept open without
-blocking: each read returns one record, so an interval costs a read per new record and one that finds none
-(``journalctl -k --since`` would start a process every interval).  Py38."""
+The cost: through NVML a reading is a few dozen calls of microseconds each; nvidia-smi is a process of its own
+that initialises NVML at every call (tens of ms of CPU, a good part of a second on a weak CPU), so the fallback
+reads every SMI_EVERY-th interval (docs/benchmarks.md).  The kernel log is read from ``/dev/kmsg``, kept open
+without blocking: each read returns one record, so an interval costs a read per new record and one that finds
+none (``journalctl -k --since`` would start a process every interval).  Py38."""
 
 from __future__ import annotations
 
@@ -18,17 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from miner2provider.agent import nvml
+from miner2provider.agent.card_read import Nvml, by_nvidia_smi, pci_key
 from miner2provider.agent.sight import iso
 from miner2provider.rigside.status import Card, Telemetry
 
-# nvidia-smi --help-query-gpu's names, in Card's order after the index, UUID, name and PCI address.
-QUERY = ("index,uuid,name,pci.bus_id,temperature.gpu,fan.speed,power.draw,power.limit,clocks.sm,clocks.mem,"
-         "utilization.gpu,memory.used,memory.total,pcie.link.gen.current,pcie.link.width.current,"
-         "clocks_throttle_reasons.active,ecc.errors.uncorrected.volatile.total")
-FIGURES = ("temperature_c", "fan_percent", "power_w", "power_limit_w", "sm_mhz", "memory_mhz", "utilization_percent",
-           "memory_used_mib", "memory_total_mib")
-COUNTS = ("pcie_gen", "pcie_width", "throttle", "ecc_uncorrected")
-CALL_TIMEOUT_S = 10.0  # nvidia-smi can hang on a card that is falling off the bus; the tick must not wait for long
 # An Xid keeps its card off the market this long after it was logged: one Xid that does not come again returns
 # the card; a card that keeps throwing them (a riser, a dying card) stays off (NVIDIA's Xid catalogue: most Xids a
 # card throws under load are its hardware's, power's or driver's, and end a tenant's job).
@@ -40,49 +34,12 @@ HOT_BACK_C = 5.0
 # this often; a change of a card's health, or of the reading's error, at once.  Power and clocks change at every
 # reading: published every 30 s they would rewrite both 2,880 times a day.
 PUBLISH_S = 300.0
-UNKNOWN_CARD = "?"  # in unhealthy(): a lost card nvidia-smi never listed (its UUID unknown)
-PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
-LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9a-fA-F:.]+): GPU is lost")
+UNKNOWN_CARD = "?"  # in unhealthy(): a lost card never listed (its UUID unknown)
+# Without NVML, nvidia-smi reads every SMI_EVERY-th interval (60 s by default): each call costs the stand-in's
+# 60-odd ms of CPU here and a real one's tens to hundreds, 0.2 points of the agent's 0.5 % idle budget at 30 s.
+SMI_EVERY = 2
 XID = re.compile(rb"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): ([0-9]{1,9})")
 MAX_READS = 5000  # records read per interval (the first read meets the whole buffer since boot)
-
-
-def pci_key(text: str) -> str:
-    """A PCI address in one form (0000:01:00) from nvidia-smi's (00000000:01:00.0) or NVRM's (PCI:0000:01:00)."""
-    match = PCI.search(text)
-    if match is None:
-        return ""
-    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}:{match.group(3).lower()}"
-
-
-def parse(text: str) -> list[Card]:
-    """``--query-gpu=QUERY --format=csv,noheader,nounits``'s rows: ``[N/A]``, ``[Not Supported]`` and anything
-    else that is no number read as None; a row of another width is left out."""
-    cards = []
-    for line in text.splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 17 or not parts[0].isdigit():
-            continue
-        figures: dict[str, Any] = {key: _number(value) for key, value in zip(FIGURES, parts[4:13])}
-        figures.update((key, _whole(value)) for key, value in zip(COUNTS, parts[13:]))
-        cards.append(Card(int(parts[0]), parts[1][:100], parts[2][:100], parts[3][:20], **figures))
-    return cards
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 <= value < 1e9 else None
-
-
-def _whole(text: str) -> int | None:
-    try:
-        value = int(text, 16) if text.lower().startswith("0x") else int(text)
-    except ValueError:
-        return None
-    return value if 0 <= value < 2**64 else None
 
 
 @dataclass
@@ -136,33 +93,27 @@ class CardWatch:
     cards: tuple[Card, ...] = ()
     error: str = ""
     _due: float = float("-inf")
-    _lost: set[str] = field(default_factory=set)  # PCI addresses nvidia-smi said lost (until the agent restarts)
+    _lost: set[str] = field(default_factory=set)  # PCI addresses said lost (until the agent restarts)
     _xids: dict[str, tuple[int, float]] = field(default_factory=dict)  # PCI address -> (last Xid, when: monotonic)
     _hot: set[str] = field(default_factory=set)  # UUIDs over the limit (back once HOT_BACK_C under it)
     card_map: dict[int, str] | None = None  # device minor -> UUID (the driver's), for the gate's records
     leased: dict[str, frozenset[str]] = field(default_factory=dict)  # pod -> the cards its containers ran on
     shown: tuple[Telemetry | None, float, tuple[str, ...]] = (None, float("-inf"), ())  # (status, when, health)
     run: Callable[..., Any] = subprocess.run  # nvidia-smi's runner (the tests' seam)
+    nvml: Nvml = field(default_factory=Nvml)  # NVML, kept open between readings (the tests give a fake module)
 
     def read(self, mono: float, wall: float) -> None:
         if mono < self._due:
             return
-        self._due = mono + self.interval_s
-        self.error = ""
+        opened = self.nvml.open()
+        self._due = mono + self.interval_s * (1 if opened else SMI_EVERY)
         try:
-            proc = self.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-                       capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
-            rows, said, code = parse(proc.stdout), f"{proc.stdout}\n{proc.stderr}", proc.returncode
-        except subprocess.TimeoutExpired:
-            rows, said, code = [], f"no answer in {CALL_TIMEOUT_S:g} s", -1
-        except (OSError, subprocess.SubprocessError) as exc:
-            rows, said, code = [], getattr(exc, "strerror", None) or str(exc)[:200], -1
-        lost = {pci_key(m.group(1)) for m in LOST.finditer(said)}
+            rows, lost, self.error = self.nvml.read(self.cards) if opened else by_nvidia_smi(self.run)
+        except Exception as exc:  # noqa: BLE001 - a reading never ends the tick: said, the cards kept as last read
+            rows, lost, self.error = [], set(), f"NVML: {type(exc).__name__}: {exc}"[:200]
         self._lost |= lost
-        if code == 0 and rows:
+        if rows:
             self.cards = tuple(rows)
-        else:
-            self.error = f"nvidia-smi: {(said.strip().splitlines() or [f'exit {code}'])[-1][:200]}"
         for pci, xid, at in self.kernel.xids():
             self._xids[pci] = (xid, mono if at is None or at > mono else at)
         self.cards = tuple(self._judge(card, mono) for card in self._with_lost())
@@ -172,7 +123,7 @@ class CardWatch:
             self.shown = (Telemetry(iso(wall), self.cards, error), mono, health)
 
     def _with_lost(self) -> list[Card]:
-        """The cards as last listed, and a lost card nvidia-smi never listed (its UUID unknown)."""
+        """The cards as last listed, and a lost card never listed (its UUID unknown)."""
         known = {pci_key(card.pci) for card in self.cards}
         extra = sorted(pci for pci in self._lost if pci not in known)
         return [*self.cards, *(Card(len(self.cards) + n, UNKNOWN_CARD, pci=pci) for n, pci in enumerate(extra))]
@@ -185,7 +136,7 @@ class CardWatch:
             temperature > self.limit_c or (card.uuid in self._hot and temperature > self.limit_c - HOT_BACK_C))
         (self._hot.add if hot else self._hot.discard)(card.uuid)
         if pci in self._lost:
-            health, why = "lost", "nvidia-smi: GPU is lost (fallen off the bus?): back after a reboot"
+            health, why = "lost", "GPU is lost (fallen off the bus?): back after a reboot"
         elif xid is not None and mono - xid[1] < XID_HOLD_S:
             health, why = "xid", f"Xid {xid[0]} in the kernel log (NVRM), within the last {XID_HOLD_S / 3600:g} h"
         elif hot:

@@ -16,8 +16,9 @@ from test_agent_service import LEASE_FIRST, api, at_the_gate, container, cordone
 
 from m2p_sandbox import gpu_standin
 from miner2provider.agent import telemetry
+from miner2provider.agent.card_read import parse, pci_key
 from miner2provider.agent.config import Config
-from miner2provider.agent.telemetry import CardWatch, KernelLog, parse, pci_key
+from miner2provider.agent.telemetry import CardWatch, KernelLog
 from miner2provider.rigside.status import agent_status_from
 
 __all__ = ["api"]  # the fixture, used by name
@@ -77,19 +78,19 @@ def test_a_hot_card_is_said_and_comes_back_once_well_under_the_limit_read_once_a
     status = cards.status()
     assert status is not None and status.read_at == "2027-01-15T08:00:00+00:00" and status.cards == cards.cards
     change(config, 0, **{"temperature.gpu": "83"})
-    cards.read(129.0, 1_800_000_029.0)  # within the interval: not read again
+    cards.read(159.0, 1_800_000_029.0)  # within the fallback's interval (SMI_EVERY x 30 s): not read again
     assert len(calls) == 1 and cards.cards[0].temperature_c == 91.0
-    cards.read(130.0, 1_800_000_030.0)
+    cards.read(160.0, 1_800_000_030.0)
     assert len(calls) == 2 and cards.cards[0].health == "hot"  # 83 °C: not yet HOT_BACK_C under the limit
     assert cards.status() == status  # the same health: the status keeps its figures (a write saved)
     change(config, 0, **{"temperature.gpu": "79"})
-    cards.read(160.0, 1_800_000_060.0)
+    cards.read(220.0, 1_800_000_060.0)
     assert cards.cards[0].health == "ok" and cards.unhealthy() == frozenset()
     shown = cards.status()
     assert shown is not None and shown.read_at == "2027-01-15T08:01:00+00:00"  # a change of health: at once
-    cards.read(190.0, 1_800_000_090.0)
+    cards.read(280.0, 1_800_000_090.0)
     assert cards.status() == shown
-    cards.read(160.0 + telemetry.PUBLISH_S, 1_800_000_360.0)
+    cards.read(220.0 + telemetry.PUBLISH_S, 1_800_000_360.0)
     assert cards.status() is not None and cards.status().read_at == "2027-01-15T08:06:00+00:00"  # type: ignore[union-attr]
     assert all(c.health == "ok" for c in watch(tmp_path, standin(tmp_path, card0={"temperature.gpu": "99"}),
                                                limit=None).cards)  # no limit: no temperature rule
@@ -100,7 +101,7 @@ def test_a_lost_card_is_a_health_fact_and_the_others_keep_their_last_figures(tmp
     cards = watch(tmp_path, config)
     cards.read(100.0, 1_800_000_000.0)
     change(config, 1, lost=True)
-    cards.read(130.0, 1_800_000_030.0)
+    cards.read(160.0, 1_800_000_030.0)
     assert [c.health for c in cards.cards] == ["ok", "lost"] and cards.cards[0].temperature_c == 38.0
     assert cards.unhealthy() == {cards.cards[1].uuid}
     assert cards.error == ("nvidia-smi: Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  "
@@ -172,7 +173,7 @@ def test_a_hot_card_takes_the_rig_off_the_market_refuses_a_lease_keeps_mining_an
     agent.gpus.health = watch(tmp_path, config)
     assert agent.tick() == ["offer"] and agent.tick() == ["start-miner"] and not cordoned(api)
     change(config, 1, **{"temperature.gpu": "92"})
-    clock[0] += 30
+    clock[0] += 30 * telemetry.SMI_EVERY  # the stand-in's nvidia-smi: the fallback's interval
     assert agent.tick() == ["unoffer"] and cordoned(api) and agent.state.mode == "idle-mining"
     assert (tmp_path / "miner.running").exists()  # mining goes on: health stops no miner
     status = agent_status_from(json.loads((tmp_path / "state/status.json").read_text()))
@@ -191,6 +192,6 @@ def test_a_hot_card_takes_the_rig_off_the_market_refuses_a_lease_keeps_mining_an
         proc.kill()
         proc.wait()
     change(config, 1, **{"temperature.gpu": "70"})
-    clock[0] += 30
+    clock[0] += 30 * telemetry.SMI_EVERY
     assert agent.tick() == ["offer"] and not cordoned(api) and (tmp_path / "miner.running").exists()
     assert agent_status_from(json.loads((tmp_path / "state/status.json").read_text())).last_error == ""

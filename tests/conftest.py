@@ -22,6 +22,7 @@ SLOWEST_FIRST = (
     "tests/integration/test_wheel.py::test_quick_start_walked_with_the_installed_m2p_on_a_4gb_hiveos_rig",
     "tests/integration/test_old_rigs.py::test_old_pythons_convert_refuse_and_revert",
     "tests/integration/test_molecule.py::test_molecule_scenario[timeshare_agent]",
+    "tests/integration/test_alerts.py::test_a_hot_card_leaves_the_market",
     "tests/integration/test_agent.py::test_every_adapted_mining_os_hands_the_gpus_to_a_lease_and_takes_them_back",
     "tests/integration/test_convert.py::test_rig_that_loses_power_mid_convert_converges_next_run",
     "tests/integration/test_agent.py::test_lease_guard_convert_revert_and_apply_leave_a_leased_rig_alone_until",

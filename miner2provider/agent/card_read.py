@@ -10,6 +10,7 @@ nvidia-smi field beside it (nvidia-smi --help-query-gpu).  Py38."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ CALL_TIMEOUT_S = 10.0  # nvidia-smi can hang on a card that is falling off the b
 PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
 LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9a-fA-F:.]+): GPU is lost")
 MIB = 1024 * 1024
+# The NVIDIA kernel module's own file: without it NVML cannot open (NVML_ERROR_DRIVER_NOT_LOADED), and pynvml is
+# not even imported (4 MB of the agent's memory here; a rig of AMD cards, a sandbox rig).
+DRIVER = "/proc/driver/nvidia/version"
 # nvmlDeviceGetCurrentClocksThrottleReasons is deprecated since CUDA 13.0 for ...EventReasons (NVML's
 # Deprecation Notices), which an older driver's NVML (before R535) lacks: the new name first, then the old one.
 THROTTLE = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -108,10 +112,11 @@ class Nvml:
     lib: Any = None  # NVML, initialised (None: not open)
     cards: dict[int, tuple[Any, str, str, str]] = field(default_factory=dict)  # index -> (handle, UUID, name, PCI)
     throttle: str = ""  # the THROTTLE call this NVML answers
+    driver: str = DRIVER
 
     def open(self) -> bool:
-        if self.lib is None:
-            self.lib = nvml._opened_nvml(self.module)  # None: no pynvml, no libnvidia-ml or no driver loaded
+        if self.lib is None and (self.module is not None or os.path.exists(self.driver)):
+            self.lib = nvml._opened_nvml(self.module)  # None: no pynvml or no libnvidia-ml (a driver's library)
         return self.lib is not None
 
     def close(self) -> None:

@@ -252,11 +252,17 @@ def test_without_nvml_nvidia_smi_reads_every_other_interval(tmp_path):
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0, smi_rows([RTX3090]), "")
 
-    # pynvml itself, as on a sandbox rig or any machine without libnvidia-ml: its nvmlInit raises LibraryNotFound.
-    cards = CardWatch(30.0, 85.0, KernelLog(str(tmp_path / "kmsg")), run=nvidia_smi)
-    for mono in (0.0, 30.0, 59.0, 60.0, 90.0, 120.0):
-        cards.read(mono, 1_800_000_000.0 + mono)
-    assert len(calls) == 1 + 2 and cards.cards[0].power_w == 331.27 and cards.nvml.lib is None
+    # pynvml itself where a driver's file is there but not its library (libnvidia-ml): nvmlInit raises
+    # LibraryNotFound; where the driver is not loaded at all pynvml is not imported (DRIVER).
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05\n")
+    for loaded in (True, False):
+        calls.clear()
+        cards = CardWatch(30.0, 85.0, KernelLog(str(tmp_path / "kmsg")), run=nvidia_smi,
+                          nvml=Nvml(driver=str(driver if loaded else tmp_path / "none")))
+        for mono in (0.0, 30.0, 59.0, 60.0, 90.0, 120.0):
+            cards.read(mono, 1_800_000_000.0 + mono)
+        assert len(calls) == 1 + 2 and cards.cards[0].power_w == 331.27 and cards.nvml.lib is None
     assert by_nvidia_smi(lambda argv, **kw: subprocess.CompletedProcess(argv, 9, "", "NVML: Driver Not Loaded")) == (
         [], set(), "nvidia-smi: NVML: Driver Not Loaded")
 

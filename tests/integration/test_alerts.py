@@ -1,6 +1,6 @@
 """Issue 56 end to end on sandbox rigs: a card made hot (the STAND-IN nvidia-smi's row in gpus.json) leaves the
-market by the agent's own reading, `m2p dashboard --alerts` tells the webhook, Telegram and SMTP stand-ins once and
-its recovery once when the card cools, and a rig whose sshd stops is said to be silent."""
+market by the agent's own reading and shows in /metrics, `m2p dashboard --alerts` tells the webhook, Telegram and
+SMTP stand-ins once and its recovery once when the card cools, and a rig whose sshd stops is said to be silent."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from m2p_sandbox import network
 from m2p_sandbox import rig as sandbox
@@ -29,6 +30,13 @@ from .test_dashboard import free_port
 pytestmark = pytest.mark.integration
 
 HOT_C = 95  # over the role's default limit (85 °C)
+
+
+def get(port: int, token: str, path: str) -> str:
+    """The dashboard's answer at ``path``, asked with its bearer token (as a Prometheus scrape is)."""
+    ask = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(ask, timeout=10) as answer:
+        return answer.read().decode()
 
 
 def set_temperature(r: sandbox.Rig, index: int, celsius: int | None) -> None:
@@ -104,11 +112,8 @@ def test_a_hot_card_leaves_the_market_every_receiver_hears_it_once_then_its_reco
                                "--token-file", str(token_file)], env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def swept() -> bool:
-        ask = urllib.request.Request(f"http://127.0.0.1:{port}/api/rigs",
-                                     headers={"Authorization": f"Bearer {dashboard_token}"})
         try:
-            with urllib.request.urlopen(ask, timeout=5) as answer:
-                rigs = json.load(answer)["rigs"]
+            rigs = json.loads(get(port, dashboard_token, "/api/rigs"))["rigs"]
         except OSError:
             return False
         return len(rigs) == 2 and all(r["seen_at"] for r in rigs)
@@ -125,6 +130,14 @@ def test_a_hot_card_leaves_the_market_every_receiver_hears_it_once_then_its_reco
         wait_for("the hot card said to every receiver",
                  lambda: said(hook, telegram, smtp, "temperature", hive.name, "firing") == [1, 1, 1], timeout=90)
         assert str(HOT_C) in next(m["text"] for m in hook.received if m["rule"] == "temperature")
+        # Prometheus reads the same: every card the agent reports, the hot one at its temperature and health.
+        families = {f.name: f for f in text_string_to_metric_families(get(port, dashboard_token, "/metrics"))}
+        temps = {s.labels["card"]: s.value for s in families["m2p_gpu_temperature_celsius"].samples
+                 if s.labels["rig"] == hive.name}
+        assert set(temps) == {"0", "1"} and temps["1"] == HOT_C, temps
+        assert {(s.labels["card"], s.value) for s in families["m2p_gpu_health"].samples
+                if s.labels["rig"] == hive.name and s.labels["health"] == "hot"} == {("0", 0), ("1", 1)}
+        assert {s.labels["rig"]: s.value for s in families["m2p_rig_gpus"].samples} == {hive.name: 2, plain.name: 1}
         wait_for("the silent rig said to every receiver",
                  lambda: said(hook, telegram, smtp, "silent", plain.name, "firing") == [1, 1, 1], timeout=150)
 

@@ -19,7 +19,7 @@ SLOWEST_FIRST = (
     "tests/integration/test_molecule.py::test_molecule_scenario[nvidia_driver]",
     "tests/integration/test_molecule.py::test_molecule_scenario[convert]",
     "tests/integration/test_faults.py::test_connection_cut_mid_revert_leaves_the_rig_mining_and_the_next_revert",
-    "tests/integration/test_wheel.py::test_quick_start_walked_with_the_installed_m2p_on_a_4gb_hiveos_rig",
+    "tests/integration/test_wheel.py::",  # the whole module: its tests share one built wheel (a module fixture)
     "tests/integration/test_old_rigs.py::test_old_pythons_convert_refuse_and_revert",
     "tests/integration/test_molecule.py::test_molecule_scenario[timeshare_agent]",
     "tests/integration/test_alerts.py::test_a_hot_card_leaves_the_market",

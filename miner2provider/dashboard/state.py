@@ -57,6 +57,9 @@ class DashboardState:
     # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
     # on every page (1,000 rigs: ~100 ms a page otherwise).
     reports: dict[str, tuple[float, RigReport | None]] = field(default_factory=dict)
+    # rig -> (when, its latest report as stored): a report is decoded once, not on every page (1,000 rigs of 8 cards
+    # with telemetry: ~110 ms of json.loads a page, a third of the fleet page; docs/benchmarks.md).  Read only.
+    snapshots: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     provider: tuple[float, ProviderState] | None = None  # (when it was asked, what it said)
 
     def is_token(self, given: str) -> bool:
@@ -81,7 +84,7 @@ def state_of(request: Request) -> DashboardState:
 
 def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigInput]:
     with History(state.config.db) as history:
-        latest = history.latest_snapshots()
+        latest = latest_snapshots(state, history)
         windows = history.windows(now - days * views.DAY, now)
         nodes = history.nodes()
     inputs = []
@@ -89,6 +92,19 @@ def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigIn
         at, snap = latest.get(h.name, (0.0, None))
         inputs.append(_input(h, snap, [], nodes, state.typed(h.name, at, snap), windows.get(h.name, Window((), None))))
     return inputs
+
+
+def latest_snapshots(state: DashboardState, history: History) -> dict[str, tuple[float, dict[str, Any]]]:
+    """``History.latest_snapshots()``, decoding only the reports stored since the last call (the cache's)."""
+    stored = dict(history.db.execute("SELECT rig, at FROM latest"))  # when each rig's latest report was stored
+    for rig, at in stored.items():
+        if state.snapshots.get(rig, (None,))[0] != at:
+            found = history.latest(rig)  # a sweep may have stored a newer one since: it comes with its own time
+            if found is not None:
+                state.snapshots[rig] = found
+    for rig in state.snapshots.keys() - stored.keys():
+        state.snapshots.pop(rig, None)
+    return dict(state.snapshots)  # a copy: the pages' worker threads and the scrape's share the cache
 
 
 def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInput | None:

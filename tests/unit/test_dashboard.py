@@ -565,3 +565,18 @@ def test_the_fleet_page_shows_the_providers_own_status_escaped(tmp_path):
         assert "Akash provider" in page and "<script>alert" not in page
         for text in expected:
             assert text in page, page[page.find('id="provider"'):][:600]
+
+
+def test_a_report_stored_after_a_page_shows_on_the_next_though_the_pages_keep_reports_decoded(world, tmp_path):
+    make, _ = world
+    with make() as client:
+        assert [r["mode"] for r in client.get("/api/rigs").json()["rigs"]] == ["idle-mining", "leasing"]
+        assert client.get("/").status_code == 200  # the same reports again, from the page's cache
+        later = report("rig01", ("lease/new",))
+        with History(tmp_path / "h.sqlite3") as h:
+            h.add_snapshot("rig01", time.time() + 1, {**snapshot(later, status_rows([later], {})[0]),
+                                                      "read_at": time.time() + 1})
+        fleet = client.get("/api/rigs").json()
+        assert [(r["rig"], r["mode"], r["leases"]) for r in fleet["rigs"]] == [
+            ("rig01", "leasing", ["lease/new"]), ("rig02", "leasing", ["lease/job"])]
+        assert "lease/new" in client.get("/").text

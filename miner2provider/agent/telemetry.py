@@ -27,6 +27,11 @@ from miner2provider.rigside.status import Card, Telemetry
 # the card; a card that keeps throwing them (a riser, a dying card) stays off (NVIDIA's Xid catalogue: most Xids a
 # card throws under load are its hardware's, power's or driver's, and end a tenant's job).
 XID_HOLD_S = 3600.0
+# Xids a program's own fault raises (NVIDIA's Xid catalogue, docs.nvidia.com/deploy/xid-errors: 13 graphics engine
+# exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive cleanup after a process ended; each
+# "user application error" among its causes, the immediate action RESTART_APP): they say nothing of the card, and
+# held against it they would let any tenant take the rig off the market for an hour with a bad kernel.
+PROGRAM_XIDS = frozenset({13, 31, 43, 45})
 # A hot card comes back once this much under the limit: temperatures wander by a few degrees, and the node's
 # cordon should not follow every one of them.
 HOT_BACK_C = 5.0
@@ -115,7 +120,8 @@ class CardWatch:
         if rows:
             self.cards = tuple(rows)
         for pci, xid, at in self.kernel.xids():
-            self._xids[pci] = (xid, mono if at is None or at > mono else at)
+            if xid not in PROGRAM_XIDS:
+                self._xids[pci] = (xid, mono if at is None or at > mono else at)
         self.cards = tuple(self._judge(card, mono) for card in self._with_lost())
         error = "; ".join(filter(None, (self.error, self.kernel.error)))
         health = (error, *(f"{card.uuid} {card.health}" for card in self.cards))

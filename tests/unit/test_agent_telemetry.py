@@ -124,11 +124,11 @@ def test_a_failed_call_never_raises_and_is_said(tmp_path):
 
 
 def test_an_xid_is_read_once_from_the_kernel_log_and_holds_its_card_for_an_hour(tmp_path):
-    config = standin(tmp_path, card0={"xid": [13]})
+    config = standin(tmp_path, card0={"xid": [48]})  # 48: an uncorrectable (double-bit) ECC error
     cards = watch(tmp_path, config)
     now = __import__("time").monotonic()  # the stand-in stamps its record with the monotonic clock, as the kernel
     cards.read(now, 1_800_000_000.0)  # nvidia-smi logs the Xid; the kernel log is read after it
-    assert [c.health for c in cards.cards] == ["xid", "ok"] and cards.cards[0].why.startswith("Xid 13 in the kernel")
+    assert [c.health for c in cards.cards] == ["xid", "ok"] and cards.cards[0].why.startswith("Xid 48 in the kernel")
     assert cards.kernel.xids() == []  # each record once
     cards.read(now + telemetry.XID_HOLD_S + 1, 1_800_004_000.0)
     assert [c.health for c in cards.cards] == ["ok", "ok"]
@@ -195,3 +195,12 @@ def test_a_hot_card_takes_the_rig_off_the_market_refuses_a_lease_keeps_mining_an
     clock[0] += 30 * telemetry.SMI_EVERY
     assert agent.tick() == ["offer"] and not cordoned(api) and (tmp_path / "miner.running").exists()
     assert agent_status_from(json.loads((tmp_path / "state/status.json").read_text())).last_error == ""
+
+
+def test_a_programs_own_fault_holds_no_card_so_a_tenant_cannot_take_the_rig_off_the_market(tmp_path):
+    """A tenant's kernel that faults raises Xid 13, 31 or 43 (and 45 as its process is cleaned up): the card is
+    fine, and holding it would let any lease cordon the rig for an hour."""
+    config = standin(tmp_path, card0={"xid": sorted(telemetry.PROGRAM_XIDS)}, card1={"xid": [31, 48]})
+    cards = watch(tmp_path, config)
+    cards.read(__import__("time").monotonic(), 1_800_000_000.0)
+    assert [c.health for c in cards.cards] == ["ok", "xid"] and cards.cards[1].why.startswith("Xid 48"), cards.cards

@@ -22,7 +22,6 @@ its line.  A message never quotes a value that could be a secret.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from miner2provider.core import textfiles
+from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import AlertsFileError
 from miner2provider.core.inventory import Secret
 from miner2provider.timeshare.model import duration_seconds
@@ -179,7 +178,7 @@ def _email(path: str, node: yaml.Node, name: str, found: dict[str, tuple[yaml.No
     if not isinstance(starttls, bool):
         raise AlertsFileError("starttls: true or false", where=textfiles.at(path, tls_node))
     password = _secret(path, "password_env", found, env) if "password_env" in found else None
-    if password is not None and not starttls and not is_loopback(host):
+    if password is not None and not starttls and not checks.is_loopback(host):
         raise AlertsFileError("a password goes only over STARTTLS (starttls: true), or to a server on this machine",
                               where=textfiles.at(path, found["password_env"][0]))
     sender = _text(path, "from", found, node)
@@ -227,16 +226,6 @@ def _check_url(path: str, key: str, found: dict[str, tuple[yaml.Node, Any]], url
     except ValueError:
         parts = parts._replace(scheme="")
     if parts.scheme not in ("http", "https") or not parts.hostname or (
-            parts.scheme == "http" and not is_loopback(parts.hostname)):
+            parts.scheme == "http" and not checks.is_loopback(parts.hostname)):
         raise AlertsFileError(f"{key}: an https:// URL (http:// only to this machine)",
                               where=textfiles.at(path, found[key][0]))
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` is this machine: localhost or a loopback address (the dashboard's --bind, an alert URL's host)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

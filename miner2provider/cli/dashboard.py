@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from miner2provider.alerts import config as alert_file
-from miner2provider.alerts.config import is_loopback
 from miner2provider.alerts.rules import state_from_json, state_json
 from miner2provider.alerts.service import Alerting
 from miner2provider.core import checks, private, textfiles
@@ -113,7 +112,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
 
     if bool(tls_cert) != bool(tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
-    if not is_loopback(bind) and not tls_cert and not (insecure_http or "").strip():
+    if not checks.is_loopback(bind) and not tls_cert and not (insecure_http or "").strip():
         raise UsageError(f"--bind {textfiles.shown(bind)} serves beyond this machine: give --tls-cert and --tls-key "
                          "(the token and the session would cross the network in clear), or --insecure-http REASON")
     interval_s = 0.0 if interval.strip() == "0" else duration_seconds(interval)
@@ -157,7 +156,7 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
-                                if is_loopback(bind) else None, provider_status=provider_status,
+                                if checks.is_loopback(bind) else None, provider_status=provider_status,
                                 provider_label=of_farm(h.vars for h in hosts).label if provider_path else ""))
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"

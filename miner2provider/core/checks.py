@@ -61,3 +61,13 @@ def is_api_server(text: str) -> bool:
     host = (url.hostname or "").strip("[]")
     return (url.scheme == "https" and url.path in ("", "/") and not url.query and not url.fragment
             and not url.username and canonical_address(host) is not None)
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is this machine: localhost or a loopback address (the dashboard's --bind, an alert URL's host)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -11,7 +11,6 @@ same position only when the counts agree ("not reported" otherwise).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from miner2provider.rigside.status import AgentStatus, Card, Telemetry
@@ -42,13 +41,10 @@ def throttle_said(mask: int | None) -> list[str]:
     return said + ([f"other (0x{mask & ~known:x})"] if mask & ~known else [])
 
 
-def age_s(read_at: str, now: float) -> int | None:
+def age_s(telemetry: Telemetry, now: float) -> int | None:
     """Seconds from the agent's reading to ``now`` (None: unreadable; negative: the rig's clock is ahead)."""
-    try:
-        found = datetime.fromisoformat(read_at)
-    except ValueError:
-        return None
-    return round(now - found.timestamp()) if found.tzinfo is not None else None
+    at = telemetry.read_at_s()
+    return None if at is None else round(now - at)
 
 
 def card_table(agent: AgentStatus, now: float) -> dict[str, Any] | None:
@@ -58,7 +54,7 @@ def card_table(agent: AgentStatus, now: float) -> dict[str, Any] | None:
         return None
     measured = agent.measured
     rates = measured.mhs if measured is not None and len(measured.mhs) == len(telemetry.cards) else None
-    return {"read_at": telemetry.read_at, "age_s": age_s(telemetry.read_at, now), "error": telemetry.error,
+    return {"read_at": telemetry.read_at, "age_s": age_s(telemetry, now), "error": telemetry.error,
             "algo": measured.algo if rates is not None and measured is not None else "",
             "cards": [_row(card, None if rates is None else rates[n]) for n, card in enumerate(telemetry.cards)]}
 

@@ -209,7 +209,7 @@ class History:
         """Store the cards' temperature and power of one reading of the agent (keyed by its ``read_at``: the
         same reading swept again adds nothing), and forget the rig's readings older than CARDS_KEPT_S.  A
         reading dated after ``now`` (the rig's clock ahead) is stored at ``now``.  Returns the rows added."""
-        at = _when(telemetry.read_at) if telemetry is not None else None
+        at = telemetry.read_at_s() if telemetry is not None else None
         if telemetry is None or at is None or not telemetry.cards:
             return 0
         at = min(at, now)
@@ -256,6 +256,10 @@ class History:
         """The rig's latest report and when it was stored."""
         row = self.db.execute("SELECT at, report FROM latest WHERE rig = ?", (rig,)).fetchone()
         return (row[0], json.loads(row[1])) if row else None
+
+    def latest_times(self) -> dict[str, float]:
+        """When each rig's latest report was stored (its report left unread: a cache asks what changed)."""
+        return dict(self.db.execute("SELECT rig, at FROM latest"))
 
     def latest_snapshots(self) -> dict[str, tuple[float, dict[str, Any]]]:
         """Every rig's latest report and when it was read."""
@@ -317,15 +321,6 @@ class Window:
 
     closed: tuple[tuple[str, int, int, float, int], ...]
     last: Entry | None
-
-
-def _when(iso: str) -> float | None:
-    """An ISO 8601 time of the agent's as a timestamp (None: unreadable or without its zone)."""
-    try:
-        found = datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    return found.timestamp() if found.tzinfo is not None else None
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:

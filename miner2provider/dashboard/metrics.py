@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -116,7 +115,7 @@ def add_rig(families: dict[str, Family], rig: views.RigInput, agent: AgentStatus
     families["offered"].add_metric([name], 1.0 if agent.offered else 0.0)
     families["leases"].add_metric([name], float(len(agent.leases)))
     families["gpus"].add_metric([name], float(row["gpu_count"]))
-    read_at = unix_time(agent.telemetry.read_at) if agent.telemetry else None
+    read_at = agent.telemetry.read_at_s() if agent.telemetry else None
     if read_at is not None:
         families["telemetry"].add_metric([name], read_at)
     families["gpu_seconds"].add_metric([name, "mined"], used.gpu_seconds_mined)
@@ -160,12 +159,3 @@ def cards_of(cards: tuple[Card, ...]) -> list[Card]:
     for card in cards:
         seen.setdefault(card.index, card)
     return list(seen.values())
-
-
-def unix_time(iso: str) -> float | None:
-    """An ISO 8601 time as Unix time (UTC when it names no zone); None when it is not one."""
-    try:
-        at = datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

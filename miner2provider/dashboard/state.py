@@ -96,7 +96,7 @@ def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigIn
 
 def latest_snapshots(state: DashboardState, history: History) -> dict[str, tuple[float, dict[str, Any]]]:
     """``History.latest_snapshots()``, decoding only the reports stored since the last call (the cache's)."""
-    stored = dict(history.db.execute("SELECT rig, at FROM latest"))  # when each rig's latest report was stored
+    stored = history.latest_times()
     for rig, at in stored.items():
         if state.snapshots.get(rig, (None,))[0] != at:
             found = history.latest(rig)  # a sweep may have stored a newer one since: it comes with its own time

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from miner2provider.rigside.disk import STATUS_FILE
@@ -74,6 +75,14 @@ class Telemetry:
     read_at: str
     cards: tuple[Card, ...] = ()
     error: str = ""
+
+    def read_at_s(self) -> float | None:
+        """``read_at`` as Unix time (None: unreadable, or without its zone: the agent always writes one)."""
+        try:
+            found = datetime.fromisoformat(self.read_at)
+        except ValueError:
+            return None
+        return found.timestamp() if found.tzinfo is not None else None
 
 
 @dataclass(frozen=True)

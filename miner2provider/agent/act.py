@@ -112,10 +112,13 @@ class Effectors:
             self.hand.unreset = f"this driver's NVML cannot reset {', '.join(left)}: left as the owner tuned them"
         self.hand.clocks_reset |= {ALL} if todo is None else todo
 
-    def gate_answers(self, plan: rules.Plan, leases: list[Path], others: list[Path]) -> None:
-        """The containers at the gate the plan refuses (the leases', the miner keeps coming back) or answers (the
-        ones that are no lease: refused while the miner holds the cards, let through while it does not)."""
+    def gate_answers(self, plan: rules.Plan, leases: list[Path], others: list[Path], sick: list[Path]) -> None:
+        """The containers at the gate the plan refuses (the leases', the miner keeps coming back; ``sick``: those
+        that would get an unhealthy card) or answers (the ones that are no lease: refused while the miner holds
+        the cards, let through while it does not)."""
         self.gates.sweep()
+        if plan.refuse_unhealthy:
+            self.gates.refuse(plan.refuse_unhealthy, sick)
         if plan.refuse_leases:
             self.gates.refuse(plan.refuse_leases, leases)
         if plan.others == rules.REFUSE:

@@ -40,7 +40,7 @@ class Observation:
     # set during the lease, HiveOS's nvidia-oc tuning every card).
     retuned: frozenset[str] = frozenset()
     # Health (telemetry.py): the cards lost, with a recent Xid or over the owner's temperature limit (UUIDs), and why
-    # a lease's container at the gate must not get its cards ("": it may).
+    # some lease containers at the gate must not get their cards ("": none); ``gate_waiting`` counts only the others.
     unhealthy: frozenset[str] = frozenset()
     gate_unhealthy: str = ""
 

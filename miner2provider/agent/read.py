@@ -27,6 +27,7 @@ class Reading:
     node: dict[str, Any] | None  # the node as the API gave it (None: the API did not answer)
     leases_waiting: list[Path] = field(default_factory=list)  # the leases' requests at the gate
     others_waiting: list[Path] = field(default_factory=list)  # the other containers' requests at the gate
+    leases_refused: list[Path] = field(default_factory=list)  # the leases' requests for an unhealthy card
 
 
 def read(agent: Agent, now: float, mono: float) -> Reading:
@@ -35,6 +36,14 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         config.lease_label, config.system_namespaces), agent.say)
     running = config.miner.running()
     leases_waiting, others = seen.read_gate(agent.gates)
+    watch = gpus.watch(config)
+    watch.read(mono, now)
+    for sentence in watch.said():  # a leased card that overheats is said at once (and every tick it stays so)
+        agent.say(sentence)
+    at_gate, sick = watch.refusals(seen.waiting, seen.gated, seen.listed)
+    refused = [leases_waiting[n] for n in sick]  # those never wait: the rest go on as if they were alone
+    leases_waiting = [entry for n, entry in enumerate(leases_waiting) if n not in sick]
+    seen.waiting = [record for n, record in enumerate(seen.waiting) if n not in sick]
     waiting = bool(leases_waiting)
     # A container waiting for the GPUs is not kept waiting on a miner's API; a miner on some cards beside a
     # lease (per card) is not the rig's mining: its figures would start the rig's average anew on fewer GPUs.
@@ -46,11 +55,6 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
     desired = policy.with_lead(agent.schedule, desired, at,
                                agent.windows.mine_at(agent.schedule, at, desired.offered, lease_pays))
     busy = gpus.busy(agent.gpu_holders, mono, running, waiting)
-    watch = gpus.watch(config)
-    watch.read(mono, now)
-    for sentence in watch.said():  # a leased card that overheats is said at once (and every tick it stays so)
-        agent.say(sentence)
-    at_gate = watch.at_gate(seen.waiting, seen.gated, seen.listed)
     cards = gpus.cards(config)
     held = seen.held_cards(gpus.card_map) if cards else frozenset()
     obs = Observation(
@@ -70,7 +74,7 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         mine_on=agent.state.mine_on, beside_since=agent.hand.beside_since)
     if config.miner.watchdog_stop_cmd and rules.watchdog_wanted(agent.state.mode, obs, rig):
         rig = replace(rig, watchdog_running=watchdog_running(agent))
-    return Reading(obs, rig, node, leases_waiting, others)
+    return Reading(obs, rig, node, leases_waiting, others, refused)
 
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:

@@ -50,6 +50,7 @@ class Plan:
     state: State
     actions: tuple[str, ...]  # decide.py's, in order
     refuse_leases: str = ""  # the leases' containers at the gate are refused with this sentence
+    refuse_unhealthy: str = ""  # those that would get an unhealthy card (Reading.leases_refused) with this one
     others: str = ""  # GRANT or REFUSE the containers at the gate that are no lease
     watchdog: str = ""  # HOLD, HOLD_AGAIN or RELEASE
     watchdog_was: bool | None = None
@@ -72,16 +73,16 @@ def plan(state: State, obs: Observation, rig: Rig, lease_grace_s: float | None,
         if obs.gate_waiting and not rig.lease_gated:
             refuse = f"{RESPAWN_SENTENCE}: this rig takes no lease now"
             obs = replace(obs, gate_waiting=False)
-    if obs.gate_waiting and obs.gate_unhealthy:  # never handed to a lease (telemetry.py at_gate); the miner stays
-        refuse = refuse or obs.gate_unhealthy
-        obs = replace(obs, gate_waiting=False)
     others = (REFUSE if obs.miner_running or obs.gpus_busy else GRANT) if rig.others_waiting else ""
     said += idle_beside(obs, rig)
     new, actions = decide.decide(state, obs, lease_grace_s, min_switch_interval_s)
     if off_market and new.offered:  # off the market whatever else decides (a mining window given up after its grace)
         actions = [a for a in actions if a != decide.OFFER] + ([decide.UNOFFER] if state.offered else [])
         new = replace(new, offered=False)
-    return _with_effects(Plan(new, tuple(actions), refuse, others, said=tuple(said)), rig, obs.now)
+    # A container that would get an unhealthy card is never handed it (telemetry.py refusals); gate_waiting counts
+    # only the others, so the miner does for them what it would if that one had never come.
+    return _with_effects(Plan(new, tuple(actions), refuse, obs.gate_unhealthy, others, said=tuple(said)),
+                         rig, obs.now)
 
 
 def _with_effects(plan: Plan, rig: Rig, now: float) -> Plan:

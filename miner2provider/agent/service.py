@@ -122,7 +122,7 @@ class Agent:
     def do(self, plan: rules.Plan, reading: read.Reading, before: State) -> None:
         effectors = act.Effectors(self.config, self.gates, self.gpus, self.hand, self.gpu_holders,
                                   self.gpu_processes_by_card, self.monotonic, self.say)
-        effectors.gate_answers(plan, reading.leases_waiting, reading.others_waiting)
+        effectors.gate_answers(plan, reading.leases_waiting, reading.others_waiting, reading.leases_refused)
         waiting = [] if plan.refuse_leases else reading.leases_waiting
         try:
             effectors.mode_actions(plan.actions, plan.state.mode, plan.state.mine_on, waiting,

@@ -164,10 +164,16 @@ class CardWatch:
         return self.shown[0]
 
     def at_gate(self, waiting: list[dict[str, Any]], gated: list[dict[str, Any]], listed: set[str] | None) -> str:
-        """Why a lease's container at the gate must not get its cards ("": it may): one of them is not ``ok``
-        and no container of its pod ran on it through the gate (``gated``, remembered while the API lists the
-        pod: a lease's container restarting keeps its cards, a lease is never cut), or its cards are unknown
-        while some card is not ``ok``."""
+        """Why some lease's container at the gate must not get its cards ("": every one may)."""
+        return self.refusals(waiting, gated, listed)[0]
+
+    def refusals(self, waiting: list[dict[str, Any]], gated: list[dict[str, Any]],
+                 listed: set[str] | None) -> tuple[str, tuple[int, ...]]:
+        """The lease containers at the gate (their places in ``waiting``) that must not get their cards, and why:
+        one of their cards is not ``ok`` and no container of its pod ran on it through the gate (``gated``,
+        remembered while the API lists the pod: a lease's container restarting keeps its cards, a lease is never
+        cut), or their cards are unknown while some card is not ``ok``.  The others wait as usual: one lease
+        asking for a sick card never holds back a lease asking for healthy ones."""
         if self.card_map is None and (waiting or gated):
             self.card_map = nvml.card_uuids(self.info_dir)
         for record in gated:
@@ -176,12 +182,15 @@ class CardWatch:
         if listed is not None:
             self.leased = {pod: cards for pod, cards in self.leased.items() if pod in listed}
         bad = self.unhealthy()
-        for record in waiting if bad else []:
+        refused = []
+        for n, record in enumerate(waiting if bad else []):
             new = self._cards(record) - self.leased.get(str(record.get("pod") or ""), frozenset())
             if new & bad or UNKNOWN_CARD in new:
-                return ("a card of this rig is unhealthy (" + "; ".join(self.said())[:300]
-                        + "): m2p hands it to no lease")
-        return ""
+                refused.append(n)
+        if not refused:
+            return "", ()
+        return ("a card of this rig is unhealthy (" + "; ".join(self.said())[:300] + "): m2p hands it to no lease",
+                tuple(refused))
 
     def _cards(self, record: dict[str, Any]) -> frozenset[str]:
         """A gate record's cards by UUID (its device minors, the driver's map); UNKNOWN_CARD for one unknown."""

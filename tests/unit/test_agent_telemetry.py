@@ -156,6 +156,20 @@ def test_the_gate_refuses_an_unhealthy_card_to_a_new_lease_only(tmp_path):
     assert "hands it to no lease" in cards.at_gate([{"pod": "lease/d", "gpus": [1]}], [], set())
 
 
+def test_a_lease_asking_for_the_hot_card_is_refused_alone_and_one_asking_for_a_healthy_card_waits_on(tmp_path):
+    """Two leases at the gate at once: only the one that would get the unhealthy card is refused (its place in
+    the waiting list), with the reason; the one asking for the healthy card is not held back by it."""
+    config = standin(tmp_path, card1={"temperature.gpu": "90"})
+    cards = watch(tmp_path, config)
+    cards.read(0.0, 1_800_000_000.0)
+    cards.card_map = {0: cards.cards[0].uuid, 1: cards.cards[1].uuid}
+    waiting = [{"pod": "lease/hot", "gpus": [1]}, {"pod": "lease/cool", "gpus": [0]}, {"pod": "lease/both", "gpus": [0, 1]}]
+    why, refused = cards.refusals(waiting, [], None)
+    assert refused == (0, 2) and "hands it to no lease" in why and "90" in why
+    assert cards.refusals(waiting[1:2], [], None) == ("", ())
+    assert cards.at_gate(waiting, [], None) == why
+
+
 def test_the_config_reads_the_limit_and_the_interval(tmp_path):
     raw = {"node": "n", "schedule": "s", "gpu_count": 2, "miner": {"running_cmd": "true", "start_cmd": "true",
                                                                     "stop_cmd": "true"}}

@@ -1,9 +1,7 @@
 """The e-mail receiver of alerts: one message over SMTP with the standard library (smtplib), STARTTLS when the
 alert file asks (RFC 3207; the server's certificate verified), a login when it names a password variable, and a
-deadline on the whole exchange (core/deadline.py's watchdog holds the socket from its creation).
-
-Kinder than it could be in one place: the STARTTLS handshake itself is bounded by the socket's timeout per read,
-not by the watchdog (smtplib wraps the socket and shakes hands in one call).
+deadline on the whole exchange (core/deadline.py's watchdog holds the socket from its creation, and the TLS socket
+before its handshake: Python's own handshake deadline counts from the handshake's start, not the exchange's).
 """
 
 from __future__ import annotations
@@ -35,6 +33,20 @@ class _Smtp(smtplib.SMTP):
         sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]
         self.watchdog.watch(sock)
         return sock  # type: ignore[no-any-return]
+
+
+class _WatchedTls:
+    """The context STARTTLS wraps the socket with: the watchdog holds the TLS socket before the handshake (smtplib
+    would wrap and shake hands in one call, the wrapping taking the descriptor from the socket the watchdog held)."""
+
+    def __init__(self, context: ssl.SSLContext, watchdog: Watchdog) -> None:
+        self.context, self.watchdog = context, watchdog
+
+    def wrap_socket(self, sock: socket.socket, server_hostname: str | None = None) -> ssl.SSLSocket:
+        wrapped = self.context.wrap_socket(sock, server_hostname=server_hostname, do_handshake_on_connect=False)
+        self.watchdog.watch(wrapped)
+        wrapped.do_handshake()
+        return wrapped
 
 
 @dataclass(frozen=True)
@@ -91,9 +103,7 @@ class Email:
         client.connect(self.host, self.port)
         client.ehlo()
         if self.starttls:
-            client.starttls(context=ssl.create_default_context())
-            if client.sock is not None:
-                watchdog.watch(client.sock)
+            client.starttls(context=_WatchedTls(ssl.create_default_context(), watchdog))  # type: ignore[call-overload]
             client.ehlo()
         if self.password is not None:
             client.login(self.username, self.password.reveal())

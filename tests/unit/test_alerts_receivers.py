@@ -190,3 +190,37 @@ def test_an_smtp_server_that_hangs_or_trickles_its_greeting_is_cut_at_the_deadli
     finally:
         stop.set()
         listener.close()
+
+
+def test_an_smtp_server_that_trickles_its_starttls_handshake_is_cut_at_the_deadline():
+    """The greeting comes late (1.5 s of the 2 s deadline), then after "220 ready to start TLS" the server sends its
+    TLS handshake a byte every 0.3 s.  Python's handshake has a deadline of its own, the socket's timeout counted
+    from the handshake's start (3.5 s in all here): only a deadline on the whole exchange ends it at 2 s."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rb") as lines:
+            if stop.wait(1.5):
+                return
+            conn.sendall(b"220 mail.example ESMTP\r\n")
+            lines.readline()  # EHLO
+            conn.sendall(b"250-mail.example\r\n250 STARTTLS\r\n")
+            lines.readline()  # STARTTLS
+            conn.sendall(b"220 ready to start TLS\r\n")
+            for byte in b"\x16\x03\x03\x00\x7a" + b"\x02" * 200:  # a ServerHello's record, never finished in time
+                if stop.wait(0.3):
+                    return
+                conn.sendall(bytes([byte]))
+            stop.wait(10)
+
+    threading.Thread(target=serve, daemon=True).start()
+    mail = Email("mail", "127.0.0.1", listener.getsockname()[1], "a@b.example", ("c@d.example",), True, timeout_s=2.0)
+    try:
+        start = time.monotonic()
+        assert send_once(mail, MESSAGE) == "no whole exchange within 2 s"
+        assert time.monotonic() - start < 3.0
+    finally:
+        stop.set()
+        listener.close()

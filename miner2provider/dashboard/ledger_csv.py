@@ -83,12 +83,13 @@ def text(rigs: Iterable[views.RigInput], economics: Economics, since: float, unt
 
 def rows(rigs: Iterable[views.RigInput], economics: Economics, since: float, until: float,
          payments: Iterable[PaymentRow] = ()) -> Iterator[list[str]]:
-    """The header, every rig's spans in [since, until) oldest first, then the payments made in it."""
+    """The header, every rig's spans in [since, until) oldest first, then the payments made in it (a payment read
+    at ``until`` counts)."""
     yield list(COLUMNS)
     for rig in rigs:
         yield from ledger_rows(rig, economics, since, until)
     yield from (payment_row(p) for p in sorted(payments, key=lambda p: (p.paid_at, p.rig, p.lease))
-                if since <= p.paid_at < until)
+                if since <= p.paid_at <= until)
 
 
 def ledger_rows(rig: views.RigInput, economics: Economics, since: float, until: float) -> Iterator[list[str]]:

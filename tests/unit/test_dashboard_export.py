@@ -1,0 +1,90 @@
+"""The books as a download (issue 57, dashboard/export.py): ``GET /export.csv`` served by the dashboard's own app
+with its guard, the same file ``m2p history --csv`` writes, to the signed-in owner only."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import time
+from datetime import UTC, datetime
+
+import pytest
+from starlette.testclient import TestClient
+from test_dashboard import ECON, INVENTORY, TOKEN, report, sign_in  # tests/unit is on sys.path (no package)
+
+from miner2provider.core import inventory
+from miner2provider.dashboard import export, ledger_csv
+from miner2provider.dashboard.actions import Actions, Fleet
+from miner2provider.dashboard.app import DashboardConfig, create_app
+from miner2provider.dashboard.collect import snapshot
+from miner2provider.dashboard.history import History
+from miner2provider.detect.report import status_rows
+from miner2provider.detect.ssh import SshOptions
+from miner2provider.rigside.ledger import Entry
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Two rigs: four hours idle-mining, then an hour offered (rig01) or leased (rig02, ``lease/job``), read now."""
+    (tmp_path / "rigs.yml").write_text(INVENTORY)
+    hosts = inventory.load(tmp_path / "rigs.yml").hosts
+    db = tmp_path / "h.sqlite3"
+    now = time.time()
+    reports = [report("rig01"), report("rig02", ("lease/job",))]
+    with History(db) as h:
+        for r, row, leases in zip(reports, status_rows(reports, {}), ((), ("lease/job",)), strict=True):
+            h.add_snapshot(r.name, now, {**snapshot(r, row), "read_at": now})
+            h.add_ledger(r.name, [Entry(now - 5 * HOUR, "idle-mining", gpus=1),
+                                  Entry(now - HOUR, "leasing", gpus=1, leases=leases, leased=len(leases))], seen_at=now)
+    actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
+                            lambda name: name))
+
+    @contextlib.contextmanager
+    def client(signed_in=True):
+        app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0,
+                                         TOKEN))
+        app.router.routes.extend(export.ROUTES)  # as app.py's route list will hold them
+        with TestClient(app, base_url="http://127.0.0.1:8477") as c:
+            if signed_in:
+                assert sign_in(c).status_code == 303
+            yield c
+    return client, now
+
+
+def test_the_download_is_the_ledger_as_csv_for_the_pages_days(served):
+    client, now = served
+    with client() as c:
+        answer = c.get("/export.csv?days=2")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "text/csv; charset=utf-8"
+    today = datetime.fromtimestamp(now, UTC).date().isoformat()
+    assert answer.headers["content-disposition"] == f'attachment; filename="m2p-ledger-{today}-2d.csv"'
+    assert answer.headers["x-content-type-options"] == "nosniff"  # the guard's headers on it too
+    assert answer.text.startswith(",".join(ledger_csv.COLUMNS) + "\r\n")
+    rows = list(csv.DictReader(io.StringIO(answer.text, newline="")))
+    assert [(r["rig"], r["mode"], r["leases"], r["cards_leased"]) for r in rows] == [
+        ("rig01", "idle-mining", "", "0"), ("rig01", "leasing", "", "0"),
+        ("rig02", "idle-mining", "", "0"), ("rig02", "leasing", "lease/job", "1")]
+    assert sum(float(r["hours"]) for r in rows) == pytest.approx(10.0, abs=1e-5)
+    assert [r["amount"] for r in rows] == ["0.20", "0.00", "0.20", "0.25"]  # 4 h x 1.20 / 24; 1 h x 0.25
+    assert all(abs(datetime.fromisoformat(r["end"]).timestamp() - now) < 1e-3 for r in rows[1::2])
+
+
+def test_the_download_needs_the_session_or_the_token_like_every_route(served):
+    """ATTACK: the books (every rig, lease and amount) asked for without signing in, with a wrong token, from a
+    rebinding DNS name, or with a window out of range.  The guard covers the whole app, so this holds the route to
+    it: a route mounted past the guard (its own app, a mount without the middleware) would fail here."""
+    client, _ = served
+    with client(signed_in=False) as c:
+        anonymous = c.get("/export.csv", follow_redirects=False)
+        assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
+        assert "rig01" not in anonymous.text
+        assert c.get("/export.csv", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert c.get("/export.csv", headers={"Authorization": f"Bearer {TOKEN}",
+                                             "Host": "rebind.example:8477"}).status_code == 421
+        by_token = c.get("/export.csv", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert by_token.status_code == 200 and "rig02" in by_token.text
+        assert c.get("/export.csv?days=0", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 400

@@ -3,7 +3,8 @@ read, and the messages handed to the outbox (dispatch.py), which sends them off 
 
 The dashboard's sweep calls ``Alerting.sweep_done(nodes, history.latest_snapshots())`` once it stored what it read
 (``after_sweep(snapshot)`` takes a Snapshot made otherwise); the provider's answers reach it through
-``Alerting.watching(ask)``, which wraps the provider's status read, and the wallet's balance through ``wallet``.
+``Alerting.watching(ask)``, which wraps the provider's status read, and the wallet's balance through
+``Alerting.watching_wallet(read)``, which wraps the chain's wallet read and sets ``wallet``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from miner2provider.market.base import ProviderState
+from miner2provider.market.wallet import WalletRead
 
 from .config import AlertsConfig
 from .dispatch import Outbox, Receiver, send_once
@@ -30,7 +32,7 @@ class Alerting:
         self.state = State()
         self.provider: ProviderState | None = None  # its last answer (None: not asked yet)
         # The provider's wallet (balance, currency) as last read, where the provider file names a wallet (None: not
-        # read: the wallet rule is not judged).  Nothing in m2p reads a balance yet: whoever does sets it here.
+        # read: the wallet rule is not judged), set by the reader ``watching_wallet`` wraps.
         self.wallet: tuple[float, str] | None = None
         self._lock = threading.Lock()  # a redetect's sweep may run beside the background one
 
@@ -54,6 +56,15 @@ class Alerting:
             self.provider = ask()
             return self.provider
         return asked
+
+    def watching_wallet(self, read: Callable[[], WalletRead]) -> Callable[[], WalletRead]:
+        """``read`` (the chain's wallet read) that also keeps its balance for the next sweep's judgement; a read
+        without a balance leaves it unknown (the rule is not judged on a figure it no longer has)."""
+        def wallet_read() -> WalletRead:
+            got = read()
+            self.wallet = None if got.balance is None else (got.balance, got.currency)
+            return got
+        return wallet_read
 
     def close(self) -> None:
         self.outbox.close()

@@ -19,10 +19,12 @@ from miner2provider.dashboard import kube_sweep
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History
+from miner2provider.dashboard.uptime import UptimeLog
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market import of_farm, pricing
 from miner2provider.market.base import ProviderState
+from miner2provider.market.wallet import WalletRead, WalletReader
 from miner2provider.rigside.kube import KubeClient
 from miner2provider.timeshare import economics as economics_file
 from miner2provider.timeshare.model import duration_seconds
@@ -152,12 +154,18 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     provider_status = _provider_status(provider_path, provider_status_url, hosts) if provider_path else None
     if alerting is not None and provider_status is not None:
         provider_status = alerting.watching(provider_status)
+    wallet_read = _wallet_read(provider_path) if provider_path else None
+    if alerting is not None and wallet_read is not None:
+        wallet_read = alerting.watching_wallet(wallet_read)
+    # each read of the provider's status leaves an up/down sample beside the history: the page's 7-day uptime
+    uptime = UptimeLog(db.with_name(f"{db.stem}-uptime.sqlite3")) if provider_status is not None else None
     secrets = tuple(s for h in hosts for s in h.secrets().values())
     actions = Actions(Fleet(inventory_file, ssh, vault_password_file, secrets, redetect))
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
                                 if checks.is_loopback(bind) else None, provider_status=provider_status,
-                                provider_label=of_farm(h.vars for h in hosts).label if provider_path else ""))
+                                provider_label=of_farm(h.vars for h in hosts).label if provider_path else ""),
+                     wallet_read=wallet_read, uptime=uptime)
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"
     render.echo(f"m2p dashboard: {scheme}://{shown}:{port}/ ({render.counted(len(hosts), 'rig')}, history {db}); "
@@ -173,3 +181,10 @@ def _provider_status(path: str, url: str | None, hosts: list[Host]) -> Callable[
     market, provider = read_provider(path)
     address = "" if url else ingress_of(provider, hosts).address
     return lambda: market.provider_status(provider, address, url)
+
+
+def _wallet_read(path: str) -> Callable[[], WalletRead] | None:
+    """The provider's wallet and leases on the chain, where the marketplace reads them and the provider file names
+    a node that answers them (None otherwise: the page shows no wallet)."""
+    market, provider = read_provider(path)
+    return market.wallet_reader(provider) if isinstance(market, WalletReader) else None

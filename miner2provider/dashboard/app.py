@@ -26,18 +26,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from miner2provider.market.base import ProviderState
+from miner2provider.market.wallet import WalletRead
 
 from . import api, metrics, pages
 from .guard import guard
 from .limits import BodyLimit
 from .pages import TEMPLATES
 from .state import BadParameter, DashboardConfig, DashboardState
+from .uptime import UptimeLog
+from .wallet_view import WalletState
 
 __all__ = ["TEMPLATES", "DashboardConfig", "create_app"]
 
 
-def create_app(config: DashboardConfig) -> Starlette:
+def create_app(config: DashboardConfig, wallet_read: Callable[[], WalletRead] | None = None,
+               uptime: UptimeLog | None = None) -> Starlette:
+    """``wallet_read``: the provider's wallet and leases on the chain, read on its own thread at the interval
+    (``app.state.wallet``, a WalletState); ``uptime``: where each read of the provider's status leaves a sample."""
     state = DashboardState(config)
+    wallet = WalletState(uptime, wallet_read is not None)
 
     def sweeper() -> None:
         while True:
@@ -52,7 +59,17 @@ def create_app(config: DashboardConfig) -> Starlette:
     def provider_reader(ask: Callable[[], ProviderState]) -> None:
         """The provider's status on its own thread: a provider slow to answer never holds the rigs' sweep."""
         while True:
-            state.provider = (time.time(), asked(ask))
+            at, answer = time.time(), asked(ask)
+            state.provider = (at, answer)
+            if uptime is not None:
+                sampled(uptime, at, not answer.error)
+            if not config.interval_s or state.stop.wait(config.interval_s):
+                return
+
+    def wallet_reader(read: Callable[[], WalletRead]) -> None:
+        """The chain's read on its own thread too: a slow node holds neither the sweep nor a page."""
+        while True:
+            wallet.keep(read_wallet(read))
             if not config.interval_s or state.stop.wait(config.interval_s):
                 return
 
@@ -62,6 +79,8 @@ def create_app(config: DashboardConfig) -> Starlette:
         if config.provider_status is not None:
             threading.Thread(target=provider_reader, args=(config.provider_status,), name="m2p-provider",
                              daemon=True).start()
+        if wallet_read is not None:
+            threading.Thread(target=wallet_reader, args=(wallet_read,), name="m2p-wallet", daemon=True).start()
         yield
         state.stop.set()
 
@@ -72,6 +91,7 @@ def create_app(config: DashboardConfig) -> Starlette:
                     middleware=[Middleware(BodyLimit), Middleware(BaseHTTPMiddleware, dispatch=guard)],
                     exception_handlers={BadParameter: bad_parameter}, lifespan=lifespan)
     app.state.m2p = state
+    app.state.wallet = wallet  # wallet_view.WalletState: .view(now) for the page and the API
     app.state.metrics = metrics.registry_for(state)  # GET /metrics (api.metrics)
     return app
 
@@ -83,3 +103,20 @@ def asked(ask: Callable[[], ProviderState]) -> ProviderState:
         return ask()
     except Exception as exc:
         return ProviderState("", f"the status could not be read ({type(exc).__name__})", {})
+
+
+def read_wallet(read: Callable[[], WalletRead]) -> WalletRead:
+    """What ``read`` says (its errors are values), or a read that says why it failed where it did not foresee it."""
+    try:
+        return read()
+    except Exception as exc:
+        why = f"the wallet could not be read ({type(exc).__name__})"
+        return WalletRead(time.time(), "", "", None, (), None, (why,))
+
+
+def sampled(uptime: UptimeLog, at: float, up: bool) -> None:
+    """One uptime sample; a database that cannot take it loses that sample, not the provider's status."""
+    try:
+        uptime.add(at, up)
+    except Exception:  # sqlite3.Error, OSError: the next read tries again
+        pass

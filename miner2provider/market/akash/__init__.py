@@ -4,13 +4,14 @@ marketplace seam (market/base.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from miner2provider.detect.facts.gpu import Gpus
 from miner2provider.market.akash import (
+    chain,
     charts,
     checkup,
     gpus_json,
@@ -37,6 +38,7 @@ from miner2provider.market.base import (
     Verdict,
 )
 from miner2provider.market.pricing import Floor
+from miner2provider.market.wallet import WalletRead
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,13 @@ class Akash:
     def provider_status(self, provider: provider_file.ProviderFile, ingress_address: str,
                         url: str | None = None) -> ProviderState:
         return provider_status.fetch(url or provider_status.status_url(ingress_address))
+
+    def wallet_reader(self, provider: provider_file.ProviderFile) -> Callable[[], WalletRead] | None:
+        """The wallet and leases from the provider file's rest_node (None without one: the RPC answers neither)."""
+        if not provider.rest_node:
+            return None
+        price_at = provider.where("akt_usd") if provider.akt_usd is not None else ""
+        return lambda: chain.read(provider.rest_node, provider.wallet.address, provider.akt_usd, price_at)
 
     @property
     def provider_fetches(self) -> tuple[str, ...]:

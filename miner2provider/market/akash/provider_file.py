@@ -12,6 +12,8 @@ here (every mistake a ProviderFileError at its file:line); read by `m2p provider
     region: eu-central
     ingress_rig: rig01                # an inventory rig with a public address (hostPorts 80/443/8443/8444)
     rpc_node: https://rpc.example.com:443
+    rest_node: https://api.example.com:443  # optional: the node's REST API (port 1317), for the wallet view
+    akt_usd: 0.85                     # optional: the USD an AKT is worth, for the wallet's value (your figure)
     reclamation_window: 24h           # AEP-82; off unless set; 1h to 720h (installs the farm's reclaimer)
     close_leases_without_window: false  # reclaimer: close leases won without a window when a rig must mine
     reclaim_leases_across_rigs: false   # reclaimer: reclaim a lease on several rigs when only some must mine
@@ -51,7 +53,8 @@ CHARTS = {"provider": "19.0.2", "akash-hostname-operator": "19.0.2", "akash-inve
           "akash-gateway": "1.2.1", "nginx-gateway-fabric": "2.5.1"}
 KEYS = {"domain", "wallet", "email", "website", "organization", "region", "ingress_rig", "rpc_node",
         "reclamation_window", "charts", "close_leases_without_window", "reclaim_leases_across_rigs", "acme_dns",
-        "public_address_echo"}
+        "public_address_echo", "rest_node", "akt_usd"}
+MAX_AKT_USD = 1_000_000.0  # a typo, not a price
 ACME_KEYS = {"provider", "credential_env", "project"}
 _GCP_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 RECLAIMER_FLAGS = ("close_leases_without_window", "reclaim_leases_across_rigs")
@@ -102,6 +105,10 @@ class ProviderFile:
     # An https URL that answers with the caller's address, which the ingress rig may ask (the owner's choice, off
     # by default): the farm's public address as the internet sees it, where carrier-grade NAT shows
     public_address_echo: str = ""
+    # The node's REST API (the cosmos-sdk gateway): the wallet's balance and the provider's leases ("" none: the RPC
+    # node answers neither), and the owner's AKT price in USD (None: the wallet's value is not shown)
+    rest_node: str = ""
+    akt_usd: float | None = None
 
     def where(self, key: str) -> str:
         return f"{self.source}:{self.lines[key]}" if key in self.lines else self.source
@@ -135,6 +142,8 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
             if "reclamation_window" not in found:
                 raise ProviderFileError(f"{key} tells the reclaimer, which runs only with a reclamation_window",
                                         where=textfiles.at(path, node))
+        elif key == "akt_usd":
+            values[key] = _price(path, node, value)
         elif key not in ("wallet", "charts", "acme_dns"):
             values[key] = _scalar(path, key, node, value)
     _check(path, found, values)
@@ -148,7 +157,8 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
                         values.get("organization", ""), values.get("region", ""),
                         values.get("reclamation_window", ""), charts,
                         lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, acme_dns=acme,
-                        public_address_echo=values.get("public_address_echo", ""), **flags)
+                        public_address_echo=values.get("public_address_echo", ""),
+                        rest_node=values.get("rest_node", ""), akt_usd=values.get("akt_usd"), **flags)
 
 
 def go_duration_s(text: str) -> float | None:
@@ -191,6 +201,8 @@ def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str,
         raise bad("region", regions.problem(values["region"]))
     if not _url(values["rpc_node"], ("https", "http", "tcp")):
         raise bad("rpc_node", "the RPC node's URL, such as https://rpc.example.com:443 or http://akash-node:26657")
+    if "rest_node" in values and not _url(values["rest_node"], ("https", "http")):
+        raise bad("rest_node", "the node's REST API URL, such as https://api.example.com:443 or http://akash-node:1317")
     window = values.get("reclamation_window")
     if window is not None:
         seconds = go_duration_s(window)
@@ -198,6 +210,14 @@ def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str,
             raise bad("reclamation_window", "a Go duration such as 24h, 90m or 1h30m")
         if not WINDOW_MIN_S <= seconds <= WINDOW_MAX_S:
             raise bad("reclamation_window", "from 1h to 720h (the chain refuses other windows; AEP-82)")
+
+
+def _price(path: str, node: yaml.Node, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_AKT_USD \
+            or value != value:
+        raise ProviderFileError(f"akt_usd {textfiles.shown(value)}: the USD one AKT is worth, a number such as 0.85",
+                                where=textfiles.at(path, node))
+    return float(value)
 
 
 def _wallet(path: str, node: yaml.Node) -> Wallet:

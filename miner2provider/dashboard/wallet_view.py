@@ -1,0 +1,124 @@
+"""The provider's wallet on the dashboard: the last chain read (market/wallet.py's WalletRead, made on the wallet
+reader's own thread, never in a request) and the 7-day uptime, as a pure view for ``_wallet.html.j2`` and the
+JSON API; and ``payment_rows``, the leases' payments as the ledger export's rows, each on the rig whose ledger
+names the lease's pods.
+
+Figures say what they are: the balance and the escrow amounts are the chain's; the USD value uses the owner's own
+price (where it was written is shown), never a guess; hours and hourly rates come from block heights at the chain's
+nominal block time, so they are estimates; the completion rate is the marketplace rule's, and below the rule's
+minimum number of leases it is shown as not judged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from miner2provider.market.wallet import CLOSERS, RUNNING, LeaseRecord, WalletRead
+
+from .uptime import Uptime, UptimeLog
+
+if TYPE_CHECKING:
+    from .ledger_csv import PaymentRow
+
+STALE_AFTER_S = 3 * 3600.0  # a read older than this is marked stale (the reader runs every dashboard interval)
+MAX_LEASES_SHOWN = 200  # the page lists the newest; the export has them all
+
+
+@dataclass
+class WalletState:
+    """What the reader thread last read, and the uptime samples (None: no provider status is read)."""
+
+    uptime: UptimeLog | None = None
+    configured: bool = False  # a wallet reader runs (the provider file names a REST node)
+    latest: WalletRead | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keep(self, read: WalletRead) -> None:
+        with self.lock:
+            self.latest = read
+
+    def view(self, now: float) -> dict[str, Any]:
+        with self.lock:
+            latest = self.latest
+        return wallet_view(latest, self.uptime.over(now) if self.uptime else None, now, self.configured)
+
+
+def _money(value: float | None, places: int = 2) -> str:
+    return "" if value is None else f"{value:,.{places}f}"
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value * 100:.1f} %"
+
+
+def _lease(lease: LeaseRecord) -> dict[str, Any]:
+    return {"id": lease.id, "tenant": lease.tenant, "namespace": lease.namespace, "state": lease.state,
+            "closed_by": lease.closed_by, "currency": lease.currency, "escrowed": _money(lease.escrowed, 4),
+            "withdrawn": _money(lease.withdrawn, 4), "rate_per_hour": _money(lease.rate_per_hour, 4),
+            "payment_state": lease.payment_state, "hours": "" if lease.hours is None else f"{lease.hours:,.1f}"}
+
+
+def wallet_view(read: WalletRead | None, uptime: Uptime | None, now: float, configured: bool = True) -> dict[str, Any]:
+    """The wallet section's figures, as text ready to show (the template only places them)."""
+    out: dict[str, Any] = {"configured": configured, "read": read is not None}
+    if uptime is not None:
+        out["uptime"] = {"share": _share(uptime.share), "reads": uptime.reads, "answered": uptime.answered}
+    if read is None:
+        return out
+    leases = sorted(read.leases, key=lambda lease: lease.id)
+    running = [lease for lease in leases if lease.status == RUNNING]
+    closed = [lease for lease in leases if lease.status != RUNNING]
+    by = {closer: sum(1 for lease in closed if lease.closed_by == closer) for closer in CLOSERS}
+    totals: dict[str, dict[str, float]] = {}
+    for lease in leases:
+        figures = totals.setdefault(lease.currency, {"escrowed": 0.0, "withdrawn": 0.0})
+        figures["escrowed"] += lease.escrowed if lease.status == RUNNING else 0.0
+        figures["withdrawn"] += lease.withdrawn
+    done = read.completion
+    out.update({
+        "address": read.address, "currency": read.currency, "age_s": max(0.0, now - read.at),
+        "stale": now - read.at > STALE_AFTER_S, "errors": list(read.errors),
+        "balance": _money(read.balance, 6), "balance_usd": _money(read.balance_usd),
+        "price": "" if read.price is None else f"{read.price:g}", "price_source": read.price_source,
+        "running": [_lease(lease) for lease in running[:MAX_LEASES_SHOWN]],
+        "closed": [_lease(lease) for lease in closed[-MAX_LEASES_SHOWN:]],
+        "running_count": len(running), "closed_count": len(closed), "closed_by": by,
+        "totals": [{"currency": c, "escrowed": _money(t["escrowed"], 4), "withdrawn": _money(t["withdrawn"], 4)}
+                   for c, t in sorted(totals.items())],
+        "completion": None if done is None else {
+            "rate": _share(done.rate), "judged": done.judged, "total": done.total,
+            "terminated_by_provider": done.terminated_by_provider, "minimum": done.minimum, "rule": done.rule},
+    })
+    return out
+
+
+def payment_rows(read: WalletRead, rig_pods: Mapping[str, Iterable[str]]) -> list[PaymentRow]:
+    """One row per lease the provider was paid for (withdrawn above zero) and rig it ran on: ``rig_pods`` is each
+    rig's lease pods as its ledger names them (``namespace/name``); a lease whose namespace no rig's ledger names
+    goes on rig "" (unknown), one that ran on several rigs is split evenly between them (the chain pays a lease, not a
+    rig).  ``paid_at`` is the read's time: the chain's lease record keeps what was withdrawn, not when."""
+    from .ledger_csv import PaymentRow  # the export's module loads only where rows are made
+
+    rigs_of: dict[str, list[str]] = {}
+    for rig, pods in rig_pods.items():
+        for pod in pods:
+            namespace = str(pod).partition("/")[0]
+            if namespace and rig not in rigs_of.setdefault(namespace, []):
+                rigs_of[namespace].append(rig)
+    rows = []
+    for lease in sorted(read.leases, key=lambda item: item.id):
+        if lease.withdrawn <= 0:
+            continue
+        rigs = sorted(rigs_of.get(lease.namespace, [])) or [""]
+        share = 1 / len(rigs)
+        paid_hours = lease.withdrawn / lease.rate_per_hour if lease.rate_per_hour > 0 else (lease.hours or 0.0)
+        basis = "chain: withdrawn from the lease's escrow; hours from its rate at the nominal block time"
+        if len(rigs) > 1:
+            basis += f"; split evenly over {len(rigs)} rigs"
+        for rig in rigs:
+            rows.append(PaymentRow(read.at, rig, lease.id, paid_hours, lease.withdrawn * share,
+                                   lease.currency, lease.rate_per_hour * share, basis))
+    return rows

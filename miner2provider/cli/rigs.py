@@ -12,7 +12,9 @@ import click
 from miner2provider.core import checks, textfiles
 from miner2provider.core.errors import InventoryProblems, InventoryProblemsListed, RigFailures, UsageError
 from miner2provider.core.inventory import Host
+from miner2provider.dashboard import ledger_csv
 from miner2provider.dashboard.collect import sweep
+from miner2provider.dashboard.export import as_stored, ledger_inputs
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
@@ -230,25 +232,59 @@ def status_command(inventory_file: str, limit: str | None, vault_password_file: 
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
               help="The history database (default ~/.local/share/m2p/history.sqlite3).")
 @click.option("--days", type=click.IntRange(1, 366), default=7, show_default=True,
-              help="Days shown, today included.")
+              help="Days shown, today included (UTC days).")
+@click.option("--csv", "csv_file", is_flag=False, flag_value="-", default=None, metavar="FILE|-",
+              help="Write every ledger span of the --days window as CSV to FILE (-, or no FILE: standard output) "
+                   "instead of the table (docs: history).")
+@click.option("--economics", "economics_path", type=click.Path(dir_okay=False), default=None,
+              help="Prices and mining revenue the CSV values the hours at (docs: the economics file); without it "
+                   "the CSV's amounts are left empty.")
 @json_option
 def history_command(inventory_file: str, limit: str | None, vault_password_file: str | None, ssh: SshOptions,
-                    db_path: str | None, days: int, as_json: bool) -> None:
+                    db_path: str | None, days: int, csv_file: str | None, economics_path: str | None,
+                    as_json: bool) -> None:
     """Sweep the rigs once (the detect probe), keep their detect reports and ledger lines in the history
     database (the same line read twice is kept once), and show each rig's hours per mode over the last
-    DAYS days."""
+    DAYS days, or write them as CSV for the owner's books (--csv)."""
+    if csv_file is not None and as_json:
+        raise UsageError("history takes one of --csv and --json, not both")
+    if economics_path and csv_file is None:
+        raise UsageError("--economics values the CSV's hours: give --csv too")
+    econ = pricing.load_checked(economics_path) if economics_path else economics.NONE  # before any rig is asked
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     now = time.time()
     rows = []
     with History(db_path or DEFAULT_PATH) as history:
         reports = sweep(history, hosts, ssh, now)
-        for report in reports:
-            rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),
-                                           report.error or ""))
-    if as_json:
+        if csv_file is not None:
+            since, until = ledger_csv.window(days, now)
+            inputs = ledger_inputs(history, hosts, since, history.latest_snapshots(), as_stored)
+        else:
+            for report in reports:
+                rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),
+                                               report.error or ""))
+    if csv_file is not None:
+        for report in reports:  # the table would have said them
+            if not report.ok:
+                render.echo(click.style(f"{report.name}: this sweep failed: {report.error}", fg="red"), err=True)
+        _write_csv(csv_file, ledger_csv.text(inputs, econ, since, until))
+    elif as_json:
         render.echo_json(rows)
     else:
         render.history_table(rows)
     failed = sum(not r.ok for r in reports)
     if failed:
         raise RigFailures(failed, len(reports))
+
+
+def _write_csv(file: str, text: str) -> None:
+    """The CSV to standard output (``-``) or FILE, its CRLF line ends as written (RFC 4180)."""
+    if file == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(file, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
+    render.echo(f"wrote {file}: {render.counted(text.count(chr(10)) - 1, 'row')}", err=True)

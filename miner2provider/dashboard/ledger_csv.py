@@ -43,6 +43,7 @@ MEASURED = "measured hashrate"
 PER_GPU_HOUR = "per GPU-hour"
 PER_HOUR = "per lease-hour"
 UNKNOWN = "unknown: the economics file has no figure for these cards"
+NO_FILE = "unknown: no economics file"
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def ledger_rows(rig: views.RigInput, economics: Economics, since: float, until: 
                _hours(leased_h), _hours(mined_h), _number(lease_rate if leased_h > 0 else None),
                _number(mining_rate if mined_h > 0 else None), PER_GPU_HOUR if leased_h > 0 or mined_h > 0 else "",
                "" if amount is None else f"{amount:.2f}", safe(economics.currency),
-               basis(leased_h, mined_h, measured is not None, amount is None)]
+               basis(leased_h, mined_h, measured is not None, amount is None, bool(economics.source))]
 
 
 def rates(models: list[str], economics: Economics, measured_per_gpu_day: float | None) -> tuple[float | None,
@@ -120,9 +121,9 @@ def rates(models: list[str], economics: Economics, measured_per_gpu_day: float |
     return lease, None if per_day is None else per_day / 24
 
 
-def basis(leased_h: float, mined_h: float, measured: bool, unknown: bool) -> str:
+def basis(leased_h: float, mined_h: float, measured: bool, unknown: bool, with_file: bool = True) -> str:
     if unknown:
-        return UNKNOWN
+        return UNKNOWN if with_file else NO_FILE
     if not measured or mined_h <= 0:
         return ESTIMATED if leased_h > 0 or mined_h > 0 else ""
     return f"lease {ESTIMATED}; mining {MEASURED}" if leased_h > 0 else MEASURED

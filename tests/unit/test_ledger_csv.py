@@ -116,9 +116,11 @@ def test_mining_at_the_measured_hashrate_says_so_and_unknown_prices_are_left_emp
     rows = read_back(ledger_csv.text([measured], ECON, T0, T0 + DAY))
     assert [(r["mining_rate"], r["amount"], r["basis"]) for r in rows] == [
         (format(2.9 / 24, ".10g"), "0.24", "measured hashrate"), ("", "0.50", "estimated: economics file")]
-    unpriced = read_back(ledger_csv.text([rig(ledger, T0 + 4 * HOUR)], economics.NONE, T0, T0 + DAY))
-    assert [(r["lease_rate"], r["mining_rate"], r["amount"]) for r in unpriced] == [("", "", ""), ("", "", "")]
-    assert {r["basis"] for r in unpriced} == {ledger_csv.UNKNOWN}
+    for file, said in ((economics.parse("currency: USD\n", "e.yml"), ledger_csv.UNKNOWN),
+                       (economics.NONE, ledger_csv.NO_FILE)):
+        unpriced = read_back(ledger_csv.text([rig(ledger, T0 + 4 * HOUR)], file, T0, T0 + DAY))
+        assert [(r["lease_rate"], r["mining_rate"], r["amount"]) for r in unpriced] == [("", "", ""), ("", "", "")]
+        assert {r["basis"] for r in unpriced} == {said}
 
 
 def test_payments_follow_the_ledger_in_the_window_and_a_payment_that_is_no_number_is_refused():

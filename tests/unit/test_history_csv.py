@@ -1,0 +1,108 @@
+"""`m2p history --csv [FILE|-]` (issue 57): the sweep keeps the rigs' ledgers, then the CLI writes the books of the
+--days window; read back, the file is the rigs' ledger.  The rigs are stand-ins: detect is replaced by reports
+whose agents carry a ledger, as the probe reads it (the real probe's SSH is tested in tests/integration)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import time
+from datetime import datetime
+
+import pytest
+import yaml
+from test_readiness import facts  # tests/unit is on sys.path (no package)
+
+from miner2provider.cli import main
+from miner2provider.dashboard import collect, ledger_csv
+from miner2provider.detect.readiness import assess
+from miner2provider.detect.report import RigReport
+from miner2provider.rigside.ledger import Entry
+from miner2provider.rigside.status import AgentStatus
+
+HOUR = 3600.0
+ECON = "currency: EUR\nlease_price_per_gpu_hour: {default: 0.20}\nmining_revenue_per_gpu_day: {rtx3090: 2.40}\n"
+
+
+@pytest.fixture
+def farm(tmp_path, monkeypatch):
+    """rig01 mined 3 h then was leased 2 h (``=HYPERLINK(...)``: a tenant's pod named to attack the books); rig02
+    does not answer this sweep and has no history."""
+    hosts = {"rig01": {"ansible_host": "127.0.0.1", "ansible_port": 1}, "rig02": {"ansible_host": "127.0.0.1",
+                                                                               "ansible_port": 2}}
+    (tmp_path / "rigs.yml").write_text(yaml.safe_dump({"all": {"children": {"farm": {"hosts": hosts}}}}))
+    (tmp_path / "econ.yml").write_text(ECON)
+    now = time.time()
+
+    def detect(chosen, ssh):
+        out = []
+        for host in chosen:
+            if host.name == "rig02":
+                out.append(RigReport(host.name, host.address, None, None, "refused", "connection refused"))
+                continue
+            f = dataclasses.replace(facts(), agent_status=AgentStatus(True, "leasing"), agent_ledger=(
+                Entry(now - 5 * HOUR, "mining", gpus=1),
+                Entry(now - 2 * HOUR, "leasing", gpus=1, leases=('=HYPERLINK("http://evil.example")',), leased=1)))
+            out.append(RigReport(host.name, host.address, f, assess(f)))
+        return out
+
+    monkeypatch.setattr(collect, "detect", detect)
+    return ["history", "-i", str(tmp_path / "rigs.yml"), "--db", str(tmp_path / "h.sqlite3")], tmp_path, now
+
+
+def rows_of(text):
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def test_history_csv_writes_the_ledger_of_the_window_to_a_file(farm, capsys):
+    args, tmp_path, now = farm
+    out = tmp_path / "books.csv"
+    assert main([*args, "--days", "2", "--csv", str(out), "--economics", str(tmp_path / "econ.yml")]) == 11  # rig02 failed: 10 + 1
+    said = capsys.readouterr()
+    assert said.out == "" and f"wrote {out}: 2 rows" in said.err and "rig02: this sweep failed: connection refused" in said.err
+    raw = out.read_bytes()
+    assert raw.startswith(",".join(ledger_csv.COLUMNS).encode() + b"\r\n") and raw.count(b"\r\n") == 3
+    rows = rows_of(raw.decode())
+    assert [(r["rig"], r["mode"], r["leases"], r["currency"]) for r in rows] == [
+        ("rig01", "mining", "", "EUR"), ("rig01", "leasing", '\'=HYPERLINK("http://evil.example")', "EUR")]
+    assert [(datetime.fromisoformat(r["start"]).timestamp(), datetime.fromisoformat(r["end"]).timestamp())
+            for r in rows] == [pytest.approx((now - 5 * HOUR, now - 2 * HOUR), abs=1e-3),
+                               pytest.approx((now - 2 * HOUR, now), abs=2.0)]  # the last up to the sweep's read
+    assert sum(float(r["hours"]) for r in rows) == pytest.approx(5.0, abs=1e-3)
+    assert [r["amount"] for r in rows] == ["0.30", "0.40"]  # 3 h x 2.40 / 24; 2 h x 0.20
+
+
+@pytest.mark.parametrize("flag", [["--csv"], ["--csv", "-"]])
+def test_history_csv_without_a_file_prints_only_the_csv(farm, capsys, flag):
+    args, _, _ = farm
+    assert main([*args, *flag]) == 11
+    said = capsys.readouterr()
+    rows = rows_of(said.out)
+    assert [r["mode"] for r in rows] == ["mining", "leasing"] and {(r["amount"], r["basis"]) for r in rows} == {("", ledger_csv.NO_FILE)}
+    assert "hours per mode" not in said.out and "rig02: this sweep failed: connection refused" in said.err
+
+
+def test_history_without_csv_keeps_its_table(farm, capsys):
+    args, _, _ = farm
+    assert main([*args]) == 11
+    out = capsys.readouterr().out
+    assert out.startswith("hours per mode over the last 7 day(s)") and "rig01  leasing 2 h, mining 3 h" in out
+
+
+@pytest.mark.parametrize("extra, code, said", [
+    (["--csv", "--json"], 2, "history takes one of --csv and --json, not both"),
+    (["--economics", "ECON"], 2, "--economics values the CSV's hours: give --csv too"),
+    (["--csv", "no/such/b.csv"], 2, "cannot write 'no/such/b.csv': No such file or directory"),
+    (["--csv", "-", "--economics", "BAD"], 7, "bad.yml:1: currency 12: use a code such as USD"),
+])
+def test_history_csv_mistakes_are_one_line(farm, capsys, monkeypatch, extra, code, said):
+    args, tmp_path, _ = farm
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yml").write_text("currency: 12\n")
+    swap = {"ECON": str(tmp_path / "econ.yml"), "BAD": str(tmp_path / "bad.yml")}
+    extra = [swap.get(a, a) for a in extra]
+    assert main([*args, *extra]) == code
+    err = capsys.readouterr().err.replace(str(tmp_path), "TMP")
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and said.replace("bad.yml", "TMP/bad.yml") in lines[0], err

@@ -213,3 +213,17 @@ def test_a_read_that_raises_is_a_read_with_its_reason():
 
     said = read_wallet(broken)
     assert said.balance is None and said.errors == ("the wallet could not be read (RuntimeError)",)
+
+
+def test_a_node_that_pages_without_end_is_left_after_the_page_cap():
+    node = ChainStandin()
+    for n in range(chain.MAX_PAGES + 1):
+        node.create_lease(TENANTS[n % len(TENANTS)], 1000 + n, PROVIDER, None)
+    served = RestStandin(node, page_size=1)
+    try:
+        read = chain.read(served.url, PROVIDER)
+    finally:
+        served.close()
+    assert read.leases == () and read.completion is None
+    assert read.errors[0].endswith(f"more than {chain.MAX_PAGES} pages of leases"), read.errors
+    assert sum("leases/list" in p for p in served.paths) == chain.MAX_PAGES

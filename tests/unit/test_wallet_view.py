@@ -184,3 +184,21 @@ def test_the_dashboard_reads_the_wallet_and_samples_uptime_on_its_own_threads(tm
         rest.close()
     assert view["balance"] == "3.000000" and view["errors"] == []
     assert view["uptime"]["reads"] >= 3 and view["uptime"]["answered"] == view["uptime"]["reads"] - 1
+
+
+def test_the_dashboard_command_reads_the_wallet_only_where_the_provider_file_names_a_rest_node(tmp_path):
+    from miner2provider.cli.dashboard import _wallet_read
+
+    node = ChainStandin()
+    rest = RestStandin(node)
+    rest.fund("akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63", 2_000_000)
+    (tmp_path / "plain.yml").write_text(GOOD)
+    (tmp_path / "rest.yml").write_text(GOOD + f"rest_node: {rest.url}\nakt_usd: 2\n")
+    try:
+        assert _wallet_read(str(tmp_path / "plain.yml")) is None
+        read = _wallet_read(str(tmp_path / "rest.yml"))
+        assert read is not None
+        got = read()
+    finally:
+        rest.close()
+    assert (got.balance, got.balance_usd, got.price_source, got.errors) == (2.0, 4.0, f"{tmp_path}/rest.yml:15", ())

@@ -66,6 +66,11 @@ class PaymentRow:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ProviderError(f"lease payment {textfiles.shown(self.lease)}: {name} is "
                                     f"{textfiles.shown(value)}, not a number")
+        try:
+            _iso(self.paid_at)
+        except (OverflowError, OSError, ValueError):
+            raise ProviderError(f"lease payment {textfiles.shown(self.lease)}: paid_at {self.paid_at:g} is no "
+                                "date") from None
 
 
 def window(days: int, now: float) -> tuple[float, float]:

@@ -21,6 +21,7 @@ from miner2provider.dashboard.collect import snapshot
 from miner2provider.dashboard.history import History
 from miner2provider.detect.report import status_rows
 from miner2provider.detect.ssh import SshOptions
+from miner2provider.market.wallet import LeaseRecord, WalletRead
 from miner2provider.rigside.ledger import Entry
 
 HOUR = 3600.0
@@ -43,10 +44,12 @@ def served(tmp_path):
                             lambda name: name))
 
     @contextlib.contextmanager
-    def client(signed_in=True):
+    def client(signed_in=True, wallet=None):
         app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0,
                                          TOKEN))
         app.router.routes.extend(export.ROUTES)  # as app.py's route list will hold them
+        if wallet is not None:
+            app.state.wallet.keep(wallet)  # what the wallet reader's thread keeps after a read of the chain
         with TestClient(app, base_url="http://127.0.0.1:8477") as c:
             if signed_in:
                 assert sign_in(c).status_code == 303
@@ -88,3 +91,25 @@ def test_the_download_needs_the_session_or_the_token_like_every_route(served):
         by_token = c.get("/export.csv", headers={"Authorization": f"Bearer {TOKEN}"})
         assert by_token.status_code == 200 and "rig02" in by_token.text
         assert c.get("/export.csv?days=0", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 400
+
+
+def test_the_download_adds_the_leases_payments_the_wallet_reader_last_read(served):
+    """The chain paid 1.5 AKT for the lease whose pods run in namespace ``lease`` (rig02's ledger names
+    ``lease/job``) and 0.2 AKT for one in a namespace no rig's ledger names; a lease that paid nothing yet has no
+    row.  The lease ids are the chain's (a tenant picks none of them, but the guard holds for any text)."""
+    client, now = served
+
+    def lease(lease_id, namespace, withdrawn):
+        return LeaseRecord(lease_id, "akash1tenant", namespace, "closed", "closed", "tenant", 0.0, withdrawn, 0.3,
+                           "closed", 5.0)
+
+    read = WalletRead(now - 60, "akash1provider", "AKT", 12.5, (
+        lease("akash1tenant/10/1/1", "lease", 1.5), lease("akash1tenant/11/1/1", "gone", 0.2),
+        lease("akash1tenant/12/1/1", "lease", 0.0)), None)
+    with client(wallet=read) as c:
+        rows = list(csv.DictReader(io.StringIO(c.get("/export.csv?days=2").text, newline="")))
+    paid = [(r["rig"], r["leases"], r["amount"], r["currency"], r["lease_rate"], r["hours"]) for r in rows
+            if r["record"] == "payment"]
+    assert paid == [("", "akash1tenant/11/1/1", "0.2", "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
+                    ("rig02", "akash1tenant/10/1/1", "1.5", "AKT", "0.3", "5.000000")]
+    assert [r["record"] for r in rows] == ["ledger"] * 4 + ["payment"] * 2

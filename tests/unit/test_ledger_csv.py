@@ -137,6 +137,8 @@ def test_payments_follow_the_ledger_in_the_window_and_a_payment_that_is_no_numbe
     for bad in (math.nan, math.inf, True):
         with pytest.raises(ProviderError, match="amount is"):
             PaymentRow(T0, "rig01", "akash1t/9/1/1", 1.0, bad, "AKT", 1.0, "chain")
+    with pytest.raises(ProviderError, match="paid_at 1e\\+20 is no date"):
+        PaymentRow(1e20, "rig01", "akash1t/9/1/1", 1.0, 1.0, "AKT", 1.0, "chain")
 
 
 # -- property: any ledger ------------------------------------------------------------------

@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from . import views
 from .actions import ACTIONS, Refused
-from .state import days_of, fleet_view, number, one, state_of
+from .state import days_of, fleet_view, income_view, number, one, per_of, rig_inputs, state_of
 
 
 async def api_rigs(request: Request) -> Response:
@@ -39,6 +39,22 @@ async def api_timeline(request: Request) -> Response:
     if rig is None:
         return not_found(request.path_params["rig"])
     return JSONResponse(views.timeline(rig, state.config.economics, now, days))
+
+
+async def api_income(request: Request) -> Response:
+    """the fleet's income per UTC day, ISO week or month (PER): mining, leasing, what the leased hours would have
+    mined, GPU-hours, each figure marked estimated or measured; and next month's forecast beside the last 30 days"""
+    state, now = state_of(request), time.time()
+    return JSONResponse(income_view(state, rig_inputs(state, 1, now), per_of(request), now))
+
+
+async def api_rig_income(request: Request) -> Response:
+    """the same for one rig"""
+    state, now = state_of(request), time.time()
+    rig = one(state, request.path_params["rig"], 1, now)
+    if rig is None:
+        return not_found(request.path_params["rig"])
+    return JSONResponse(income_view(state, [rig], per_of(request), now))
 
 
 async def api_action(request: Request) -> Response:
@@ -128,6 +144,8 @@ ROUTES = [
     (Route("/api/rigs", api_rigs), "?days=7&group=G&mode=M"),
     (Route("/api/rigs/{rig}", api_rig), ""),
     (Route("/api/rigs/{rig}/timeline", api_timeline), "?days=7|30"),
+    (Route("/api/rigs/{rig}/income", api_rig_income), "?per=day|week|month"),
+    (Route("/api/income", api_income), "?per=day|week|month"),
     (Route("/api/rigs/{rig}/actions", api_action, methods=["POST"]), " {action, kind, plan}"),
     (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind, plan}"),
     (Route("/api/jobs/{job}", api_job), "?since=N"),

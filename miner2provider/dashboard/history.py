@@ -80,7 +80,18 @@ MIGRATIONS = (
         PRIMARY KEY (rig, at, card)) WITHOUT ROWID;
     CREATE TABLE alert_state (one INTEGER PRIMARY KEY CHECK (one = 1), at REAL NOT NULL, state TEXT NOT NULL);
     """,
+    # 9: the closed ledger lines summed per rig and UTC day (DAILY_SQL; issue 57's income chart: 1,000 rigs x 30 days
+    # summed per day at each page cost ~430 ms, read from here ~20 ms), kept at ingestion; filled by ``_sum_days``.
+    """
+    CREATE TABLE ledger_days (
+        rig TEXT NOT NULL, day INTEGER NOT NULL, seconds REAL NOT NULL, gpu_seconds REAL NOT NULL,
+        bare_seconds REAL NOT NULL, leased REAL NOT NULL, mined REAL NOT NULL, bare_mined REAL NOT NULL,
+        PRIMARY KEY (rig, day)) WITHOUT ROWID;
+    """,
 )
+FILLED_BY_CODE = 9  # the migration whose table ``_sum_days`` fills from the ledger already stored
+DAY_S = 86_400  # a UTC day: epoch seconds know no leap second, so epoch // DAY_S is the UTC day
+MINING_MODES = ("mining", "idle-mining")  # the ledger's modes in which the miner runs
 SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at least
 # How long a card's figures are kept: the charts show a day; two keep a rig whose clock lags a little charted.
 # The agent publishes new figures at most every 5 minutes (agent/telemetry.py PUBLISH_S), so a rig stores at
@@ -136,6 +147,8 @@ class History:
             with self._transaction():
                 for statement in filter(str.strip, script.split(";")):
                     self.db.execute(statement)
+                if number == FILLED_BY_CODE:
+                    self._sum_days(None, 0)
                 self.db.execute(f"PRAGMA user_version = {number}")
 
     @contextmanager
@@ -176,6 +189,25 @@ class History:
         ends = [following[0] for following in keys[1:]] + [None]
         self.db.executemany("UPDATE ledger SET until = ? WHERE rig = ? AND at = ? AND mode = ? AND blind = ? "
                             "AND leases = ?", [(end, rig, *key) for end, key in zip(ends, keys, strict=True)])
+        if keys:
+            self._sum_days(rig, int(keys[0][0] // DAY_S))
+
+    def _sum_days(self, rig: str | None, first_day: int) -> None:
+        """(Re)write ``ledger_days`` of ``rig`` (None: every rig) from UTC day ``first_day`` (epoch days) on."""
+        where = "" if rig is None else "AND rig = :rig"
+        since = first_day * DAY_S
+        found = self.db.execute(f"SELECT max(until), max(CAST(until / {DAY_S} AS INTEGER) - CAST(max(at, :since) / "
+                                f"{DAY_S} AS INTEGER)) FROM ledger WHERE until > :since {where}",
+                                {"since": since, "rig": rig}).fetchone()
+        self.db.execute(f"DELETE FROM ledger_days WHERE day >= :day {where}", {"day": first_day, "rig": rig})
+        if found[0] is None:
+            return
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS day_offsets (k INTEGER PRIMARY KEY)")
+        self.db.executemany("INSERT OR IGNORE INTO temp.day_offsets VALUES (?)", ((k,) for k in range(found[1] + 1)))
+        names = {f"m{n}": mode for n, mode in enumerate(MINING_MODES)}
+        mining = f"mode IN ({', '.join(':' + name for name in names)})"
+        self.db.execute("INSERT INTO ledger_days " + DAILY_SQL.format(mining=mining, rig=where),
+                        {"since": since, "until": found[0], "rig": rig, **names})
 
     def add_snapshot(self, rig: str, at: float, report: dict[str, Any]) -> bool:
         """Store one detect report of a rig (``reports.report_json``) as its latest; it is also kept in
@@ -286,6 +318,19 @@ class History:
                 last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)), leased=leased, mining=mining)
         return {rig: Window(tuple(closed.get(rig, ())), last.get(rig)) for rig in {*closed, *last}}
 
+    def day_sums(self, first: int, last: int, classes: dict[str, int]) -> list[tuple[Any, ...]]:
+        """``ledger_days`` from UTC day ``first`` to ``last`` (epoch days, both in) of the rigs ``classes`` names,
+        summed per (class, day): rigs valued alike share a class, so a fleet's month comes back in a few rows."""
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS rig_classes (rig TEXT PRIMARY KEY, class INTEGER NOT NULL) "
+                        "WITHOUT ROWID")
+        self.db.execute("DELETE FROM temp.rig_classes")
+        self.db.executemany("INSERT INTO temp.rig_classes VALUES (?, ?)", classes.items())
+        return list(self.db.execute(
+            "SELECT c.class, d.day, sum(seconds), sum(gpu_seconds), sum(bare_seconds), sum(leased), sum(mined), "
+            # CROSS JOIN: each rig's days read by their key, for one rig as for a thousand
+            "sum(bare_mined) FROM temp.rig_classes c CROSS JOIN ledger_days d ON d.rig = c.rig "
+            "WHERE d.day >= ? AND d.day <= ? GROUP BY c.class, d.day", (first, last)))
+
     def seconds_per_day(self, rig: str, days: int, now: float,
                         tz: tzinfo = UTC) -> list[tuple[date, dict[str, float]]]:
         """Seconds in each mode per calendar day (in ``tz``), the last ``days`` days up to ``now``."""
@@ -303,6 +348,23 @@ class History:
         return out
 
 
+# The ledger's closed lines cut at UTC midnights and summed per (rig, UTC day) (the income chart's 1,000 rigs x 30 days
+# in one scan): a line is joined with the day offsets it spans (``day_offsets``' rowid: a range, a row or two a line).
+# The sums follow views.totals (a test holds them to it): seconds; GPU-seconds of the line's own count; seconds of
+# lines that gave none (the rig's count serves); GPU-seconds leased; mined (beside a lease: the line's ``mining``;
+# without: every card while the mode mines); and mining seconds of lines that gave no count.
+DAILY_SQL = """
+SELECT rig, day, sum(len), sum(len * gpus), sum(CASE WHEN gpus = 0 THEN len ELSE 0 END), sum(len * leased),
+       sum(len * CASE WHEN leased > 0 THEN mining WHEN {mining} THEN gpus ELSE 0 END),
+       sum(CASE WHEN leased = 0 AND gpus = 0 AND {mining} THEN len ELSE 0 END)
+FROM (SELECT rig, mode, gpus, leased, mining, first + n.k AS day,
+             min(until, :until, (first + n.k + 1) * 86400.0) - max(at, :since, (first + n.k) * 86400.0) AS len
+      FROM (SELECT rig, mode, gpus, leased, mining, at, until, CAST(max(at, :since) / 86400 AS INTEGER) AS first,
+                   CAST(min(until, :until) / 86400 AS INTEGER) AS last
+            FROM ledger WHERE until > :since AND at < :until {rig}) AS l
+      JOIN temp.day_offsets n ON n.k <= l.last - l.first)
+WHERE len > 0 GROUP BY rig, day
+"""
 WINDOW_SQL = """
 SELECT rig, mode, leased, gpus, mining, sum(min(until, :until) - max(at, :since)), NULL FROM ledger
     WHERE until > :since AND at < :until GROUP BY rig, mode, leased, gpus, mining

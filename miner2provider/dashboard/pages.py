@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
 from starlette.requests import Request
@@ -14,12 +14,12 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from . import cards, views
+from . import cards, income, views
 from .actions import ACTIONS
 from .api import not_found
 from .guard import session_binding, session_cookie
 from .peer import client_of
-from .state import SORT_KEYS, card_samples, days_of, fleet_view, one, state_of
+from .state import SORT_KEYS, card_samples, days_of, fleet_view, income_view, one, per_of, state_of
 
 # Autoescape on for every template, whatever its name: Starlette's default escapes only .html/.htm/.xml,
 # and ours are .html.j2 (everything a rig sends reaches these pages).
@@ -30,8 +30,15 @@ TEMPLATES = Jinja2Templates(env=jinja2.Environment(
 async def page_fleet(request: Request) -> Response:
     query = dict(request.query_params)
     links = {key: urlencode({**query, "sort": key}) for key in SORT_KEYS}
-    return render(request, "fleet.html.j2", {"fleet": fleet_view(request), "query": query, "sort_links": links,
-                                             "actions": ACTIONS})
+    fleet = fleet_view(request, with_income=True)
+    return render(request, "fleet.html.j2", {"fleet": fleet, "query": query, "sort_links": links, "actions": ACTIONS,
+                                             **income_context(fleet["income"], query, "/api/income")})
+
+
+def income_context(data: dict[str, Any], query: dict[str, str], api: str) -> dict[str, Any]:
+    """The income section's (templates/_income.html.j2): its figures, chart and the day/week/month links."""
+    return {"income": data, "income_chart": income.chart(data), "income_api": api,
+            "income_links": {per: urlencode({**query, "per": per}) for per in income.PERIODS}}
 
 
 async def page_rig(request: Request) -> Response:
@@ -41,10 +48,13 @@ async def page_rig(request: Request) -> Response:
         return not_found(request.path_params["rig"])
     line = views.timeline(rig, state.config.economics, now, days)
     agent, _ = views.agent_of(rig)
+    earned = income_context(income_view(state, [rig], per_of(request), now), dict(request.query_params),
+                            f"/api/rigs/{quote(rig.name, safe='')}/income")
     return render(request, "rig.html.j2", {"row": views.fleet_row(rig, state.config.economics, now, days),
                                            "timeline": line, "chart": chart(line), "actions": ACTIONS,
                                            "cards": cards.card_table(agent, now),
-                                           "card_charts": cards.day_charts(card_samples(state, rig.name, now), now)})
+                                           "card_charts": cards.day_charts(card_samples(state, rig.name, now), now),
+                                           **earned})
 
 
 async def login(request: Request) -> Response:

@@ -17,12 +17,12 @@ from starlette.requests import Request
 
 from miner2provider.core import textfiles
 from miner2provider.core.inventory import Host
-from miner2provider.dashboard.history import History, Window
+from miner2provider.dashboard.history import DAY_S, History, Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.base import ProviderState
 from miner2provider.timeshare.economics import Economics
 
-from . import views
+from . import income, views
 from .actions import Actions
 from .sessions import LoginLimiter, Sessions
 
@@ -125,11 +125,14 @@ def card_samples(state: DashboardState, name: str, now: float) -> dict[int, list
         return history.card_samples(name, now - views.DAY)
 
 
-def fleet_view(request: Request) -> dict[str, Any]:
+def fleet_view(request: Request, with_income: bool = False) -> dict[str, Any]:
     state = state_of(request)
     days = days_of(request)
     now = time.time()
-    data = views.fleet(rig_inputs(state, days, now), state.config.economics, now, days)
+    inputs = rig_inputs(state, days, now)
+    data = views.fleet(inputs, state.config.economics, now, days)
+    if with_income:
+        data["income"] = income_view(state, inputs, per_of(request), now)
     group, mode = request.query_params.get("group", ""), request.query_params.get("mode", "")
     data["rigs"] = [r for r in data["rigs"]
                     if (not group or group in r["groups"]) and (not mode or r["mode"] == mode)]
@@ -139,6 +142,22 @@ def fleet_view(request: Request) -> dict[str, Any]:
     data["busy"] = state.config.actions.running()
     data["provider"] = provider_view(state)
     return data
+
+
+def income_view(state: DashboardState, rigs: list[views.RigInput], per: str, now: float) -> dict[str, Any]:
+    """The rigs' income per ``per`` (income.py) from the history's day sums and each rig's line in force."""
+    of, kinds = income.classes(rigs, state.config.economics)
+    today = income.today_of(now)
+    first = income.first_day(per, today)
+    with History(state.config.db) as history:
+        rows = history.day_sums(first, today, of)
+    sums = income.day_sums(rows, kinds)
+    income.add_open_lines(sums, [(of[r.name], income.open_line(r, now), r.seen_at) for r in rigs], kinds,
+                          first * DAY_S, now)
+    gpus_now: dict[int, int] = {}
+    for rig in rigs:
+        gpus_now[of[rig.name]] = gpus_now.get(of[rig.name], 0) + kinds[of[rig.name]].gpus
+    return income.income(sums, kinds, gpus_now, per, now, state.config.economics.currency)
 
 
 def provider_view(state: DashboardState) -> dict[str, Any] | None:
@@ -161,6 +180,21 @@ def _input(host: Host, snap: dict[str, Any] | None, ledger: list[Any],
 
 def days_of(request: Request) -> int:
     return number(request, "days", 7, 1, 400)
+
+
+def per_of(request: Request) -> str:
+    """The income chart's period: day, week or month."""
+    return choice(request, "per", "day", tuple(income.PERIODS))
+
+
+def choice(request: Request, name: str, default: str, allowed: tuple[str, ...]) -> str:
+    """Query parameter ``name`` as one of ``allowed``, or BadParameter."""
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise BadParameter(f"{name}={textfiles.shown(value)}: one of {', '.join(allowed)}")
+    return value
 
 
 def number(request: Request, name: str, default: int, lowest: int, highest: int) -> int:

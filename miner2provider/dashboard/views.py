@@ -21,14 +21,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from miner2provider.dashboard import cards
-from miner2provider.dashboard.history import Window
+from miner2provider.dashboard.history import MINING_MODES, Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.cards import card_for
 from miner2provider.rigside.ledger import Entry, Span, seconds_by_mode, spans
 from miner2provider.rigside.status import AgentStatus, agent_status_from, hand_over_said
 from miner2provider.timeshare.economics import Economics
 
-MINING_MODES = ("mining", "idle-mining")
 MODES = ("mining", "idle-mining", "leasing", "draining")
 DAY = 86_400.0
 IMPLICIT_GROUPS = {"all", "ungrouped"}  # Ansible's own: every rig is in one of them
@@ -63,7 +62,7 @@ class Totals:
     gpu_seconds_mined: float = 0.0
 
 
-def _totals(pieces: Iterable[tuple[str, int, int, float, int]], gpu_count: int) -> Totals:
+def totals(pieces: Iterable[tuple[str, int, int, float, int]], gpu_count: int) -> Totals:
     """From (mode, GPUs the leases on the node held, GPUs the line named, seconds, GPUs mined beside the leases)
     pieces.  Beside a lease the miner mines on the cards no lease holds where the rig hands over per card, and
     on none where it hands over whole (those cards then neither mine nor earn)."""
@@ -82,7 +81,7 @@ def _totals(pieces: Iterable[tuple[str, int, int, float, int]], gpu_count: int) 
 
 
 def span_totals(window_spans: Iterable[Span], gpu_count: int) -> Totals:
-    return _totals(((s.mode, s.leased, s.gpus, s.seconds, s.mining) for s in window_spans), gpu_count)
+    return totals(((s.mode, s.leased, s.gpus, s.seconds, s.mining) for s in window_spans), gpu_count)
 
 
 def window_totals(window: Window, seen_at: float | None, since: float, until: float, gpu_count: int) -> Totals:
@@ -93,7 +92,7 @@ def window_totals(window: Window, seen_at: float | None, since: float, until: fl
     if last is not None:
         end = min(until, seen_at if seen_at is not None else since)
         pieces.append((last.mode, last.leased, last.gpus, end - max(last.at, since), last.mining))
-    return _totals(pieces, gpu_count)
+    return totals(pieces, gpu_count)
 
 
 def node_name(name: str, snapshot: dict[str, Any] | None) -> str:
@@ -127,16 +126,39 @@ def earnings(totals: Totals, models: list[str], economics: Economics,
              measured_per_gpu_day: float | None = None) -> dict[str, Any]:
     """GPU-hours leased (a lease on the node) and mined, and what they earned by the economics file (mining
     at ``measured_per_gpu_day`` where the agent measured it)."""
-    leased, mined = totals.gpu_seconds_leased / 3600, totals.gpu_seconds_mined / 3600
-    lease_price = _mean([economics.lease_price(m) for m in models])
-    mining_per_day = (measured_per_gpu_day if measured_per_gpu_day is not None
-                      else _mean([economics.mining_revenue(m) for m in models]))
-    lease_value = None if lease_price is None else leased * lease_price
-    mining_value = None if mining_per_day is None else mined * mining_per_day / 24
-    return {"currency": economics.currency, "gpu_hours_leased": round(leased, 2), "gpu_hours_mined": round(mined, 2),
-            "lease": _money(lease_value), "mining": _money(mining_value),
-            "mining_valued_by": "economics file" if measured_per_gpu_day is None else "measured hashrate",
+    rate = rates(models, economics, measured_per_gpu_day)
+    lease_value, mining_value, _ = values(totals.gpu_seconds_leased, totals.gpu_seconds_mined, rate)
+    return {"currency": economics.currency, "gpu_hours_leased": round(totals.gpu_seconds_leased / 3600, 2),
+            "gpu_hours_mined": round(totals.gpu_seconds_mined / 3600, 2),
+            "lease": _money(lease_value), "mining": _money(mining_value), "mining_valued_by": rate.valued_by,
             "total": None if lease_value is None or mining_value is None else _money(lease_value + mining_value)}
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What a rig's GPU-hour earns: leased (per GPU-hour) and mined (per GPU-day), None where the file has no figure."""
+
+    lease_per_gpu_hour: float | None
+    mining_per_gpu_day: float | None
+    valued_by: str  # mining's: "economics file" or "measured hashrate"
+
+
+def rates(models: list[str], economics: Economics, measured_per_gpu_day: float | None = None) -> Rates:
+    """The mean of the rig's models' figures; mining at ``measured_per_gpu_day`` where the agent measured it."""
+    mining = (measured_per_gpu_day if measured_per_gpu_day is not None
+              else _mean([economics.mining_revenue(m) for m in models]))
+    return Rates(_mean([economics.lease_price(m) for m in models]), mining,
+                 "economics file" if measured_per_gpu_day is None else "measured hashrate")
+
+
+def values(gpu_seconds_leased: float, gpu_seconds_mined: float,
+           rate: Rates) -> tuple[float | None, float | None, float | None]:
+    """(leasing, mining, mining-equivalent: what the leased GPU-hours would have earned mining, the profit policy's
+    comparison), unrounded; None: no figure to value them by."""
+    leased, mined = gpu_seconds_leased / 3600, gpu_seconds_mined / 3600
+    lease, per_day = rate.lease_per_gpu_hour, rate.mining_per_gpu_day
+    return (None if lease is None else leased * lease, None if per_day is None else mined * per_day / 24,
+            None if per_day is None else leased * per_day / 24)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -149,3 +149,44 @@ class RestStandin(Served):
                                    "state": {"owner": lease.provider, "state": payment_state, "rate": rate,
                                              "balance": balance, "unsettled": {"denom": "uakt", "amount": "0"},
                                              "withdrawn": withdrawn}}}
+
+
+class PriceFeedStandin(Served):
+    """STAND-IN for the two AKT price feeds Akash's bid script reads (akash-network/helm-charts f3d8d46
+    charts/akash-provider/scripts/price_script_generic.sh, get_akt_price), on one loopback port:
+
+    - DIA, ``GET /v1/assetQuotation/Osmosis/ibc-C2CF...`` -> its quotation (``Symbol``, ``Name``, ``Address``,
+      ``Blockchain``, ``Price``, ``PriceYesterday``, ``VolumeYesterdayUSD``, ``Time``, ``Source``, ``Signature``);
+    - CoinGecko, ``GET /api/v3/simple/price?ids=akash-network&vs_currencies=usd`` -> ``{"akash-network": {"usd"}}``.
+
+    ``down`` names the feeds that fail: DIA with 503, CoinGecko with its rate limit's 429 and its own message.
+    Kinder: plain HTTP on loopback (the real feeds are HTTPS with certificates m2p verifies)."""
+
+    DIA_PATH = "/v1/assetQuotation/Osmosis/ibc-C2CFB1C37C146CF95B0784FD518F8030FEFC76C5800105B1742FB65FFE65F873"
+    COINGECKO_PATH = "/api/v3/simple/price"
+
+    def __init__(self, price: float = 0.85, down: tuple[str, ...] = (), host: str = "127.0.0.1") -> None:
+        self.price, self.down = price, down
+        self.paths: list[str] = []
+        self._serve_on(host, 0, json_handler(self))
+
+    @property
+    def feeds(self) -> tuple[tuple[str, str], ...]:
+        return (("DIA", self.url + self.DIA_PATH),
+                ("CoinGecko", self.url + self.COINGECKO_PATH + "?ids=akash-network&vs_currencies=usd"))
+
+    def answer(self, target: str) -> tuple[int, Any]:
+        self.paths.append(target)
+        parts = urlsplit(target)
+        if parts.path == self.DIA_PATH:
+            if "DIA" in self.down:
+                return 503, {"error": "service unavailable"}
+            return 200, {"Symbol": "AKT", "Name": "Akash Network", "Address": self.DIA_PATH.rsplit("/", 1)[1],
+                         "Blockchain": "Osmosis", "Price": self.price, "PriceYesterday": self.price * 1.02,
+                         "VolumeYesterdayUSD": 123456.7, "Time": "2026-11-29T11:00:00Z", "Source": "diadata.org",
+                         "Signature": "0x" + "ab" * 65}
+        if parts.path == self.COINGECKO_PATH and parse_qs(parts.query).get("ids") == ["akash-network"]:
+            if "CoinGecko" in self.down:
+                return 429, {"status": {"error_code": 429, "error_message": "You've exceeded the Rate Limit."}}
+            return 200, {"akash-network": {"usd": self.price}}
+        return 404, {"error": "not found"}

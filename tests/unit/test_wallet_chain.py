@@ -72,9 +72,9 @@ def test_the_wallet_and_every_lease_are_read_in_the_chains_shapes(rest):
     assert (running.status, running.state, running.closed_by, running.payment_state) == ("running", "active", "",
                                                                                           "open")
     assert (running.escrowed, running.withdrawn) == (5.0, 2.5)
-    assert running.rate_per_hour == pytest.approx(6 * 600 / 1e6)  # 6 uakt a block, 600 blocks an hour
-    assert running.hours == pytest.approx((rest.chain.height - 1000) * 6 / 3600)  # to the latest block's height
-    assert by_tenant[TENANTS[1]].hours == pytest.approx(300 * 6 / 3600)  # created_at 500 to closed_on 800
+    assert running.rate_per_hour == pytest.approx(6 * 3600 / 6.117 / 1e6)  # 6 uakt a block, a block per 6.117 s
+    assert running.hours == pytest.approx((rest.chain.height - 1000) * 6.117 / 3600)  # to the latest block's height
+    assert by_tenant[TENANTS[1]].hours == pytest.approx(300 * 6.117 / 3600)  # created_at 500 to closed_on 800
     assert [by_tenant[t].closed_by for t in TENANTS[1:4]] == ["tenant", "provider", "reclamation"]
     assert all(by_tenant[t].payment_state == "closed" for t in TENANTS[1:4])
     assert running.id == f"{TENANTS[0]}/11/1/1/{PROVIDER}" and running.namespace == chain.namespace(running.id)

@@ -61,7 +61,7 @@ def test_the_page_shows_the_standin_chains_balance_and_lease_payments():
         "7.500000", "6.00", 1, 3)
     assert view["closed_by"] == {"tenant": 1, "provider": 1, "reclamation": 1, "network": 0, "unknown": 0}
     assert view["totals"] == [{"currency": "AKT", "escrowed": "3.0000", "withdrawn": "1.5000"}]
-    assert view["running"][0]["rate_per_hour"] == "0.0060" and view["running"][0]["hours"] == "1.0"
+    assert view["running"][0]["rate_per_hour"] == "0.0059" and view["running"][0]["hours"] == "1.0"  # 6.117 s blocks
     page = render(view)
     assert 'id="wallet-balance">7.500000</b> AKT' in page and 'id="wallet-usd">6.00</b> USD' in page
     assert "provider.yml:12" in page and "2 of 4 ended by the provider" in page and "not judged below 10" in page
@@ -202,3 +202,51 @@ def test_the_dashboard_command_reads_the_wallet_only_where_the_provider_file_nam
     finally:
         rest.close()
     assert (got.balance, got.balance_usd, got.price_source, got.errors) == (2.0, 4.0, f"{tmp_path}/rest.yml:15", ())
+
+
+def test_akt_usd_feed_asks_dia_then_coingecko_as_the_bid_script_does_and_keeps_the_price_an_hour():
+    from m2p_sandbox.akash_rest import PriceFeedStandin
+    from miner2provider.market.akash import akt_price
+
+    feeds = PriceFeedStandin(price=0.85)
+    try:
+        assert akt_price.usd_per_akt(feeds.feeds) == (0.85, "DIA, as Akash's bid script reads it")
+        feeds.down = ("DIA",)
+        assert akt_price.usd_per_akt(feeds.feeds) == (0.85, "CoinGecko, as Akash's bid script reads it")
+        feeds.down = ("DIA", "CoinGecko")
+        said = akt_price.usd_per_akt(feeds.feeds)
+        assert said == "no AKT price: DIA: HTTP 503; CoinGecko: HTTP 429" and "Rate Limit" not in said
+        feeds.down, feeds.price = (), 2e6  # over the bid script's 1,000,000: no price
+        assert akt_price.usd_per_akt(feeds.feeds) == ("no AKT price: DIA: not its price quotation; CoinGecko: not its "
+                                                      "price quotation")
+        feeds.price, clock = 0.5, [0.0]
+        price = akt_price.kept(lambda: akt_price.usd_per_akt(feeds.feeds), clock=lambda: clock[0])
+        asked = len(feeds.paths)
+        assert price()[0] == 0.5 and price()[0] == 0.5 and len(feeds.paths) == asked + 1  # kept
+        feeds.price, clock[0] = 0.7, akt_price.KEEP_S + 1
+        assert price()[0] == 0.7
+    finally:
+        feeds.close()
+
+
+def test_with_akt_usd_feed_the_wallet_is_priced_from_the_feed_and_a_failed_feed_is_one_more_error():
+    from m2p_sandbox.akash_rest import PriceFeedStandin
+    from miner2provider.market.akash import akt_price
+
+    rest, feeds = RestStandin(ChainStandin()), PriceFeedStandin(price=0.5, down=("DIA",))
+    rest.fund("akash1365yvmc4s7awdyj3n2sav7xfx76adc6dnmlx63", 4_000_000)
+    provider = provider_file.parse(GOOD + f"rest_node: {rest.url}\nakt_usd: feed\n", "p.yml")
+    try:
+        reader = chain.reader(provider, lambda: akt_price.usd_per_akt(feeds.feeds))
+        assert reader is not None
+        priced = reader()
+        feeds.down = ("DIA", "CoinGecko")
+        unpriced = reader()
+    finally:
+        rest.close()
+        feeds.close()
+    assert (provider.akt_usd, provider.akt_usd_feed) == (None, True)
+    assert (priced.balance_usd, priced.price_source, priced.errors) == (2.0, "CoinGecko, as Akash's bid script "
+                                                                        "reads it", ())
+    assert unpriced.balance == 4.0 and unpriced.balance_usd is None
+    assert unpriced.errors == ("price: no AKT price: DIA: HTTP 503; CoinGecko: HTTP 429",)

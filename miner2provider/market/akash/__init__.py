@@ -99,10 +99,7 @@ class Akash:
 
     def wallet_reader(self, provider: provider_file.ProviderFile) -> Callable[[], WalletRead] | None:
         """The wallet and leases from the provider file's rest_node (None without one: the RPC answers neither)."""
-        if not provider.rest_node:
-            return None
-        price_at = provider.where("akt_usd") if provider.akt_usd is not None else ""
-        return lambda: chain.read(provider.rest_node, provider.wallet.address, provider.akt_usd, price_at)
+        return chain.reader(provider)
 
     @property
     def provider_fetches(self) -> tuple[str, ...]:

@@ -37,19 +37,24 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from miner2provider.core.deadline import NoAnswer, exchange
+from miner2provider.market.akash import akt_price
+from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.wallet import CLOSED, RUNNING, Completion, LeaseRecord, WalletRead
 
 TIMEOUT_S = 15.0  # the whole read: balance, every page of leases and the latest block
 MAX_BYTES = 4 * 1024 * 1024  # one answer; a page of 100 leases is about 150 kB
 MAX_PAGES = 50  # 5,000 leases at the gateway's default page of 100
 DENOM, UNIT, CURRENCY = "uakt", 1_000_000, "AKT"
-BLOCK_S = 6.0  # about one block every 6 s: hours and hourly rates from heights are estimates
+# Akash's average block time as its bid script counts blocks a month (helm-charts f3d8d46 charts/akash-provider/scripts/
+# price_script_generic.sh: 6.117 s): hours and hourly rates from heights are estimates
+BLOCK_S = 6.117
 MIN_LEASES = 10  # AEP-86's min_leases_for_completion_rate default ("avoids 1/1 = 100% gaming")
 MARKETS = ("v1beta5", "v1beta4")
 # market/v1/types.proto LeaseClosedReason, by the name the gateway writes (a newer value arrives as its number)
@@ -284,3 +289,22 @@ def read(node: str, address: str, price: float | None = None, price_source: str 
                       None if uakt is None else uakt / UNIT, tuple(record(lease, height) for lease in found or ()),
                       completion(found) if found is not None else None, tuple(errors), usable,
                       price_source if usable is not None else "")
+
+
+def reader(provider: ProviderFile,
+           price: Callable[[], tuple[float, str] | str] | None = None) -> Callable[[], WalletRead] | None:
+    """The provider file's wallet read (None without a rest_node: the RPC node answers none of this), priced at the
+    owner's ``akt_usd`` (where it was written said), or with ``akt_usd: feed`` at ``price`` (default: the bid script's
+    feeds, kept an hour); a price that could not be had is one more error, the rest is read all the same."""
+    if not provider.rest_node:
+        return None
+    feed = price or akt_price.kept(akt_price.usd_per_akt)
+
+    def wallet_read() -> WalletRead:
+        usd, source, why = provider.akt_usd, provider.where("akt_usd") if provider.akt_usd is not None else "", ""
+        if provider.akt_usd_feed:
+            got = feed()
+            usd, source, why = (None, "", got) if isinstance(got, str) else (got[0], got[1], "")
+        done = read(provider.rest_node, provider.wallet.address, usd, source)
+        return replace(done, errors=(*done.errors, f"price: {why}")) if why else done
+    return wallet_read

@@ -13,7 +13,8 @@ here (every mistake a ProviderFileError at its file:line); read by `m2p provider
     ingress_rig: rig01                # an inventory rig with a public address (hostPorts 80/443/8443/8444)
     rpc_node: https://rpc.example.com:443
     rest_node: https://api.example.com:443  # optional: the node's REST API (port 1317), for the wallet view
-    akt_usd: 0.85                     # optional: the USD an AKT is worth, for the wallet's value (your figure)
+    akt_usd: 0.85                     # optional: the USD an AKT is worth, for the wallet's value (your figure),
+                                      # or feed: ask DIA, then CoinGecko, as Akash's bid script does (hourly)
     reclamation_window: 24h           # AEP-82; off unless set; 1h to 720h (installs the farm's reclaimer)
     close_leases_without_window: false  # reclaimer: close leases won without a window when a rig must mine
     reclaim_leases_across_rigs: false   # reclaimer: reclaim a lease on several rigs when only some must mine
@@ -109,6 +110,7 @@ class ProviderFile:
     # node answers neither), and the owner's AKT price in USD (None: the wallet's value is not shown)
     rest_node: str = ""
     akt_usd: float | None = None
+    akt_usd_feed: bool = False  # akt_usd: feed (market/akash/akt_price.py)
 
     def where(self, key: str) -> str:
         return f"{self.source}:{self.lines[key]}" if key in self.lines else self.source
@@ -158,7 +160,8 @@ def parse(text: str, path: str = "<provider>") -> ProviderFile:
                         values.get("reclamation_window", ""), charts,
                         lines={key: node.start_mark.line + 1 for key, (node, _) in found.items()}, acme_dns=acme,
                         public_address_echo=values.get("public_address_echo", ""),
-                        rest_node=values.get("rest_node", ""), akt_usd=values.get("akt_usd"), **flags)
+                        rest_node=values.get("rest_node", ""), akt_usd=values.get("akt_usd"),
+                        akt_usd_feed="akt_usd" in found and found["akt_usd"][1] == "feed", **flags)
 
 
 def go_duration_s(text: str) -> float | None:
@@ -212,11 +215,13 @@ def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str,
             raise bad("reclamation_window", "from 1h to 720h (the chain refuses other windows; AEP-82)")
 
 
-def _price(path: str, node: yaml.Node, value: object) -> float:
+def _price(path: str, node: yaml.Node, value: object) -> float | None:
+    if value == "feed":
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_AKT_USD \
             or value != value:
-        raise ProviderFileError(f"akt_usd {textfiles.shown(value)}: the USD one AKT is worth, a number such as 0.85",
-                                where=textfiles.at(path, node))
+        raise ProviderFileError(f"akt_usd {textfiles.shown(value)}: the USD one AKT is worth, a number such as 0.85 "
+                                "(or feed: the price Akash's bid script reads)", where=textfiles.at(path, node))
     return float(value)
 
 

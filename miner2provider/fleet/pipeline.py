@@ -206,17 +206,19 @@ def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None,
 
 
 def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "", note: str = "") -> RigOutcome:
-    """What a playbook run did on one rig: ``why`` said beside a change, ``note`` beside no change."""
+    """What a playbook run did on one rig: ``why`` said beside a change, ``note`` beside no change, and the
+    playbook's own warnings for the rig beside either."""
     stats = run.hosts.get(name)
     tasks = tuple(run.changed_tasks.get(name, ()))
+    warned = "; ".join(run.warnings.get(name, ()))
     if stats is None or stats.failures or stats.unreachable or name in run.failures or not stats.ok:
         # No task ran at all (ok == 0): the playbook never reached the rig.
         message = run.failures.get(name) or f"the playbook did not run ({run.status}): {run.error}"
         # What it changed before it failed counts: the owner must know the rig is not as it was.
         return RigOutcome(name, "failed", stats.changed if stats else 0, message, tasks)
     if stats.changed:
-        return RigOutcome(name, "pending" if check else "changed", stats.changed, why, tasks)
-    return RigOutcome(name, "converged", message=note)
+        return RigOutcome(name, "pending" if check else "changed", stats.changed, _with(why, warned), tasks)
+    return RigOutcome(name, "converged", message=_with(note, warned))
 
 
 def farm_status(reports: list[RigReport], hosts: list[Host]) -> list[dict[str, Any]]:

@@ -66,6 +66,9 @@ class RunReport:
     failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
     changed_tasks: dict[str, list[str]] = field(default_factory=dict)  # host -> tasks that changed (or would)
     error: str = ""  # the end of ansible's output when the run failed before reaching rigs
+    # host -> what the playbook asks to be said beside its outcome: each fact a task sets named <role>_outcome_warning
+    # (ansible-lint wants a role's prefix), such as role k3s's "lease pods on rig1 can reach 169.254.0.0/16"
+    warnings: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> int:
@@ -80,6 +83,7 @@ _KINDS = {
 }
 
 
+OUTCOME_WARNING = "_outcome_warning"  # a fact <role>_outcome_warning: said beside the outcome (RunReport)
 CONTROL_NODES = "m2p_control_nodes"  # hosts with m2p_control_node: true (k3s servers without GPUs)
 
 def build_inventory(hosts: list[Host], vault_key: str,
@@ -195,6 +199,7 @@ def run_playbook(
     cmdline = " ".join(["--ask-vault-pass", *(part for part, on in (("--check", check), ("--diff", diff)) if on)])
     failures: dict[str, str] = {}
     changed_tasks: dict[str, list[str]] = {}
+    warnings: dict[str, list[str]] = {}
 
     def handle(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
@@ -208,6 +213,10 @@ def run_playbook(
             if kind == "ok" and res.get("changed"):
                 kind = "changed"
                 changed_tasks.setdefault(host, []).append(task)
+            facts = res.get("ansible_facts") if kind == "ok" else None
+            for key, said in sorted(facts.items() if isinstance(facts, dict) else ()):
+                if key.endswith(OUTCOME_WARNING) and said:
+                    warnings.setdefault(host, []).append(" ".join(str(said).split()))
             message = str(res.get("msg", "")) if kind in {"failed", "unreachable"} else ""
             if kind in {"failed", "unreachable"} and not data.get("ignore_errors"):
                 # The last one: a rescue block's own failure sums up the step that failed before it.
@@ -249,7 +258,7 @@ def run_playbook(
         error = ""
         if runner.rc != 0 and not any(s.ok for s in hosts_stats.values()):
             error = ansible_error(runner.stdout.read())
-        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error)
+        report = RunReport(runner.status, runner.rc, hosts_stats, failures, changed_tasks, error, warnings)
         if keep_artifacts is not None:
             # Not the SSH masters' sockets (cp/): they are no artifact, and a socket cannot be copied.
             shutil.copytree(private, keep_artifacts, dirs_exist_ok=True, ignore=shutil.ignore_patterns("cp"))

@@ -35,10 +35,10 @@ def test_every_tasks_file_has_an_entry_point(role):
     specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
     tasks = {p.stem for p in (role / "tasks").glob("*.yml")}
     # Files only included from inside the role (vars.yml, bundle.yml, cluster.yml, agent.yml, join_token.yml,
-    # joined.yml, forget_identity.yml, upgrade_*.yml, reclaimer*.yml, server_side.yml, k3s's pods_off.yml, the
-    # tunnel's up.yml and down.yml) are not entry points.
+    # joined.yml, forget_identity.yml, upgrade_*.yml, reclaimer*.yml, server_side.yml, k3s's pods_on.yml and
+    # pods_off.yml, the tunnel's up.yml and down.yml) are not entry points.
     internal = {t for t in tasks if t in {"vars", "bundle", "repository", "cluster", "agent", "join_token", "joined",
-                                          "forget_identity", "up", "down", "server_side", "pods_off"}
+                                          "forget_identity", "up", "down", "server_side", "pods_on", "pods_off"}
                 or t.startswith(("upgrade_", "reclaimer"))}
     assert tasks - internal == set(specs), f"entry points {sorted(specs)} vs tasks {sorted(tasks - internal)}"
 

@@ -1,0 +1,98 @@
+"""Income benchmark (issue 57): the fleet page with its income chart, side by side with the page before it.
+
+Run:  .venv/bin/python benchmarks/dashboard_income.py [--baseline REV] [--rigs 1000] [--days 30] [--cards 0]
+      [--repeat 7] [--runs 2]
+
+Each side builds its own history with benchmarks/dashboard.py's ``build_history`` (--rigs rigs x --days of ledger, a
+change every 4 hours, leases named; --cards GPUs a rig with telemetry, 0: none, the quick build) in its own tree,
+serves it with its own app under uvicorn on loopback and fetches its pages over HTTP, median of --repeat: this
+checkout, and REV (default: the commit before the income section, 8c8f235) checked out in a temporary git worktree,
+so "today's page" is exactly the code before the change.  --runs alternates the two sides.  Target: the fleet page
+with the chart < 300 ms; the ratio to the baseline is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+BASELINE = "8c8f235"  # the commit before the income section
+
+# Run inside a tree (its own code, its own benchmarks/dashboard.py): build, serve, fetch, print JSON.
+DRIVER = """
+import json, shutil, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from dashboard import build_history, fetch_ms, serve
+rigs, days, cards, repeat, paths = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+work = Path(tempfile.mkdtemp(prefix="m2p-income-bench-"))
+try:
+    db, inv = build_history(work, rigs, days, cards)
+    base, server = serve(db, inv)
+    print(json.dumps({path: fetch_ms(base + path, repeat) for path in paths}))
+    server.should_exit = True
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+"""
+PATHS = {  # what each side is asked: the baseline has no income section nor its API
+    "fleet page /": ("/", "/"),
+    "fleet page ?per=month": ("/?per=month", None),
+    "/api/income": ("/api/income", None),
+    "rig page": ("/rigs/rig0500", "/rigs/rig0500"),
+}
+
+
+def measure(tree: Path, args: argparse.Namespace, baseline: bool) -> dict[str, float]:
+    paths = [pair[1 if baseline else 0] for pair in PATHS.values()]
+    asked = [p for p in paths if p is not None]
+    done = subprocess.run([PY, "-c", DRIVER, str(args.rigs), str(args.days), str(args.cards), str(args.repeat), *asked],
+                          cwd=tree, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the benchmark failed in {tree}: {done.stderr.strip().splitlines()[-1:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: found[p] for name, p in zip(PATHS, paths, strict=True) if p is not None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--rigs", type=int, default=1000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--cards", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args()
+    worktree = Path(tempfile.mkdtemp(prefix="m2p-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline],
+                   check=True, capture_output=True)
+    results: dict[str, list[dict[str, float]]] = {"after": [], "before": []}
+    try:
+        for _ in range(args.runs):
+            results["before"].append(measure(worktree, args, baseline=True))
+            results["after"].append(measure(ROOT, args, baseline=False))
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False,
+                       capture_output=True)
+        shutil.rmtree(worktree.parent, ignore_errors=True)
+    print(f"{args.rigs} rigs x {args.days} days of ledger, {args.cards} cards a rig; median of {args.repeat} a run, "
+          f"{args.runs} runs alternating (ms; before: {args.baseline})")
+    for name in PATHS:
+        after = [run[name] for run in results["after"]]
+        before = [run[name] for run in results["before"] if name in run]
+        ratio = f"{statistics.median(after) / statistics.median(before):.2f}x" if before else "-"
+        target = " [< 300]" + (" ok" if statistics.median(after) < 300 else " OVER") if name.startswith("fleet") else ""
+        print(f"  {name:<24} after {', '.join(f'{v:.0f}' for v in after):<16} before "
+              f"{', '.join(f'{v:.0f}' for v in before) or '-':<16} {ratio}{target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from miner2provider import market
 from miner2provider.core import inventory, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.detect.ssh import DEFAULT_POOL, SshOptions
@@ -56,7 +57,7 @@ def password_from_env(variable: str | None) -> inventory.Secret | None:
 
 def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inventory:
     """The inventory, its warnings (a plain-text password) shown on stderr before any work."""
-    inv = inventory.load(file, vault_password_file)
+    inv = inventory.load(file, vault_password_file, rig_check=market.rig_settings_problems)
     render.warnings(inv.warnings)
     return inv
 

@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -111,6 +111,10 @@ class Jump:
     port: int
     user: str | None
     key_file: str | None
+
+
+# A rig's name and settings -> what its marketplace refuses in them: (the sentence, the setting it is about).
+RigCheck = Callable[[str, Mapping[str, Any]], Sequence[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -389,8 +393,9 @@ def _merge(raw: _RawHost) -> dict[str, tuple[Any, str]]:
 
 
 def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
-         environ: Mapping[str, str] | None = None) -> Inventory:
-    """Load and validate an inventory; raise InventoryError naming file:line."""
+         environ: Mapping[str, str] | None = None, rig_check: RigCheck | None = None) -> Inventory:
+    """Load and validate an inventory; raise InventoryError naming file:line.  ``rig_check``: the rules of the
+    rigs' marketplaces (market.rig_settings_problems, which the CLI passes; core knows no marketplace)."""
     p = Path(path)
     env = os.environ if environ is None else environ
     root = _compose(p)
@@ -411,7 +416,7 @@ def load(path: str | os.PathLike[str], vault_password_file: str | None = None,
         hosts = []
         for raw in raw_hosts.values():
             with _noted():
-                hosts.append(_build_host(p, raw, _merge(raw), vault, env, warnings))
+                hosts.append(_build_host(p, raw, _merge(raw), vault, env, warnings, rig_check))
         if not problems:
             hosts = _with_jumps(hosts, {raw.name: _merge(raw) for raw in raw_hosts.values()})
             _check_duplicates(hosts)
@@ -435,7 +440,7 @@ def _check_group_name(path: Path, name: str, node: yaml.Node | None) -> None:
 
 
 def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], vault: _VaultOpener,
-                env: Mapping[str, str], warnings: dict[str, None]) -> Host:
+                env: Mapping[str, str], warnings: dict[str, None], rig_check: RigCheck | None) -> Host:
     values = {k: v for k, (v, _) in merged.items() if v is not REFUSED}
     if "ansible_host" in values:
         address = _address(values["ansible_host"], merged["ansible_host"][1])
@@ -451,7 +456,8 @@ def _build_host(path: Path, raw: _RawHost, merged: dict[str, tuple[Any, str]], v
             if key in values and not isinstance(values[key], _Vaulted):
                 warnings[f"{merged[key][1]}: {key} is plain text in the inventory: encrypt it "
                          f"(ansible-vault encrypt_string) or name an environment variable in {env_key}"] = None
-    _check_slicing(raw.name, values, merged)
+    for message, key in rig_check(raw.name, values) if rig_check is not None else ():
+        raise InventoryError(message, where=merged[key][1] if key in merged else raw.where)
     _check_control_node(raw.name, raw.groups, values, merged)
     port = values.get("ansible_port", DEFAULT_PORT)
     password = _secret(values, merged, LOGIN_PASSWORDS, "m2p_ssh_password_env", vault, env)
@@ -515,20 +521,6 @@ def _with_jumps(hosts: list[Host], merged: dict[str, dict[str, tuple[Any, str]]]
                         found["user"] or host.user, host.key_file)
         out.append(dataclasses.replace(host, jump=jump))
     return out
-
-
-def _check_slicing(name: str, values: dict[str, Any], merged: dict[str, tuple[Any, str]]) -> None:
-    """Time-slicing makes the device plugin advertise each GPU N times, and Akash's inventory
-    sells each advertised GPU as a whole one to tenants who lease whole GPUs (their pods crash
-    when slices outnumber the cards: NVIDIA/k8s-device-plugin#461).  Off for marketplace rigs
-    unless the owner says otherwise."""
-    replicas = values.get("m2p_time_slicing_replicas", 1)
-    if (isinstance(replicas, int) and replicas > 1 and values.get("m2p_marketplace") != settings.NO_MARKETPLACE
-            and not values.get("m2p_time_slicing_on_marketplace", False)):
-        raise InventoryError(
-            f"{name}: m2p_time_slicing_replicas {replicas} on a marketplace rig: Akash would sell each slice "
-            "as a whole GPU; set m2p_marketplace: none (your own workloads only) or "
-            "m2p_time_slicing_on_marketplace: true to take that risk", where=merged["m2p_time_slicing_replicas"][1])
 
 
 def _check_control_node(name: str, groups: Sequence[str], values: dict[str, Any],

@@ -74,7 +74,7 @@ OWN: tuple[Setting, ...] = (
             "Advertise each GPU this many times (device plugin time-slicing); "
             "needs m2p_marketplace: none or m2p_time_slicing_on_marketplace: true.", 1),
     Setting("m2p_time_slicing_on_marketplace", "bool",
-            "Allow time-slicing on a marketplace rig, knowing Akash sells each slice as a whole GPU.", False),
+            "Allow time-slicing on a marketplace rig whose marketplace sells each slice as a whole GPU.", False),
     Setting("m2p_k3s_token_env", "str",
             "Name of an environment variable holding the join token of the m2p_k3s_server_url server."),
     Setting("m2p_agent_api_server", "str",

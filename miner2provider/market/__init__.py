@@ -52,3 +52,21 @@ def of_farm(rigs: Iterable[Mapping[str, Any]]) -> Marketplace:
         raise ProviderError(f"the rigs name several marketplaces in m2p_marketplace ({', '.join(names)}): one farm "
                             "is one marketplace's provider")
     return marketplace(names[0])
+
+
+def rig_settings_problems(name: str, settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What a rig's settings ask that its marketplace refuses, each as (the sentence, the setting it is about):
+    the inventory's check of marketplace rules (core/inventory.py's ``rig_check``).  Time slices on a marketplace
+    that sells each as a whole GPU, unless the owner takes that risk (``m2p_time_slicing_on_marketplace``)."""
+    replicas = settings.get("m2p_time_slicing_replicas", 1)
+    if not isinstance(replicas, int) or replicas <= 1 or settings.get("m2p_time_slicing_on_marketplace", False):
+        return []
+    try:
+        market = of_rig(settings)
+    except KeyError:  # a marketplace m2p does not know: the settings' own check says so
+        return []
+    if market is None or not market.slices_sold_whole:
+        return []
+    return [(f"{name}: m2p_time_slicing_replicas {replicas} on a marketplace rig: {market.slices_sold_whole}; set "
+             f"m2p_marketplace: {NO_MARKETPLACE} (your own workloads only) or m2p_time_slicing_on_marketplace: true "
+             "to take that risk", "m2p_time_slicing_replicas")]

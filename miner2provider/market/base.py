@@ -181,6 +181,11 @@ class Marketplace(Protocol):
         """Why a node must hold one GPU model to be offered whole, as a sentence's end ("" : it may hold several)."""
         ...
 
+    @property
+    def slices_sold_whole(self) -> str:
+        """Why time slices of a GPU must not be offered here, as a sentence's end ("" : it sells them as slices)."""
+        ...
+
     def unlisted_card(self, pci_id: str) -> str:
         """What becomes of a card its own card list lacks (``Card.listed`` false), as a sentence."""
         ...

@@ -1,9 +1,11 @@
 """Inventory loading: Ansible YAML, inherited vars, and file:line errors for bad input."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from miner2provider import market
 from miner2provider.core import inventory
 from miner2provider.core.errors import InventoryError, VaultError
 from miner2provider.core.inventory import Secret
@@ -14,7 +16,7 @@ HERE = Path(__file__).parent / "inventories"
 def refused(path) -> InventoryError:
     """The error loading the inventory at ``path`` raises (the test fails if none)."""
     with pytest.raises(InventoryError) as err:
-        inventory.load(path)
+        inventory.load(path, rig_check=market.rig_settings_problems)  # the marketplaces' rules, as the CLI loads it
     return err.value
 
 
@@ -112,8 +114,19 @@ def test_time_slicing_is_for_the_owners_own_rigs_or_an_owner_who_takes_the_risk(
     (tmp_path / "own.yml").write_text(text.replace("      m2p_time_slicing_replicas: 4\n    rig02",
                                                    "      m2p_time_slicing_replicas: 4\n"
                                                    "      m2p_time_slicing_on_marketplace: true\n    rig02"))
-    hosts = {h.name: h for h in inventory.load(tmp_path / "own.yml").hosts}
+    hosts = {h.name: h for h in inventory.load(tmp_path / "own.yml", rig_check=market.rig_settings_problems).hosts}
     assert hosts["rig01"].var("m2p_time_slicing_replicas") == hosts["rig02"].var("m2p_time_slicing_replicas") == 4
+
+
+def test_the_time_slice_rule_is_the_marketplaces_and_says_which(monkeypatch):
+    """The refusal is Akash's rule behind the seam (its slices_sold_whole), not the loader's: the loader alone knows
+    no marketplace, and a marketplace that sells slices as slices takes them."""
+    path = HERE / "slicing_marketplace.yml"
+    assert [h.var("m2p_time_slicing_replicas") for h in inventory.load(path).hosts] == [4, 4]
+    assert "Akash would sell each slice as a whole GPU" in refused(path).message
+    monkeypatch.setitem(market.MARKETPLACES, market.DEFAULT,
+                        dataclasses.replace(market.marketplace(), slices_sold_whole=""))
+    assert len(inventory.load(path, rig_check=market.rig_settings_problems).hosts) == 2
 
 
 def test_jump_hosts_by_inventory_name_by_address_or_by_proxyjump(tmp_path):

@@ -54,6 +54,7 @@ class Akash:
 
     # Akash's inventory counts a node's GPUs by one model (rules.py).
     one_model_per_node: str = rules.ONE_MODEL_PER_NODE
+    slices_sold_whole: str = rules.SLICES_SOLD_WHOLE
 
     def unlisted_card(self, pci_id: str) -> str:
         return rules.unlisted_card(pci_id)

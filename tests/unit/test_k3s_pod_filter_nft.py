@@ -58,7 +58,8 @@ def test_a_rig_without_nft_uses_the_one_k3s_bundles_and_a_plan_unpacks_nothing(t
     bundled = f"{tmp_path}/data/current/bin/aux/nft"
 
     planned = find_nft(k3s, tmp_path, "look", no_nft)  # a plan: k3s has not unpacked yet, and is not asked to
-    assert (planned.returncode, planned.stdout) == (1, "nft is not installed (nftables) and k3s brings none\n")
+    assert (planned.returncode, planned.stdout) == (
+        1, "nft is not installed (nftables) and k3s has not unpacked its own yet (convert has it do so)\n")
     assert not (tmp_path / "data").exists() and not (tmp_path / "k3s-ran").exists()
 
     found = find_nft(k3s, tmp_path, "unpack", no_nft)

@@ -15,7 +15,10 @@ if ! nft=$(command -v nft); then
         "$k3s" kubectl version --client >/dev/null 2>&1
     fi
     nft=$bundled
-    if [ ! -x "$nft" ]; then
+    if [ ! -x "$nft" ] && [ "$mode" = look ]; then
+        echo "nft is not installed (nftables) and k3s has not unpacked its own yet (convert has it do so)"
+        exit 1
+    elif [ ! -x "$nft" ]; then
         echo "nft is not installed (nftables) and k3s brings none"
         exit 1
     fi

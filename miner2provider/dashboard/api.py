@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from . import views
 from .actions import ACTIONS, Refused
-from .state import days_of, fleet_view, income_view, number, one, per_of, rig_inputs, state_of
+from .state import days_of, fleet_view, income_view, number, one, open_inputs, per_of, state_of
 
 
 async def api_rigs(request: Request) -> Response:
@@ -45,7 +45,7 @@ async def api_income(request: Request) -> Response:
     """the fleet's income per UTC day, ISO week or month (PER): mining, leasing, what the leased hours would have
     mined, GPU-hours, each figure marked estimated or measured; and next month's forecast beside the last 30 days"""
     state, now = state_of(request), time.time()
-    return JSONResponse(income_view(state, rig_inputs(state, 1, now), per_of(request), now))
+    return JSONResponse(income_view(state, open_inputs(state, now), per_of(request), now))
 
 
 async def api_rig_income(request: Request) -> Response:

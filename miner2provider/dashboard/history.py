@@ -82,11 +82,13 @@ MIGRATIONS = (
     """,
     # 9: the closed ledger lines summed per rig and UTC day (DAILY_SQL; issue 57's income chart: 1,000 rigs x 30 days
     # summed per day at each page cost ~430 ms, read from here ~20 ms), kept at ingestion; filled by ``_sum_days``.
+    # And the lines in force found by an index, not by a scan of every line (``open_lines``, WINDOW_SQL's second part).
     """
     CREATE TABLE ledger_days (
         rig TEXT NOT NULL, day INTEGER NOT NULL, seconds REAL NOT NULL, gpu_seconds REAL NOT NULL,
         bare_seconds REAL NOT NULL, leased REAL NOT NULL, mined REAL NOT NULL, bare_mined REAL NOT NULL,
         PRIMARY KEY (rig, day)) WITHOUT ROWID;
+    CREATE INDEX ledger_open ON ledger (rig) WHERE until IS NULL;
     """,
 )
 FILLED_BY_CODE = 9  # the migration whose table ``_sum_days`` fills from the ledger already stored
@@ -317,6 +319,11 @@ class History:
             else:
                 last[rig] = Entry(value, mode, False, gpus, tuple(json.loads(leases)), leased=leased, mining=mining)
         return {rig: Window(tuple(closed.get(rig, ())), last.get(rig)) for rig in {*closed, *last}}
+
+    def open_lines(self, until: float) -> dict[str, Entry]:
+        """Each rig's line in force (no end yet) that began before ``until``, as ``windows`` gives it."""
+        return {rig: _entry(row) for rig, *row in self.db.execute(
+            f"SELECT rig, {LINE} FROM ledger WHERE until IS NULL AND at < ?", (until,))}
 
     def day_sums(self, first: int, last: int, classes: dict[str, int]) -> list[tuple[Any, ...]]:
         """``ledger_days`` from UTC day ``first`` to ``last`` (epoch days, both in) of the rigs ``classes`` names,

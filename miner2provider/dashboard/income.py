@@ -12,6 +12,7 @@ miner (the whole period valued at today's measured rate, as views.earnings does)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -26,6 +27,7 @@ PERIODS = {"day": 30, "week": 13, "month": 12}  # the buckets a chart shows: a m
 BASIS_DAYS = 30  # the forecast's basis: the last 30 UTC days, today so far included
 FIGURES = ("lease", "mining", "mining_equivalent")
 CHART_W, CHART_H = 720, 160
+LABEL_PX = 7.5  # a character of the chart's labels (base.html.j2: svg text at 12 px)
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,9 @@ def chart(data: dict[str, Any]) -> dict[str, Any]:
     stacks = [(p["mining"] or 0.0, p["lease"] or 0.0, p["mining_equivalent"] or 0.0) for p in periods]
     top = max([max(m + lease, m + e) for m, lease, e in stacks] + [0.0]) or 1.0
     slot = CHART_W / max(len(periods), 1)
-    width, every = max(slot - 4, 1.0), max(1, len(periods) // 8)
+    # a label every few bars, never overlapping: the page draws chart text at 12 px, about 7.5 px a character
+    longest = max((len(p["label"]) for p in periods), default=0)
+    width, every = max(slot - 4, 1.0), max(1, math.ceil(longest * LABEL_PX / slot))
     bars = []
     for n, (p, (mining, lease, equivalent)) in enumerate(zip(periods, stacks, strict=True)):
         x, mining_h, lease_h = n * slot + 2, mining / top * CHART_H, lease / top * CHART_H

@@ -94,6 +94,19 @@ def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigIn
     return inputs
 
 
+def open_inputs(state: DashboardState, now: float) -> list[views.RigInput]:
+    """The rigs as the income needs them (income_view): their reports, nodes and line in force, no window summed."""
+    with History(state.config.db) as history:
+        latest = latest_snapshots(state, history)
+        lines = history.open_lines(now)
+        nodes = history.nodes()
+    inputs = []
+    for h in state.config.hosts:
+        at, snap = latest.get(h.name, (0.0, None))
+        inputs.append(_input(h, snap, [], nodes, state.typed(h.name, at, snap), Window((), lines.get(h.name))))
+    return inputs
+
+
 def latest_snapshots(state: DashboardState, history: History) -> dict[str, tuple[float, dict[str, Any]]]:
     """``History.latest_snapshots()``, decoding only the reports stored since the last call (the cache's)."""
     stored = history.latest_times()

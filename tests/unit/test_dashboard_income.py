@@ -243,6 +243,7 @@ def test_an_older_history_gets_its_day_sums_from_the_ledger_it_holds(tmp_path):
         h.add_ledger("rig01", [Entry(t0 + k * 5 * HOUR, views.MODES[k % 4], gpus=2) for k in range(12)], seen_at=NOW)
         before = list(h.db.execute("SELECT * FROM ledger_days ORDER BY rig, day"))
         h.db.execute("DROP TABLE ledger_days")
+        h.db.execute("DROP INDEX ledger_open")
         h.db.execute("PRAGMA user_version = 8")
     with History(tmp_path / "h.sqlite3") as h:
         assert h.version == 9 and list(h.db.execute("SELECT * FROM ledger_days ORDER BY rig, day")) == before

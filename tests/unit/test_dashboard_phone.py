@@ -41,24 +41,28 @@ TARGET_PX = 24  # WCAG 2.2 2.5.8 Target Size (Minimum): any other control or lin
 TEXT_PX = 12
 HOUR, DAY = 3600.0, 86400.0
 RIGS = [f"barn-north-rack{n // 10 + 1:02d}-shelf{n % 10 + 1:02d}-rtx3090x8-{n:02d}.farm.example" for n in range(30)]
-SHOWN = RIGS[3]  # a leased rig with a hot card and a hostile card name: the rig page the test opens
+SHOWN = RIGS[0]  # a leased rig with a hot card: the rig page the screenshots show
+HOSTILE_RIG = 29  # its cards' names, reasons and read error are what a compromised rig would send
 # A tenant's pod: an Akash namespace (the lease's hash, 45 characters) and a deployment's pod name.
 POD = "kc4jbu3hr3gq5pq1n2u4ihd1tjn6v2emkbsbmp3b0n5ia/web-frontend-7d9c6b5f4-x2x8q"
 
 
 def eight_cards(n: int, at: float) -> Telemetry:
-    """Eight cards warming by day and cooling by night (a barn's day, 6 degrees either way); rig 3's card 5 runs
-    hot, named and explained by a hostile rig, and the rig's last read failed with a hostile message."""
+    """Eight cards warming by day and cooling by night (a barn's day, 6 degrees either way); card 5 of the shown
+    rig runs hot, and the hostile rig's is named and explained by it, whose last read failed with its own message."""
     warm = 6 * math.sin(at / DAY * 2 * math.pi)
     cards = [Card(i, f"GPU-{n:02d}-{i}-0b1e0a3c-5f4e-4d57-9a48-2f6d1b0e7c{i:02d}", "NVIDIA GeForce RTX 3090",
                   temperature_c=round(55.0 + 2 * i + warm, 1), fan_percent=40.0 + i,
                   power_w=round(200.0 + 10 * i + 3 * warm), power_limit_w=350.0, sm_mhz=1695.0, memory_mhz=9751.0,
                   utilization_percent=100.0, memory_used_mib=5120.0, memory_total_mib=24576.0, pcie_gen=1,
                   pcie_width=1, throttle=0x4) for i in range(8)]
-    if n == 3:
-        cards[5] = dataclasses.replace(cards[5], name=HOSTILE[0], health="hot", why=HOSTILE[1],
-                                       temperature_c=round(86.0 + warm, 1), throttle=0x20 | 0x40)
-    return Telemetry(iso(at), tuple(cards), error=HOSTILE[3] if n == 3 else "")
+    if n in (0, HOSTILE_RIG):
+        hostile = n == HOSTILE_RIG
+        cards[5] = dataclasses.replace(
+            cards[5], name=HOSTILE[0] if hostile else cards[5].name, health="hot", throttle=0x20 | 0x40,
+            why=HOSTILE[1] if hostile else f"{86.0 + warm:.0f} °C, the limit is 85 °C",
+            temperature_c=round(86.0 + warm, 1))
+    return Telemetry(iso(at), tuple(cards), error=HOSTILE[3] if n == HOSTILE_RIG else "")
 
 
 def report(n: int, now: float) -> RigReport:
@@ -96,7 +100,7 @@ def served(tmp_path) -> Iterator[str]:
         for n, (rep, row) in enumerate(zip(reports, status_rows(reports, {r: r for r in RIGS}), strict=True)):
             h.add_snapshot(rep.name, now, {**snapshot(rep, row), "read_at": now})
             h.add_ledger(rep.name, ledger(n, now), seen_at=now)
-            if rep.name == SHOWN:
+            if n in (0, HOSTILE_RIG):
                 for hours in range(24, -1, -1):  # a reading an hour over the day
                     h.add_cards(rep.name, eight_cards(n, now - hours * HOUR - 60), now - hours * HOUR)
     actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
@@ -127,8 +131,8 @@ LAYOUT = """() => ({
 })"""
 # Every visible target of a selector: its size, and what it is (to name it when it is too small).
 TARGETS = """selector => [...document.querySelectorAll(selector)].filter(e => e.getClientRects().length)
-  .map(e => { const r = e.getBoundingClientRect();
-              return [e.tagName.toLowerCase() + " " + (e.textContent.trim() || e.name || e.className), r.width, r.height]; })"""
+  .map(e => { const r = e.getBoundingClientRect(), name = e.textContent.trim() || e.name || e.className;
+              return [e.tagName.toLowerCase() + " " + name, r.width, r.height]; })"""
 # The rendered size of every visible text: its font size times any scale the SVG it is in was drawn at.
 SMALL_TEXT = """least => { const small = [], walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walk.nextNode()) {
@@ -230,17 +234,20 @@ def test_on_a_phone_the_fleet_page_fits_its_table_scrolls_in_its_box_and_every_a
     shoot(phone, "actions-phone", "h2:has-text('Actions')")
 
 
-def test_on_a_phone_the_rig_page_keeps_its_text_and_actions_usable(served, phone):
+@pytest.mark.parametrize("rig", [SHOWN, RIGS[HOSTILE_RIG]])
+def test_on_a_phone_the_rig_page_keeps_its_text_and_actions_usable(served, phone, rig):
     violations: list[str] = []
     sign_in(phone, served, violations)
-    phone.goto(served + f"/rigs/{SHOWN}")
+    phone.goto(served + f"/rigs/{rig}")
     assert phone.locator("#cards tbody tr").count() == 8
+    assert phone.locator('#cards tr[data-health="hot"]').count() == 1
     thumb_wide(phone, "rig")
     assert targets_at_least(phone, "h2 a", TOUCH_PX, "rig's headings") >= 2  # 7 or 30 days, and more
     targets_at_least(phone, "table a, table input", TARGET_PX, "rig tables")
     readable(phone, "rig")
     _inert(phone, violations)
-    shoot(phone, "rig-phone")
+    if rig == SHOWN:
+        shoot(phone, "rig-phone")
 
 
 def test_on_a_desktop_the_pages_fit_the_window(served, browser):
@@ -251,10 +258,12 @@ def test_on_a_desktop_the_pages_fit_the_window(served, browser):
     readable(page, "fleet")
     _inert(page, violations)
     shoot(page, "fleet-desktop")
-    page.goto(served + f"/rigs/{SHOWN}")
-    fits(page, "rig")
-    readable(page, "rig")
-    _inert(page, violations)
+    shoot(page, "fleet-table-desktop", "form[method=get]")
+    for rig in (RIGS[HOSTILE_RIG], SHOWN):
+        page.goto(served + f"/rigs/{rig}")
+        fits(page, "rig")
+        readable(page, "rig")
+        _inert(page, violations)
     shoot(page, "rig-desktop")
     shoot(page, "charts-desktop", "h3")
     context.close()

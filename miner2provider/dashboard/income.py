@@ -207,8 +207,15 @@ def chart(data: dict[str, Any]) -> dict[str, Any]:
                      "lease": {"y": round(CHART_H - mining_h - lease_h, 1), "h": round(lease_h, 1)},
                      "marker": (round(CHART_H - (mining + equivalent) / top * CHART_H, 1) if p["lease"] else None),
                      "title": f"{p['label']}: mining {_shown(p['mining'])}, leasing {_shown(p['lease'])}, the leased "
-                              f"hours mined {_shown(p['mining_equivalent'])} {data['currency']}"})
+                              f"hours mined {_shown(p['mining_equivalent'])} {data['currency']}" + _hours(p)})
     return {"width": CHART_W, "height": CHART_H, "top": top, "bars": bars}
+
+
+def _hours(period: dict[str, Any]) -> str:
+    """The period's GPU-hours (per card: a per-card hand-over mines beside its leases, a whole-rig one leaves idle)."""
+    hours = period.get("gpu_hours")
+    return "" if not hours else (f"; GPU-hours leased {hours['leased']}, mined {hours['mined']}, "
+                                 f"neither {hours['idle']}")
 
 
 def _shown(value: float | None) -> str:

@@ -12,14 +12,13 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from miner2provider import market
 from miner2provider.core import inventory, textfiles
 from miner2provider.core.errors import UsageError
 from miner2provider.detect.ssh import DEFAULT_POOL, SshOptions
@@ -57,9 +56,19 @@ def password_from_env(variable: str | None) -> inventory.Secret | None:
 
 def load_inventory(file: str, vault_password_file: str | None) -> inventory.Inventory:
     """The inventory, its warnings (a plain-text password) shown on stderr before any work."""
-    inv = inventory.load(file, vault_password_file, rig_check=market.rig_settings_problems)
+    inv = inventory.load(file, vault_password_file, rig_check=marketplace_rules)
     render.warnings(inv.warnings)
     return inv
+
+
+def marketplace_rules(name: str, settings: Mapping[str, Any]) -> Sequence[tuple[str, str]]:
+    """The rigs' marketplaces' rules on their settings (market.rig_settings_problems), the marketplaces loaded only
+    for a rig whose settings they have a rule on (time slices): detect and its peers start without them."""
+    if settings.get("m2p_time_slicing_replicas", 1) in (None, 0, 1):
+        return ()
+    from miner2provider import market
+
+    return market.rig_settings_problems(name, settings)
 
 
 def inventory_option(required: bool = True, help: str = INVENTORY_HELP) -> Decorator:

@@ -186,8 +186,13 @@ def shoot(page: Page, name: str, at: str = "") -> None:
         assert shot.stat().st_size < SHOT_BYTES, f"{shot}: {shot.stat().st_size} bytes, too big for the docs"
 
 
-def sign_in(page: Page, served: str, violations: list[str]) -> None:
+def watch_policy(page: Page, violations: list[str]) -> None:
+    """Collects what the page's Content-Security-Policy refused (_inert says there was nothing)."""
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+
+
+def sign_in(page: Page, served: str, violations: list[str]) -> None:
+    watch_policy(page, violations)
     page.goto(served + "/")
     page.fill('input[name="token"]', TOKEN)
     page.click('form[action="/login"] button[type="submit"]')
@@ -203,11 +208,14 @@ def phone(browser) -> Iterator[Page]:
 
 
 def test_on_a_phone_the_sign_in_page_fits_and_its_field_and_button_are_a_thumb_wide(served, phone):
+    violations: list[str] = []
+    watch_policy(phone, violations)
     phone.goto(served + "/login")
     assert phone.evaluate("innerWidth") == PHONE["width"], "no viewport meta: the phone lays the page out 980 px wide"
     fits(phone, "sign-in")
     assert targets_at_least(phone, "nav a, form input, form button", TOUCH_PX, "sign-in") == 4
     readable(phone, "sign-in")
+    _inert(phone, violations)
     shoot(phone, "login-phone")
 
 

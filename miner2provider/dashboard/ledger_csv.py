@@ -101,7 +101,9 @@ def rows(rigs: Iterable[views.RigInput], economics: Economics, since: float, unt
 def ledger_rows(rig: views.RigInput, economics: Economics, since: float, until: float) -> Iterator[list[str]]:
     models = [model for model, _ in views.gpu_models(rig.report)]
     measured = views.economy(views.agent_of(rig)[0], economics)["measured_per_gpu_day"]
-    lease_rate, mining_rate = rates(models, economics, measured)
+    rate = views.rates(models, economics, measured)  # the page's own: the mean of the cards' figures, or measured
+    lease_rate = rate.lease_per_gpu_hour
+    mining_rate = None if rate.mining_per_gpu_day is None else rate.mining_per_gpu_day / 24
     for span in views.rig_spans(rig, since, until):
         totals = views.span_totals([span], len(models))
         valued = views.earnings(totals, models, economics, measured)
@@ -114,16 +116,6 @@ def ledger_rows(rig: views.RigInput, economics: Economics, since: float, until: 
                _number(mining_rate if mined_h > 0 else None), PER_GPU_HOUR if leased_h > 0 or mined_h > 0 else "",
                "" if amount is None else f"{amount:.2f}", safe(economics.currency),
                basis(leased_h, mined_h, measured is not None, amount is None, bool(economics.source))]
-
-
-def rates(models: list[str], economics: Economics, measured_per_gpu_day: float | None) -> tuple[float | None,
-                                                                                             float | None]:
-    """The lease and mining rates per GPU-hour that views.earnings values a rig's GPU-hours at: the mean of its
-    cards' figures (None: a card without one), mining at the measured rate where there is one."""
-    lease = views._mean([economics.lease_price(m) for m in models])  # earnings' own mean of the cards' figures
-    per_day = measured_per_gpu_day if measured_per_gpu_day is not None else views._mean(
-        [economics.mining_revenue(m) for m in models])
-    return lease, None if per_day is None else per_day / 24
 
 
 def basis(leased_h: float, mined_h: float, measured: bool, unknown: bool, with_file: bool = True) -> str:

@@ -61,17 +61,20 @@ def eight_cards(n: int, at: float) -> Telemetry:
         hostile = n == HOSTILE_RIG
         cards[5] = dataclasses.replace(
             cards[5], name=HOSTILE[0] if hostile else cards[5].name, health="hot", throttle=0x20 | 0x40,
-            why=HOSTILE[1] if hostile else f"{86.0 + warm:.0f} °C, the limit is 85 °C",
-            temperature_c=round(86.0 + warm, 1))
+            why=HOSTILE[1] if hostile else f"{92.0 + warm:.0f} °C, the limit is 85 °C",
+            temperature_c=round(92.0 + warm, 1))
     return Telemetry(iso(at), tuple(cards), error=HOSTILE[3] if n == HOSTILE_RIG else "")
 
 
+def leased(n: int) -> bool:
+    return n % 3 == 0  # a third of the fleet, the shown rig among them
+
+
 def report(n: int, now: float) -> RigReport:
-    leased = n % 3 == 0  # as in ledger()
-    status = AgentStatus(True, "leasing" if leased else "mining", iso(now - 5 * HOUR), iso(now + 7 * HOUR), "schedule",
+    status = AgentStatus(True, "leasing" if leased(n) else "mining", iso(now - 5 * HOUR), iso(now + 7 * HOUR), "schedule",
                          "", (Lease(POD, iso(now - 5 * HOUR)), Lease(POD.replace("web", "db"), iso(now - HOUR)))
-                         if leased else (), telemetry=eight_cards(n, now - 60),
-                         measured=None if leased else Measured("kawpow", (21.5,) * 8, (180.0,) * 8))
+                         if leased(n) else (), telemetry=eight_cards(n, now - 60),
+                         measured=None if leased(n) else Measured("kawpow", (21.5,) * 8, (180.0,) * 8))
     f = dataclasses.replace(facts(gpus="".join(GPU_ROW.replace("0, ", f"{i}, ", 1) for i in range(8))),
                             agent_status=status)
     return RigReport(RIGS[n], f"10.0.{n}.1", f, assess(f))
@@ -85,9 +88,8 @@ def ledger(n: int, now: float) -> list[Entry]:
         Entry(midnight + d * DAY, "mining", gpus=8),
         Entry(midnight + d * DAY + (6 + n % 5) * HOUR, "leasing", gpus=8, leases=(POD,), leased=8),
         Entry(midnight + d * DAY + (18 + n % 3) * HOUR, "mining", gpus=8)) if entry.at < since]
-    leased = n % 3 == 0
-    return [*days, Entry(since, "leasing" if leased else "mining", gpus=8, leases=(POD,) if leased else (),
-                         leased=8 if leased else 0)]
+    return [*days, Entry(since, "leasing" if leased(n) else "mining", gpus=8, leases=(POD,) if leased(n) else (),
+                         leased=8 if leased(n) else 0)]
 
 
 @pytest.fixture

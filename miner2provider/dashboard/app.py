@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from miner2provider.market.base import ProviderState
 from miner2provider.market.wallet import WalletRead
 
-from . import api, metrics, pages
+from . import api, export, metrics, pages
 from .guard import guard
 from .limits import BodyLimit
 from .pages import TEMPLATES
@@ -87,7 +87,7 @@ def create_app(config: DashboardConfig, wallet_read: Callable[[], WalletRead] | 
     async def bad_parameter(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": str(exc)}, 400)
 
-    app = Starlette(routes=[*pages.ROUTES, *(route for route, _ in api.ROUTES)],
+    app = Starlette(routes=[*pages.ROUTES, *export.ROUTES, *(route for route, _ in api.ROUTES)],
                     middleware=[Middleware(BodyLimit), Middleware(BaseHTTPMiddleware, dispatch=guard)],
                     exception_handlers={BadParameter: bad_parameter}, lifespan=lifespan)
     app.state.m2p = state

@@ -3,6 +3,7 @@ and the rigs' inputs from the history (views.py turns them into rows).  No Starl
 
 from __future__ import annotations
 
+import gc
 import hmac
 import math
 import re
@@ -61,6 +62,7 @@ class DashboardState:
     # with telemetry: ~110 ms of json.loads a page, a third of the fleet page; docs/benchmarks.md).  Read only.
     snapshots: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     provider: tuple[float, ProviderState] | None = None  # (when it was asked, what it said)
+    frozen: bool = False  # the caches above are out of the cyclic collector's passes (``keep_out_of_gc``)
 
     def is_token(self, given: str) -> bool:
         """``given`` is the dashboard's token (compared in constant time): the login form's and a Bearer's."""
@@ -70,6 +72,7 @@ class DashboardState:
         cached = self.reports.get(rig)
         if cached is None or cached[0] != at:
             cached = self.reports[rig] = (at, stored_report(snapshot))
+            self.frozen = False
         return cached[1]
 
 
@@ -91,7 +94,21 @@ def rig_inputs(state: DashboardState, days: int, now: float) -> list[views.RigIn
     for h in state.config.hosts:
         at, snap = latest.get(h.name, (0.0, None))
         inputs.append(_input(h, snap, [], nodes, state.typed(h.name, at, snap), windows.get(h.name, Window((), None))))
+    keep_out_of_gc(state)
     return inputs
+
+
+def keep_out_of_gc(state: DashboardState) -> None:
+    """Once the report caches changed: collect, then freeze what is alive (the caches).  At 1,000 rigs of 8 cards the
+    cached reports are most of the heap, and the cyclic collector's full passes walked them every second or third
+    fleet page (~90 ms each: docs/benchmarks.md); frozen, they are skipped.  Replaced reports are still freed (by
+    their reference counts: decoded JSON and typed reports hold no cycles), and what was frozen is thawed first, so
+    a cycle that died frozen (a request's, in flight at the time) is collected at the next change, not kept."""
+    if not state.frozen:
+        state.frozen = True
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
 
 def open_inputs(state: DashboardState, now: float) -> list[views.RigInput]:
@@ -115,6 +132,7 @@ def latest_snapshots(state: DashboardState, history: History) -> dict[str, tuple
             found = history.latest(rig)  # a sweep may have stored a newer one since: it comes with its own time
             if found is not None:
                 state.snapshots[rig] = found
+                state.frozen = False
     for rig in state.snapshots.keys() - stored.keys():
         state.snapshots.pop(rig, None)
     return dict(state.snapshots)  # a copy: the pages' worker threads and the scrape's share the cache

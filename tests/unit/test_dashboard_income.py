@@ -361,3 +361,10 @@ def test_the_report_caches_are_kept_out_of_the_collectors_passes_and_no_frozen_c
             assert gone() is None  # thawed and collected with the next change
     finally:
         gc.unfreeze()
+
+
+def test_the_rig_pages_day_range_links_keep_the_income_period(app):
+    with TestClient(app, base_url="http://127.0.0.1:8477") as client:
+        client.post("/login", data={"token": TOKEN}, headers=OWN, follow_redirects=False)
+        page = client.get("/rigs/rig01?per=month").text
+    assert 'href="?days=7&amp;per=month"' in page and 'href="?days=30&amp;per=month"' in page

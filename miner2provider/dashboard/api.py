@@ -88,6 +88,11 @@ async def api_economics(request: Request) -> Response:
                          "mining_revenue_per_gpu_day": e.mining_per_gpu_day})
 
 
+async def api_wallet(request: Request) -> Response:
+    """the provider's wallet and leases as the chain last said, and its 7-day uptime (docs/akash-provider.md)"""
+    return JSONResponse(request.app.state.wallet.view(time.time()))
+
+
 def metrics(request: Request) -> Response:
     """the fleet in Prometheus's text format, per rig and per card (docs/metrics.md)"""
     # A plain def: Starlette runs it in its thread pool, so the history's reads never hold the event loop.
@@ -150,6 +155,7 @@ ROUTES = [
     (Route("/api/actions", api_actions, methods=["POST"]), " {rigs, action, kind, plan}"),
     (Route("/api/jobs/{job}", api_job), "?since=N"),
     (Route("/api/economics", api_economics), ""),
+    (Route("/api/wallet", api_wallet), ""),
     (Route("/metrics", metrics), ""),
 ]
 

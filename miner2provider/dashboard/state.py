@@ -172,6 +172,7 @@ def fleet_view(request: Request, with_income: bool = False) -> dict[str, Any]:
         data["rigs"].sort(key=lambda r: (r[key], r["rig"]))
     data["busy"] = state.config.actions.running()
     data["provider"] = provider_view(state)
+    data["wallet"] = request.app.state.wallet.view(now)
     return data
 
 

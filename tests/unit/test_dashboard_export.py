@@ -113,3 +113,22 @@ def test_the_download_adds_the_leases_payments_the_wallet_reader_last_read(serve
     assert paid == [("", "akash1tenant/11/1/1", "0.2", "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
                     ("rig02", "akash1tenant/10/1/1", "1.5", "AKT", "0.3", "5.000000")]
     assert [r["record"] for r in rows] == ["ledger"] * 4 + ["payment"] * 2
+
+
+def test_the_fleet_page_and_the_api_show_the_wallet_the_reader_last_read_and_link_the_books(served):
+    """The wallet section (wallet_view) on the fleet page and at /api/wallet, once the reader has read the chain;
+    the page links the CSV; /api/wallet, like every route, needs the session or the token."""
+    client, now = served
+    read = WalletRead(now - 60, "akash1provider", "AKT", 12.5, (
+        LeaseRecord("akash1tenant/10/1/1", "akash1tenant", "lease", "running", "active", "", 3.0, 1.5, 0.3, "open",
+                    5.0),), None)
+    with client(wallet=read) as c:
+        c.app.state.wallet.configured = True  # a provider file naming a REST node (cli/dashboard.py sets it)
+        page = c.get("/").text
+        api = c.get("/api/wallet").json()
+    assert api["configured"], api
+    assert 'id="wallet-balance">12.500000</b> AKT' in page
+    assert 'href="/export.csv?days=7" download' in page
+    assert api["balance"] == "12.500000" and api["running_count"] == 1 and api["address"] == "akash1provider"
+    with client(signed_in=False) as c:
+        assert c.get("/api/wallet", follow_redirects=False).status_code in (303, 401)

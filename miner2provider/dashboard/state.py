@@ -162,11 +162,14 @@ def fleet_view(request: Request, with_income: bool = False) -> dict[str, Any]:
     now = time.time()
     inputs = rig_inputs(state, days, now)
     data = views.fleet(inputs, state.config.economics, now, days)
-    if with_income:
-        data["income"] = income_view(state, inputs, per_of(request), now)
     group, mode = request.query_params.get("group", ""), request.query_params.get("mode", "")
     data["rigs"] = [r for r in data["rigs"]
                     if (not group or group in r["groups"]) and (not mode or r["mode"] == mode)]
+    if with_income:  # the rigs the table shows: a group or a mode chosen, the chart is theirs
+        shown = {r["rig"] for r in data["rigs"]}
+        chosen = inputs if not (group or mode) else [rig for rig in inputs if rig.name in shown]
+        data["income"] = {**income_view(state, chosen, per_of(request), now),
+                          "of": ", ".join(f"{k} {v}" for k, v in (("group", group), ("mode", mode)) if v)}
     key = request.query_params.get("sort", "rig")
     if key in SORT_KEYS:
         data["rigs"].sort(key=lambda r: (r[key], r["rig"]))

@@ -305,10 +305,14 @@ def test_the_api_answers_the_fleets_and_a_rigs_income_and_refuses_a_bad_period(a
 def test_the_fleet_and_rig_pages_draw_the_income_chart_with_a_period_switch(app):
     with TestClient(app, base_url="http://127.0.0.1:8477") as client:
         client.post("/login", data={"token": TOKEN}, headers=OWN, follow_redirects=False)
-        fleet, weekly = client.get("/?group=farm&per=month").text, client.get("/rigs/rig01?per=week").text
+        fleet, weekly = client.get("/?per=month").text, client.get("/rigs/rig01?per=week").text
         assert client.get("/?per=decade").status_code == 400
+        elsewhere = client.get("/?group=elsewhere&per=month").text  # a group no rig is in: its chart is empty
     assert fleet.count('class="income-bar"') == 12 and weekly.count('class="income-bar"') == 13
-    assert 'href="?group=farm&amp;per=week"' in fleet and 'aria-current="page">month<' in fleet
+    assert 'href="?per=week"' in fleet and 'aria-current="page">month<' in fleet
+    assert 'href="?group=elsewhere&amp;per=week"' in elsewhere and "of the rigs shown (group elsewhere)" in elsewhere
+    assert "of the rigs shown" not in fleet
+    assert elsewhere.count('class="bar-equivalent"') == 0 and 'id="income-lease">0.00<' in elsewhere
     months_leased = len({time.strftime("%Y-%m", time.gmtime(time.time() - k * HOUR)) for k in (0, 6)})
     assert fleet.count('class="bar-equivalent"') == months_leased  # a marker where a lease ran
     assert 'id="income-forecast"' in fleet and 'id="income-forecast"' in weekly and "/api/rigs/rig01/income" in weekly

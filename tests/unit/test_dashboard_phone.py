@@ -31,6 +31,8 @@ from miner2provider.dashboard.history import History
 from miner2provider.detect.readiness import assess
 from miner2provider.detect.report import RigReport, status_rows
 from miner2provider.detect.ssh import SshOptions
+from miner2provider.market.akash import address, chain
+from miner2provider.market.wallet import CLOSED, RUNNING, LeaseRecord, WalletRead
 from miner2provider.rigside.ledger import Entry
 from miner2provider.rigside.status import AgentStatus, Card, Lease, Measured, Telemetry
 
@@ -44,8 +46,31 @@ HOUR, DAY = 3600.0, 86400.0
 RIGS = [f"barn-north-rack{n // 10 + 1:02d}-shelf{n % 10 + 1:02d}-rtx3090x8-{n:02d}.farm.example" for n in range(30)]
 SHOWN = RIGS[0]  # a leased rig with a hot card: the rig page the screenshots show
 HOSTILE_RIG = 29  # its cards' names, reasons and read error are what a compromised rig would send
-# A tenant's pod: an Akash namespace (the lease's hash, 45 characters) and a deployment's pod name.
-POD = "kc4jbu3hr3gq5pq1n2u4ihd1tjn6v2emkbsbmp3b0n5ia/web-frontend-7d9c6b5f4-x2x8q"
+PROVIDER, TENANT = address.encode(bytes(range(20))), address.encode(bytes(range(20, 40)))
+CLOSED_BY = ("tenant", "tenant", "tenant", "provider", "reclamation", "network")  # the wallet's closed leases
+
+
+def lease_id(k: int) -> str:
+    """The k-th lease as Akash names it: owner/dseq/gseq/oseq/provider."""
+    return f"{TENANT}/{18_400_000 + k}/1/1/{PROVIDER}"
+
+
+def pods(n: int) -> tuple[str, str]:
+    """A leased rig's two tenant pods, each in the namespace Akash's provider gives its lease (45 characters)."""
+    return (f"{chain.namespace(lease_id(2 * n))}/web-frontend-7d9c6b5f4-x2x8q",
+            f"{chain.namespace(lease_id(2 * n + 1))}/postgres-0")
+
+
+def wallet(now: float) -> WalletRead:
+    """The provider's wallet as the chain reader would read it: a lease running per leased rig's pod, six closed."""
+    running = [LeaseRecord(lease_id(k), TENANT, chain.namespace(lease_id(k)), RUNNING, "active", "", 4.2, 12.5,
+                           0.09, "open", 30.0) for n in range(len(RIGS)) if leased(n) for k in (2 * n, 2 * n + 1)]
+    closed = [LeaseRecord(lease_id(1000 + k), TENANT, chain.namespace(lease_id(1000 + k)), CLOSED,
+                          "insufficient_funds" if by == "network" else "closed", by, 0.0, 3.1, 0.09, "closed", 34.5)
+              for k, by in enumerate(CLOSED_BY)]
+    leases = (*running, *closed)
+    return WalletRead(now, PROVIDER, "AKT", 1234.567891, leases, chain.completion(leases), price=2.15,
+                      price_source="provider.yml:9")
 
 
 def eight_cards(n: int, at: float) -> Telemetry:
@@ -72,7 +97,7 @@ def leased(n: int) -> bool:
 
 def report(n: int, now: float) -> RigReport:
     status = AgentStatus(True, "leasing" if leased(n) else "mining", iso(now - 5 * HOUR), iso(now + 7 * HOUR), "schedule",
-                         "", (Lease(POD, iso(now - 5 * HOUR)), Lease(POD.replace("web", "db"), iso(now - HOUR)))
+                         "", (Lease(pods(n)[0], iso(now - 5 * HOUR)), Lease(pods(n)[1], iso(now - HOUR)))
                          if leased(n) else (), telemetry=eight_cards(n, now - 60),
                          measured=None if leased(n) else Measured("kawpow", (21.5,) * 8, (180.0,) * 8))
     f = dataclasses.replace(facts(gpus="".join(GPU_ROW.replace("0, ", f"{i}, ", 1) for i in range(8))),
@@ -86,9 +111,9 @@ def ledger(n: int, now: float) -> list[Entry]:
     midnight, since = now - now % DAY - 7 * DAY, now - 5 * HOUR
     days = [entry for d in range(8) for entry in (
         Entry(midnight + d * DAY, "mining", gpus=8),
-        Entry(midnight + d * DAY + (6 + n % 5) * HOUR, "leasing", gpus=8, leases=(POD,), leased=8),
+        Entry(midnight + d * DAY + (6 + n % 5) * HOUR, "leasing", gpus=8, leases=pods(n), leased=8),
         Entry(midnight + d * DAY + (18 + n % 3) * HOUR, "mining", gpus=8)) if entry.at < since]
-    return [*days, Entry(since, "leasing" if leased(n) else "mining", gpus=8, leases=(POD,) if leased(n) else (),
+    return [*days, Entry(since, "leasing" if leased(n) else "mining", gpus=8, leases=pods(n) if leased(n) else (),
                          leased=8 if leased(n) else 0)]
 
 
@@ -108,8 +133,13 @@ def served(tmp_path) -> Iterator[str]:
                     h.add_cards(rep.name, eight_cards(n, now - hours * HOUR - 60), now - hours * HOUR)
     actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
                             lambda rig: rig))
-    app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, TOKEN))
+    read = wallet(now)
+    app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, TOKEN),
+                     wallet_read=lambda: read)
     with serving(app) as port:
+        deadline = time.monotonic() + 10
+        while app.state.wallet.latest is None and time.monotonic() < deadline:  # its own thread reads it at start
+            time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
 
 
@@ -229,6 +259,7 @@ def test_on_a_phone_the_fleet_page_fits_its_table_scrolls_in_its_box_and_every_a
     rigs_box = phone.evaluate("() => { const t = document.getElementById('rigs'); "
                               "return [t.scrollWidth, t.clientWidth, getComputedStyle(t).overflowX]; }")
     assert rigs_box[0] > rigs_box[1] and rigs_box[2] == "auto"  # the table scrolls in its own box
+    assert phone.locator("#wallet-leases tr.lease").count() == 20 + len(CLOSED_BY)
     # Scrolled to its last column, each row still shows its box and rig name.
     phone.eval_on_selector("#rigs", "t => { t.scrollLeft = t.scrollWidth; }")
     first = phone.locator("#rigs tbody tr").first
@@ -244,6 +275,7 @@ def test_on_a_phone_the_fleet_page_fits_its_table_scrolls_in_its_box_and_every_a
     shoot(phone, "fleet-phone")
     phone.eval_on_selector("#rigs", "t => { t.scrollLeft = 240; }")
     shoot(phone, "fleet-table-phone", "form[method=get]")
+    shoot(phone, "wallet-phone", "#wallet")
     shoot(phone, "actions-phone", "h2:has-text('Actions')")
 
 

@@ -89,7 +89,7 @@ async def api_economics(request: Request) -> Response:
 
 
 async def api_wallet(request: Request) -> Response:
-    """the provider's wallet and leases as the chain last said, and its 7-day uptime (docs/akash-provider.md)"""
+    """the provider's wallet and leases as the chain last said, and its 7-day uptime"""
     return JSONResponse(request.app.state.wallet.view(time.time()))
 
 

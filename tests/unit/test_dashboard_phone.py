@@ -1,8 +1,8 @@
 """The dashboard on a phone (issue 57): the sign-in, fleet and rig pages at 390 x 844 CSS px (an iPhone 12 to 15's
 viewport) in Debian's chromium emulating a phone, which honours the page's viewport meta as a phone's browser does:
-the page does not scroll sideways (a wide table scrolls inside its own box), every action and link of the navigation
-is a 44 x 44 px touch target, no text is under 12 px; and at 1280 x 640 the desktop pages do not scroll sideways
-either.  A fleet that strains the layout: 30 rigs with long names, 8 cards each, leases with long pod
+the page does not scroll sideways (a wide table or chart scrolls in its own box), every action and link of the
+navigation is a 44 x 44 px touch target, no text is under 12 px; and at 1280 x 640 the desktop pages do not scroll
+sideways either.  A fleet that strains the layout: 30 rigs with long names, 8 cards each, leases with long pod
 names, a week of ledger and a day of card readings, what the rigs sent hostile as in the cards' pages test.
 
 With M2P_SCREENSHOTS=docs/img the test also writes the screenshots docs/dashboard.md shows."""
@@ -281,11 +281,15 @@ def test_on_a_phone_the_fleet_page_fits_its_table_scrolls_in_its_box_and_every_a
 
 
 @pytest.mark.parametrize("rig", [SHOWN, RIGS[HOSTILE_RIG]])
-def test_on_a_phone_the_rig_page_keeps_its_text_and_actions_usable(served, phone, rig):
+def test_on_a_phone_the_rig_page_fits_its_charts_open_at_now_and_every_action_is_a_thumb_wide(served, phone, rig):
     violations: list[str] = []
     sign_in(phone, served, violations)
     phone.goto(served + f"/rigs/{rig}")
     assert phone.locator("#cards tbody tr").count() == 8
+    fits(phone, "rig")
+    for chart in ("#chart-temperature", "#chart-power"):  # a day chart opens at its right end, now
+        now = phone.locator(f"{chart} text", has_text="now").bounding_box()
+        assert now is not None and 0 <= now["x"] and now["x"] + now["width"] <= PHONE["width"], (chart, now)
     assert phone.locator('#cards tr[data-health="hot"]').count() == 1
     thumb_wide(phone, "rig")
     assert targets_at_least(phone, "h2 a", TOUCH_PX, "rig's headings") >= 2  # 7 or 30 days, and more
@@ -294,6 +298,7 @@ def test_on_a_phone_the_rig_page_keeps_its_text_and_actions_usable(served, phone
     _inert(phone, violations)
     if rig == SHOWN:
         shoot(phone, "rig-phone")
+        shoot(phone, "charts-phone", "h3")
 
 
 def test_on_a_desktop_the_pages_fit_the_window(served, browser):

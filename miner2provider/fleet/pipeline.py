@@ -179,7 +179,7 @@ def run_batches(playbook: str, to_run: list[Host], fleet: list[Host], derived: d
 
 
 def _with(message: str, note: str) -> str:
-    """``message`` and the rig's note (a mining OS without a miner adapter), joined."""
+    """``message`` and ``note`` (the rig's note: a mining OS without a miner adapter), joined."""
     return "; ".join(part for part in (message, note) if part)
 
 
@@ -207,7 +207,7 @@ def derive_role_vars(rigs: Sequence[Rig], run_inputs: RunInputs | None = None,
 
 def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "", note: str = "") -> RigOutcome:
     """What a playbook run did on one rig: ``why`` said beside a change, ``note`` beside no change, and the
-    playbook's own warnings for the rig beside either."""
+    playbook's own warnings for the rig before either (what the owner must act on first)."""
     stats = run.hosts.get(name)
     tasks = tuple(run.changed_tasks.get(name, ()))
     warned = "; ".join(run.warnings.get(name, ()))
@@ -217,8 +217,8 @@ def outcome_of(name: str, run: RunReport, *, check: bool = False, why: str = "",
         # What it changed before it failed counts: the owner must know the rig is not as it was.
         return RigOutcome(name, "failed", stats.changed if stats else 0, message, tasks)
     if stats.changed:
-        return RigOutcome(name, "pending" if check else "changed", stats.changed, _with(why, warned), tasks)
-    return RigOutcome(name, "converged", message=_with(note, warned))
+        return RigOutcome(name, "pending" if check else "changed", stats.changed, _with(warned, why), tasks)
+    return RigOutcome(name, "converged", message=_with(warned, note))
 
 
 def farm_status(reports: list[RigReport], hosts: list[Host]) -> list[dict[str, Any]]:

@@ -113,9 +113,9 @@ def test_a_lan_rig_with_no_nft_at_all_converts_and_its_outcome_says_its_tenants_
     assert report.warnings == {"rig1": [said]}
     assert not filter_file.exists()
     assert pipeline.outcome_of("rig1", report, note="HiveOS: a note") == pipeline.RigOutcome(
-        "rig1", "converged", message=f"HiveOS: a note; {said}")
+        "rig1", "converged", message=f"{said}; HiveOS: a note")  # what the owner must act on first
     changed = runner.RunReport("successful", 0, {"rig1": runner.HostStats(ok=3, changed=1)}, warnings=report.warnings)
-    assert pipeline.outcome_of("rig1", changed, why="drift: file").message == f"drift: file; {said}"
+    assert pipeline.outcome_of("rig1", changed, why="drift: file").message == f"{said}; drift: file"
 
     assert find_nft(stand_in_k3s(tmp_path, host_nft()), tmp_path, "unpack", str(bare)).returncode == 0
     planned = runner.run_playbook(playbook, [host], check=True)

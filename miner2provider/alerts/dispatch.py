@@ -9,6 +9,7 @@ ATTEMPTS tries; then it is given up and counted.  Every reason kept passes ssh.r
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Iterable, Sequence
@@ -102,6 +103,11 @@ class Outbox:
 
         threading.Thread(target=joined, daemon=True).start()
         return done.wait(timeout_s)
+
+    def accounts(self) -> list[tuple[str, str, Delivery]]:
+        """(receiver, its kind, a copy of its account) for each receiver: what /metrics exports."""
+        with self._lock:
+            return [(r.name, r.kind, dataclasses.replace(self.delivery[r.name])) for r in self.receivers]
 
     def close(self) -> None:
         """Stop the workers: a backoff under way ends now, a message still queued is not sent."""

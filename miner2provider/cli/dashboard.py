@@ -164,7 +164,8 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     app = create_app(DashboardConfig(db, hosts, econ, actions, sweep_hosts, sweep_api, interval_s, token,
                                 hosts_allowed=frozenset({"127.0.0.1", "localhost", "::1", bind})
                                 if checks.is_loopback(bind) else None, provider_status=provider_status,
-                                provider_label=of_farm(h.vars for h in hosts).label if provider_path else ""),
+                                provider_label=of_farm(h.vars for h in hosts).label if provider_path else "",
+                                alert_outbox=alerting.outbox if alerting is not None else None),
                      wallet_read=wallet_read, uptime=uptime)
     shown = f"[{bind}]" if ":" in bind else bind
     scheme = "https" if tls_cert else "http"

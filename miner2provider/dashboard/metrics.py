@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from miner2provider.alerts.dispatch import Delivery
 from miner2provider.rigside.status import HEALTHS, AgentStatus, Card
 
 from . import views
@@ -79,6 +80,8 @@ class FleetCollector(Collector):
                 add_card(card_metrics, rig.name, card)
         yield from rig_metrics.values()
         yield from card_metrics.values()
+        if self.state.config.alert_outbox is not None:
+            yield from alert_families(self.state.config.alert_outbox.accounts()).values()
 
 
 def rig_families(currency: str) -> dict[str, Family]:
@@ -145,10 +148,25 @@ def add_card(families: dict[str, Family], rig: str, card: Card) -> None:
         families["health"].add_metric([*labels, health], 1.0 if health == card.health else 0.0)
 
 
+def alert_families(accounts: list[tuple[str, str, Delivery]]) -> dict[str, Family]:
+    """The alert receivers' deliveries since the dashboard started (--alerts only): a receiver that fails shows as
+    its given-up count rising, which a Prometheus rule can alert on through another channel."""
+    deliveries = CounterMetricFamily(
+        "m2p_alert_deliveries", "Alert messages per receiver since the dashboard started, by outcome: sent, "
+        "given_up (every try failed) or dropped (its queue was full).", labels=["receiver", "kind", "outcome"])
+    retries = CounterMetricFamily("m2p_alert_retries", "Tries of an alert message that failed and were tried "
+                                  "again, per receiver.", labels=["receiver", "kind"])
+    for name, kind, account in accounts:
+        for outcome in ("sent", "given_up", "dropped"):
+            deliveries.add_metric([name, kind, outcome], float(getattr(account, outcome)))
+        retries.add_metric([name, kind], float(account.retries))
+    return {"deliveries": deliveries, "retries": retries}
+
+
 def metric_names() -> frozenset[str]:
     """Every metric the collector can write, by its family's name and its samples' (a counter's end in
     ``_total``): what the docs and a Grafana dashboard may name."""
-    families = [*rig_families("").values(), *card_families().values()]
+    families = [*rig_families("").values(), *card_families().values(), *alert_families([]).values()]
     return frozenset({f.name for f in families} | {f"{f.name}_total" for f in families if f.type == "counter"})
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from miner2provider.alerts.dispatch import Outbox
 from miner2provider.core import textfiles
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import DAY_S, History, Window
@@ -47,6 +48,7 @@ class DashboardConfig:
     # The marketplace provider's own status (`m2p provider status`), asked at every sweep; None: no provider.
     provider_status: Callable[[], ProviderState] | None = None
     provider_label: str = ""
+    alert_outbox: Outbox | None = None  # the alert file's receivers (--alerts): their deliveries go to /metrics
 
 
 @dataclass

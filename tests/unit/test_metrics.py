@@ -20,6 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 from test_dashboard import ECON, INVENTORY, TOKEN, report, sign_in  # tests/unit is on sys.path (no package)
 
+from miner2provider.alerts.dispatch import Outbox
+from miner2provider.alerts.receivers import SendFailed
+from miner2provider.alerts.rules import Message
 from miner2provider.core import inventory
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.app import DashboardConfig, create_app
@@ -216,5 +219,53 @@ def test_the_grafana_dashboard_names_only_metrics_the_exposition_has(scrape):
     assert exprs and named and named <= exposed, named - exposed
     assert {"m2p_gpu_temperature_celsius", "m2p_gpu_power_draw_watts", "m2p_rig_mode", "m2p_rig_leases"} <= named
     documented = set(re.findall(r"\bm2p_[a-z_]+", (DOCS / "metrics.md").read_text()))
-    assert exposed == {name for name in metric_names() if name not in {"m2p_rig_gpu_seconds", "m2p_rig_earnings"}}
+    # the alert receivers' counters are exported only with an alert file (this dashboard has none)
+    alerts_only = {"m2p_alert_deliveries", "m2p_alert_deliveries_total", "m2p_alert_retries", "m2p_alert_retries_total"}
+    assert exposed == {name for name in metric_names()
+                       if name not in {"m2p_rig_gpu_seconds", "m2p_rig_earnings", *alerts_only}}
     assert documented <= metric_names() and exposed <= documented, (documented - metric_names(), exposed - documented)
+    assert {"m2p_alert_deliveries_total", "m2p_alert_retries_total"} <= documented
+
+
+def test_the_alert_receivers_deliveries_are_counted_per_receiver_and_outcome(tmp_path):
+    """With an alert file (--alerts), /metrics counts each receiver's messages sent, given up and dropped, and its
+    retries: a receiver that keeps failing shows as its given-up count rising (a Prometheus rule can say it through
+    another channel).  Without one, no alert series at all."""
+    class Flaky:
+        name, kind = "hook", "webhook"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def send(self, message: Message) -> None:
+            self.calls += 1
+            if "fails" in message.line:
+                raise SendFailed("HTTP 500")
+
+        def secrets(self) -> tuple:
+            return ()
+
+    (tmp_path / "rigs.yml").write_text(INVENTORY)
+    hosts = list(inventory.load(tmp_path / "rigs.yml").hosts)
+    db = tmp_path / "h.sqlite3"
+    History(db).close()
+    actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
+                            lambda rig: rig))
+    outbox = Outbox([Flaky()], attempts=3, backoff_s=0.01)
+    try:
+        outbox.submit([Message("firing", "k1", "silent", "rig01", "rig01 fails to answer", 1.0),
+                       Message("firing", "k2", "silent", "rig02", "rig02 is silent", 1.0)])
+        assert outbox.wait(10)
+        with TestClient(create_app(DashboardConfig(db, hosts, ECON, actions, lambda chosen: None, lambda chosen: 0, 0,
+                                                   TOKEN, alert_outbox=outbox)), base_url="http://127.0.0.1:8477") as c:
+            found = samples(c.get("/metrics", headers=bearer(TOKEN)).text)
+    finally:
+        outbox.close()
+    hook = {"receiver": "hook", "kind": "webhook"}
+    assert value(found, "m2p_alert_deliveries_total", **hook, outcome="sent") == 1.0
+    assert value(found, "m2p_alert_deliveries_total", **hook, outcome="given_up") == 1.0
+    assert value(found, "m2p_alert_deliveries_total", **hook, outcome="dropped") == 0.0
+    assert value(found, "m2p_alert_retries_total", **hook) == 2.0
+    with TestClient(create_app(DashboardConfig(db, hosts, ECON, actions, lambda chosen: None, lambda chosen: 0, 0,
+                                               TOKEN)), base_url="http://127.0.0.1:8477") as c:
+        assert "m2p_alert" not in c.get("/metrics", headers=bearer(TOKEN)).text

@@ -95,9 +95,12 @@ def check_command(where: str, line: str) -> None:
     command: click.Command = cli
     parents: list[click.Command] = []
     rest = words[1:]
-    while isinstance(command, click.Group) and rest and rest[0] in command.commands:
+    # The groups' own look-up: the root loads each command's module the first time it is asked for (LazyCommands), so
+    # its ``commands`` holds only what an earlier test happened to load (this file alone failed on every example).
+    while isinstance(command, click.Group) and rest and (found := command.get_command(click.Context(command), rest[0])):
         parents.append(command)
-        command = command.commands[rest.pop(0)]
+        rest.pop(0)
+        command = found
     if isinstance(command, click.Group) and rest and rest[0].isupper():
         return  # a placeholder: `m2p COMMAND ...`
     if isinstance(command, click.Group):

@@ -41,6 +41,9 @@ TAILSCALE = "/etc/m2p/vpn-auth"  # any m2p_vpn_auth_file: k3s's Tailscale mode
 POD, NODE_POD_SIDE, NODE_TAILNET, PEER = "10.42.1.2", "10.42.1.1", "100.64.0.2", "100.64.0.1"
 QUAD100, METADATA, PUBLIC, API_SERVICE = "100.100.100.100", "169.254.169.254", "203.0.113.7", "10.43.0.1"
 NODE_LAN, ROUTER, NODE_LINK_LOCAL = "192.168.1.10", "192.168.1.1", "169.254.1.10"
+# On a LAN farm: a host in 100.64.0.0/10 beyond the router, the ISP's carrier-grade NAT resolver or a tailnet peer the
+# owner runs by hand.
+CGNAT = "100.64.9.9"
 
 # Listens on each HOST:PORT given; every connection is greeted with b"ok" (the client's read proves both directions).
 LISTEN = textwrap.dedent("""
@@ -247,10 +250,10 @@ def lan_farm() -> Iterator[Namespaces]:
         ns.link("node", f"{NODE_LAN}/24", "lan", f"{ROUTER}/24")
         ns.run("node", "ip", "route", "add", "default", "via", ROUTER)
         ns.run("node", "ip", "addr", "add", f"{NODE_LINK_LOCAL}/32", "dev", "lo")
-        for address in (METADATA, PUBLIC):
+        for address in (METADATA, PUBLIC, CGNAT):
             ns.run("lan", "ip", "addr", "add", f"{address}/32", "dev", "lo")
         standins(ns, f"{NODE_LAN}:6443")  # the server's node IP: its LAN address, so the Service ends on the node
-        ns.listen("lan", f"{ROUTER}:53", f"{METADATA}:80", f"{PUBLIC}:8080")
+        ns.listen("lan", f"{ROUTER}:53", f"{METADATA}:80", f"{PUBLIC}:8080", f"{CGNAT}:53", f"{CGNAT}:22")
         ns.listen("node", f"{NODE_LAN}:6443", f"{NODE_LINK_LOCAL}:80")
         yield ns
     finally:
@@ -259,20 +262,21 @@ def lan_farm() -> Iterator[Namespaces]:
 
 def test_a_lease_pod_on_a_farm_on_one_lan_reaches_no_metadata_service_while_the_cluster_works(lan_farm):
     """The attack, on a farm with neither m2p's tunnel nor Tailscale (the role's LAN mode, nft installed): from a
-    lease's pod, the metadata service (169.254.169.254, a VPS's credentials) and a link-local service of the node's
-    own.  With the table the role loads in this mode they get no answer, while the pod still reaches a public address,
-    the API through its Service (DNAT to the node's own address) and the LAN's resolver (CoreDNS's upstream: k3s
-    takes no link-local nameserver, k3s-io/k3s pkg/agent/config isValidResolvConf), and the node's own traffic to
-    the metadata service is untouched."""
+    lease's pod, the metadata service (169.254.169.254, a VPS's credentials), a link-local service of the node's
+    own and a host in 100.64.0.0/10 (a tailnet the owner runs by hand, another customer of the ISP's carrier-grade
+    NAT).  With the table the role loads in this mode they get no answer, while the pod still reaches a public
+    address, the API through its Service (DNAT to the node's own address) and a resolver, on the LAN or the ISP's in
+    100.64.0.0/10 (CoreDNS's upstream: k3s takes no link-local nameserver, k3s-io/k3s pkg/agent/config
+    isValidResolvConf), and the node's own traffic to the metadata service is untouched."""
     lan = {"k3s_vpn_auth_file": "", "ansible_check_mode": False,
            "k3s_nft_found": {"rc": 0, "stdout": shutil.which("nft") or "nft"}}
     if role_loads_the_filter(**lan):
         lan_farm.run("node", "nft", "-f", "-", stdin=rendered("m2p-pods.nft.j2", k3s_pod_network=pod_network(), **lan))
 
-    said = lan_farm.probe("pod", f"{PUBLIC}:8080", f"{API_SERVICE}:443", f"{ROUTER}:53", f"{METADATA}:80",
-                          f"{NODE_LINK_LOCAL}:80")
-    assert said == {**dict.fromkeys([f"{PUBLIC}:8080", f"{API_SERVICE}:443", f"{ROUTER}:53"], "open"),
-                    **dict.fromkeys([f"{METADATA}:80", f"{NODE_LINK_LOCAL}:80"], "no answer")}, said
+    said = lan_farm.probe("pod", f"{PUBLIC}:8080", f"{API_SERVICE}:443", f"{ROUTER}:53", f"{CGNAT}:53", f"{METADATA}:80",
+                          f"{NODE_LINK_LOCAL}:80", f"{CGNAT}:22")
+    assert said == {**dict.fromkeys([f"{PUBLIC}:8080", f"{API_SERVICE}:443", f"{ROUTER}:53", f"{CGNAT}:53"], "open"),
+                    **dict.fromkeys([f"{METADATA}:80", f"{NODE_LINK_LOCAL}:80", f"{CGNAT}:22"], "no answer")}, said
     assert lan_farm.probe("node", f"{METADATA}:80") == {f"{METADATA}:80": "open"}
 
 
@@ -321,8 +325,10 @@ def test_a_dual_stack_pod_network_gets_the_ipv6_rules_and_loads():
     lan = rendered("m2p-pods.nft.j2", k3s_pod_network="10.42.0.0/16, fd42:42::/56", k3s_vpn_auth_file="")
     assert "ip6 saddr fd42:42::/56 ip6 daddr != fd42:42::/56 ip6 daddr fc00::/7 drop" in lan  # AWS's fd00:ec2::254
     rules = [line for line in lan.splitlines() if not line.lstrip().startswith("#")]
-    assert lan.count("ip saddr 10.42.0.0/16 ip daddr 169.254.0.0/16 drop") == 2
-    assert not [line for line in rules if "100.64" in line or "100.100" in line]
+    assert lan.count("ip saddr 10.42.0.0/16 ip daddr { 100.64.0.0/10, 169.254.0.0/16 } drop") == 2
+    assert [line.strip() for line in rules if "100.64" in line and "accept" in line] == [
+        "ip saddr 10.42.0.0/16 ip daddr 100.64.0.0/10 meta l4proto { tcp, udp } th dport 53 accept"]
+    assert not [line for line in rules if "100.100" in line]
     path = Path(shutil.which("nft") or "nft")
     for each in (table, lan):
         done = subprocess.run([str(path), "-c", "-f", "-"], input=each, capture_output=True, text=True, timeout=30)

@@ -1,7 +1,7 @@
 """Issue 55 point 2, where a rig has no nft of its own: role k3s loads its pod filter with the nft k3s bundles
 (files/find-nft.sh, run as the role runs it), and where there is none at all, a rig outside Tailscale mode still
-converts and its outcome says that its tenants can reach 169.254.0.0/16 and how to stop it (the role's own tasks,
-run by m2p's runner against this machine).
+converts and its outcome says that its tenants can reach 169.254.0.0/16 and 100.64.0.0/10 and how to stop it (the
+role's own tasks, run by m2p's runner against this machine).
 
 The k3s here is a STAND-IN shell script that unpacks as k3s does (k3s-io/k3s cmd/k3s/main.go, stageAndRun ->
 extract: any tool it runs, kubectl among them, first unpacks its data into DATA_DIR/data/<hash>/ and points
@@ -108,8 +108,8 @@ def test_a_lan_rig_with_no_nft_at_all_converts_and_its_outcome_says_its_tenants_
     report = runner.run_playbook(playbook, [host], on_event=events.append)
     assert report.status == "successful", (report, events)
     said = ("nft is not installed (nftables) and k3s brings none: lease pods on rig1 can reach 169.254.0.0/16 (a "
-            "VPS's metadata service, the node's link-local services); install nftables (apt-get install nftables) "
-            "and convert again")
+            "VPS's metadata service, the node's link-local services) and 100.64.0.0/10 (a tailnet); install nftables "
+            "(apt-get install nftables) and convert again")
     assert report.warnings == {"rig1": [said]}
     assert not filter_file.exists()
     assert pipeline.outcome_of("rig1", report, note="HiveOS: a note") == pipeline.RigOutcome(

@@ -12,6 +12,7 @@ is refused rather than misread.  Default place: ``~/.local/share/m2p/history.sql
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -191,16 +192,20 @@ class History:
         ends = [following[0] for following in keys[1:]] + [None]
         self.db.executemany("UPDATE ledger SET until = ? WHERE rig = ? AND at = ? AND mode = ? AND blind = ? "
                             "AND leases = ?", [(end, rig, *key) for end, key in zip(ends, keys, strict=True)])
-        if keys:
+        if keys and math.isfinite(keys[0][0]):
             self._sum_days(rig, int(keys[0][0] // DAY_S))
 
     def _sum_days(self, rig: str | None, first_day: int) -> None:
         """(Re)write ``ledger_days`` of ``rig`` (None: every rig) from UTC day ``first_day`` (epoch days) on."""
         where = "" if rig is None else "AND rig = :rig"
         since = first_day * DAY_S
-        found = self.db.execute(f"SELECT max(until), max(CAST(until / {DAY_S} AS INTEGER) - CAST(max(at, :since) / "
-                                f"{DAY_S} AS INTEGER)) FROM ledger WHERE until > :since {where}",
-                                {"since": since, "rig": rig}).fetchone()
+        # Summed up to a day past the last read of any rig, never further: a line from a clock far ahead (or one
+        # not read through rigside/ledger.py) would otherwise be one row a day for as many days as it claims.
+        last_read = self.db.execute("SELECT max(last_seen) FROM rigs").fetchone()[0]
+        cap = (since if last_read is None else max(float(last_read), since)) + DAY_S
+        found = self.db.execute(f"SELECT min(max(until), :cap), max(CAST(min(until, :cap) / {DAY_S} AS INTEGER) - "
+                                f"CAST(max(at, :since) / {DAY_S} AS INTEGER)) FROM ledger WHERE until > :since "
+                                f"AND at < :cap {where}", {"since": since, "rig": rig, "cap": cap}).fetchone()
         self.db.execute(f"DELETE FROM ledger_days WHERE day >= :day {where}", {"day": first_day, "rig": rig})
         if found[0] is None:
             return

@@ -18,6 +18,7 @@ Python 3.8 (the oldest python3 the agent runs on).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -28,6 +29,9 @@ ROTATED = "ledger.1.jsonl"
 MAX_GPUS = 64  # measured hashrates in one line: more is not a rig
 ALGO_CHARS = 32  # an algorithm's name is short; anything longer is cut, never trusted as a key
 MAX_BYTES = 256 * 1024  # about 2,000 changes per file; a rig that switches hourly fills one in a month
+# A time no clock gives (json reads Infinity, NaN and 1e300 as floats): before the epoch or from 2100 on, the line is
+# not believed.  The dashboard sums a ledger by day, and a line in year 33,658 would be millions of days.
+LATEST_AT = 4_102_444_800.0  # 2100-01-01 UTC
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,8 @@ def _entry(raw: str) -> Entry | None:
         return None
     at, mode, gpus = data.get("at"), data.get("mode"), data.get("gpus", 0)
     leases = data.get("leases", [])
-    if (isinstance(at, bool) or not isinstance(at, (int, float)) or not isinstance(mode, str) or not mode
+    if (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < LATEST_AT
+            or not isinstance(mode, str) or not mode
             or isinstance(gpus, bool) or not isinstance(gpus, int) or not isinstance(leases, list)
             or not all(isinstance(x, str) for x in leases)):
         return None

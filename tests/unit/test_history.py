@@ -126,3 +126,16 @@ def test_reports_stored_before_the_schema_read_back_typed_after_the_migration(tm
         stored = h.latest_snapshot("rig01")
         assert stored is not None and stored["schema"] == 1
         assert report_from_json(stored) == report
+
+
+def test_a_line_far_ahead_of_every_read_is_summed_by_day_only_up_to_the_last_read(tmp_path):
+    """ATTACK: a rig whose clock says year 33,658 (or a line built without the ledger's reader): its days are summed
+    only up to a day past the dashboard's last read of any rig, so a sweep stays as quick as ever (it once set out to
+    write one row a day for 9e18 days, holding the history's write lock), and the other rigs are stored after it."""
+    now = 1_800_000_000.0
+    with History(tmp_path / "h.sqlite3") as h:
+        h.add_ledger("rig01", [Entry(now - 7200, "mining", gpus=1), Entry(1e12, "leasing", gpus=1),
+                               Entry(1e300, "mining", gpus=1)], seen_at=now)
+        h.add_ledger("rig02", [Entry(now - 3600, "mining", gpus=1)], seen_at=now)
+        days = h.db.execute("SELECT rig, count(*), max(day) FROM ledger_days GROUP BY rig").fetchall()
+    assert days == [("rig01", 2, int(now // 86_400) + 1)], days  # today and the day after, no further

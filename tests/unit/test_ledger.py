@@ -145,3 +145,16 @@ def test_a_line_carries_the_measured_miner_and_a_bad_measurement_drops_only_itse
     (kept,), bad = ledger.parse(odd)
     assert bad == 0 and kept == ledger.Entry(1_800_000_000.0, "mining", gpus=2)
     assert "mhs" not in ledger.Entry(1.0, "mining").line()  # no measurement, no field
+
+
+def test_a_time_no_clock_gives_is_not_believed(tmp_path):
+    """ATTACK (a rig's root writes its own ledger): a line at Infinity, NaN, 1e300 or year 33,658 (json reads them
+    all as floats) would become days the dashboard sums one by one (its sweep hung summing 9e18 days); such a line
+    is skipped like a torn one, and the lines around it count."""
+    lines = [json.dumps({"at": T0, "mode": "mining", "gpus": 1}), '{"at": Infinity, "mode": "leasing", "gpus": 1}',
+             '{"at": NaN, "mode": "leasing", "gpus": 1}', json.dumps({"at": 1e300, "mode": "leasing", "gpus": 1}),
+             json.dumps({"at": 1e12, "mode": "leasing", "gpus": 1}), json.dumps({"at": -5.0, "mode": "x", "gpus": 1}),
+             json.dumps({"at": T0 + 60, "mode": "idle-mining", "gpus": 1})]
+    (tmp_path / ledger.LEDGER).write_text("\n".join(lines) + "\n")
+    entries, bad = ledger.read(tmp_path)
+    assert [(e.at, e.mode) for e in entries] == [(T0, "mining"), (T0 + 60, "idle-mining")] and bad == 5

@@ -251,6 +251,8 @@ def history_command(inventory_file: str, limit: str | None, vault_password_file:
     if economics_path and csv_file is None:
         raise UsageError("--economics values the CSV's hours: give --csv too")
     econ = pricing.load_checked(economics_path) if economics_path else economics.NONE  # before any rig is asked
+    if csv_file not in (None, "-"):
+        _never_over_an_input(csv_file, inventory_file, economics_path, db_path or DEFAULT_PATH)
     hosts = load_inventory(inventory_file, vault_password_file).select(limit)
     now = time.time()
     rows = []
@@ -275,6 +277,16 @@ def history_command(inventory_file: str, limit: str | None, vault_password_file:
     failed = sum(not r.ok for r in reports)
     if failed:
         raise RigFailures(failed, len(reports))
+
+
+def _never_over_an_input(csv_file: str, *inputs: str | Path | None) -> None:
+    """``--csv FILE`` takes an optional value, so ``--csv rigs.yml`` (the inventory meant for -i) would write the
+    books over the inventory: a file the command reads is never the one it writes."""
+    target = Path(csv_file).resolve()
+    for given in inputs:
+        if given is not None and Path(given).resolve() == target:
+            raise UsageError(f"--csv {textfiles.shown(csv_file)} is a file this command reads: name another file "
+                             "(or -) for the CSV")
 
 
 def _write_csv(file: str, text: str) -> None:

@@ -88,8 +88,9 @@ async def api_economics(request: Request) -> Response:
                          "mining_revenue_per_gpu_day": e.mining_per_gpu_day})
 
 
-async def api_wallet(request: Request) -> Response:
+def api_wallet(request: Request) -> Response:
     """the provider's wallet and leases as the chain last said, and its 7-day uptime"""
+    # A plain def: the uptime's SQLite read may wait on the provider thread's write, never on the event loop.
     return JSONResponse(request.app.state.wallet.view(time.time()))
 
 

@@ -115,7 +115,8 @@ def payment_rows(read: WalletRead, rig_pods: Mapping[str, Iterable[str]]) -> lis
         rigs = sorted(rigs_of.get(lease.namespace, [])) or [""]
         share = 1 / len(rigs)
         paid_hours = lease.withdrawn / lease.rate_per_hour if lease.rate_per_hour > 0 else (lease.hours or 0.0)
-        basis = "chain: withdrawn from the lease's escrow; hours from its rate at the nominal block time"
+        basis = ("chain: withdrawn from the lease's escrow to date, as of the wallet's read; hours from its rate at "
+                 "the nominal block time")
         if len(rigs) > 1:
             basis += f"; split evenly over {len(rigs)} rigs"
         for rig in rigs:

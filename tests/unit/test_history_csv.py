@@ -95,14 +95,19 @@ def test_history_without_csv_keeps_its_table(farm, capsys):
     (["--economics", "ECON"], 2, "--economics values the CSV's hours: give --csv too"),
     (["--csv", "no/such/b.csv"], 2, "cannot write 'no/such/b.csv': No such file or directory"),
     (["--csv", "-", "--economics", "BAD"], 7, "bad.yml:1: currency 12: use a code such as USD"),
+    # ATTACK on the owner's own files: `--csv rigs.yml` (meant for -i) wrote the books over the inventory
+    (["--csv", "INVENTORY"], 2, "is a file this command reads: name another file (or -) for the CSV"),
+    (["--csv", "ECON", "--economics", "ECON"], 2, "is a file this command reads"),
 ])
 def test_history_csv_mistakes_are_one_line(farm, capsys, monkeypatch, extra, code, said):
     args, tmp_path, _ = farm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.yml").write_text("currency: 12\n")
-    swap = {"ECON": str(tmp_path / "econ.yml"), "BAD": str(tmp_path / "bad.yml")}
+    swap = {"ECON": str(tmp_path / "econ.yml"), "BAD": str(tmp_path / "bad.yml"), "INVENTORY": "rigs.yml"}
     extra = [swap.get(a, a) for a in extra]
+    kept = {name: (tmp_path / name).read_bytes() for name in ("rigs.yml", "econ.yml")}
     assert main([*args, *extra]) == code
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept  # nothing the command reads is written
     err = capsys.readouterr().err.replace(str(tmp_path), "TMP")
     lines = [line for line in err.splitlines() if "error" in line]
     assert len(lines) == 1 and said.replace("bad.yml", "TMP/bad.yml") in lines[0], err

@@ -179,7 +179,10 @@ def json_answer(doc: object):
     {"balance": {"denom": "uatom", "amount": "5"}, "leases": [{"lease": {}}]},
     {"balance": {"denom": "uakt", "amount": "1e400"}, "leases": [{"lease": {"id": {"owner": 5}}}]},
     {"balance": {"denom": "uakt", "amount": "NaN"}, "leases": [], "pagination": {"next_key": ["x"]}},
-], ids=["negative", "another denom", "too large", "not a number"])
+    {"balance": {"denom": "uakt", "amount": "abc"}, "leases": "none"},  # Decimal's InvalidOperation, once uncaught
+    {"balance": {"denom": "uakt", "amount": ""}, "leases": "none"},
+    {"balance": {"denom": "uakt", "amount": "1e-300"}, "leases": "none"},  # finer than a DecCoin: hours were infinite
+], ids=["negative", "another denom", "too large", "not a number", "letters", "empty", "below a DecCoin's step"])
 def test_an_answer_of_the_wrong_shape_is_said_so_and_nothing_of_it_is_kept(doc):
     with serving(json_answer(doc)) as (port, _):
         read = chain.read(f"http://127.0.0.1:{port}", PROVIDER, timeout_s=3)
@@ -227,3 +230,17 @@ def test_a_node_that_pages_without_end_is_left_after_the_page_cap():
     assert read.leases == () and read.completion is None
     assert read.errors[0].endswith(f"more than {chain.MAX_PAGES} pages of leases"), read.errors
     assert sum("leases/list" in p for p in served.paths) == chain.MAX_PAGES
+
+
+def test_json_nested_past_the_parsers_depth_is_not_json_and_the_read_goes_on():
+    """ATTACK: an answer of 100,000 nested arrays raises RecursionError in json (not a ValueError), which once ended
+    the whole wallet read; it is "not JSON", said like any other wrong answer."""
+    nested = b"[" * 100_000 + b"]" * 100_000
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(nested)
+                     + nested)
+
+    with serving(answer) as (port, _):
+        read = chain.read(f"http://127.0.0.1:{port}", PROVIDER, timeout_s=3)
+    assert read.balance is None and read.errors and all(e.endswith("not JSON") for e in read.errors), read.errors

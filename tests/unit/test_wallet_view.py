@@ -132,7 +132,8 @@ def test_payments_go_to_the_rig_whose_ledger_names_the_leases_pods():
     pods = {"rig01": [f"{chain.namespace(one)}/web-0", f"{chain.namespace(two)}/gpu-0"],
             "rig02": [f"{chain.namespace(two)}/gpu-1", "other/pod"]}
     rows = payment_rows(read, pods)
-    basis = "chain: withdrawn from the lease's escrow; hours from its rate at the nominal block time"
+    basis = ("chain: withdrawn from the lease's escrow to date, as of the wallet's read; hours from its rate at the "
+             "nominal block time")
     assert all(isinstance(row, PaymentRow) and row.paid_at == 5000.0 for row in rows)
     split = basis + "; split evenly over 2 rigs"
     assert sorted((r.rig, r.lease, round(r.hours, 9), r.amount, r.currency, r.rate, r.basis) for r in rows) == [
@@ -150,12 +151,15 @@ def test_the_provider_file_names_a_rest_node_and_a_price():
     assert akash.AKASH.wallet_reader(provider_file.parse(GOOD, "p.yml")) is None  # no rest_node: nothing to ask
     for value, said in [("rest_node: akash-node:1317", "rest_node 'akash-node:1317': the node's REST API URL"),
                         ("rest_node: tcp://akash-node:1317", "the node's REST API URL"),
+                        # a password in it would be quoted on the page by every failed read (m2p sends none)
+                        ("rest_node: https://me:s3cret@api.example.com", "the node's REST API URL"),
                         ("akt_usd: cheap", "akt_usd 'cheap': the USD one AKT is worth"),
                         ("akt_usd: -1", "akt_usd -1: the USD one AKT is worth"),
                         ("akt_usd: .nan", "the USD one AKT is worth"), ("akt_usd: true", "the USD one AKT")]:
         with pytest.raises(ProviderFileError) as caught:
             provider_file.parse(GOOD.replace("ingress_rig: rig01", f"ingress_rig: rig01\n{value}"), "p.yml")
         assert caught.value.where == "p.yml:11" and said in caught.value.message, (value, caught.value)
+        assert "s3cret" not in caught.value.message and "me:" not in caught.value.message
 
 
 def test_the_dashboard_reads_the_wallet_and_samples_uptime_on_its_own_threads(tmp_path):

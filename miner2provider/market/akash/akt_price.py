@@ -49,7 +49,7 @@ def usd_per_akt(feeds: tuple[tuple[str, str], ...] = FEEDS, timeout_s: float = T
             return _price_in(name, json.loads(body)), f"{name}, as Akash's bid script reads it"
         except NoAnswer as exc:
             why.append(f"{name}: {exc}")
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):
             why.append(f"{name}: not its price quotation")
     return "no AKT price: " + "; ".join(why)
 

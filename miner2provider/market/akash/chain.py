@@ -64,6 +64,7 @@ REASONS = {"lease_closed_invalid": 0, "lease_closed_owner": 1, "lease_closed_rea
 RUNNING_STATES = ("active", "reclaiming")
 LEASE_STATES = (*RUNNING_STATES, "insufficient_funds", "closed")
 MAX_AMOUNT = Decimal(10) ** 30  # more than every coin there is: a wrong figure, not a balance
+MIN_AMOUNT = Decimal(10) ** -18  # a DecCoin's finest step (cosmos-sdk LegacyDec: 18 decimals)
 
 
 class Unread(Exception):
@@ -147,7 +148,7 @@ def _get(node: str, path: str, params: dict[str, str], until: float) -> Any:
         raise Unread(f"{url}: {exc}") from None
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested past the parser's depth
         raise Unread(f"{url}: not JSON") from None
 
 
@@ -158,8 +159,12 @@ def _amount(coin: Any, denom: str | None = None) -> tuple[str, Decimal]:
     name, text = coin.get("denom", ""), coin.get("amount", "0")
     if not isinstance(name, str) or len(name) > 128 or (denom is not None and name not in (denom, "")):
         raise ValueError("another denomination")
-    value = Decimal(str(text)) if isinstance(text, (str, int)) and not isinstance(text, bool) else Decimal("NaN")
-    if not value.is_finite() or value < 0 or value > MAX_AMOUNT:
+    try:
+        value = Decimal(str(text)) if isinstance(text, (str, int)) and not isinstance(text, bool) else Decimal("NaN")
+    except InvalidOperation:  # "abc", "": not a number
+        raise ValueError("not an amount") from None
+    # Finer than a DecCoin's 18 decimals is no amount the chain writes (a rate of 1e-300 made a lease's hours infinite).
+    if not value.is_finite() or value < 0 or value > MAX_AMOUNT or (value and value < MIN_AMOUNT):
         raise ValueError("not an amount")
     return name or (denom or DENOM), value
 

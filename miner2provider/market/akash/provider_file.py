@@ -187,7 +187,7 @@ def _scalar(path: str, key: str, node: yaml.Node, value: object) -> str:
 
 def _check(path: str, found: dict[str, tuple[yaml.Node, Any]], values: dict[str, str]) -> None:
     def bad(key: str, why: str) -> ProviderFileError:
-        return ProviderFileError(f"{key} {textfiles.shown(values[key])}: {why}",
+        return ProviderFileError(f"{key} {textfiles.shown(_masked(values[key]))}: {why}",
                                  where=textfiles.at(path, found[key][0]))
 
     domain = values["domain"].rstrip(".")
@@ -307,13 +307,26 @@ def _no_secret_in(node: yaml.Node, path: str) -> None:
             _no_secret_in(item, path)
 
 
+def _masked(text: str) -> str:
+    """``text`` with a URL's user and password as ``****``: a message quoting a refused URL shows neither."""
+    try:
+        url = urlsplit(text)
+        if url.username is None and url.password is None:
+            return text
+        return url._replace(netloc="****@" + url.netloc.rpartition("@")[2]).geturl()
+    except ValueError:
+        return text
+
+
 def _url(text: str, schemes: tuple[str, ...]) -> bool:
     try:
         url = urlsplit(text)
         url.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError:
         return False
-    return url.scheme in schemes and checks.canonical_address((url.hostname or "").strip("[]")) is not None
+    # No user or password in it: m2p sends none (core/deadline.py), and a message quoting the URL would show it.
+    return (url.scheme in schemes and url.username is None and url.password is None
+            and checks.canonical_address((url.hostname or "").strip("[]")) is not None)
 
 
 def _is_ip(text: str) -> bool:

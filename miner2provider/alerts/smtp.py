@@ -36,17 +36,14 @@ class _Smtp(smtplib.SMTP):
 
 
 class _WatchedTls:
-    """The context STARTTLS wraps the socket with: the watchdog holds the TLS socket before the handshake (smtplib
-    would wrap and shake hands in one call, the wrapping taking the descriptor from the socket the watchdog held)."""
+    """The context STARTTLS wraps the socket with: the watchdog's own TLS wrap (Watchdog.tls), where smtplib would
+    wrap and shake hands in one call, the wrapping taking the descriptor from the socket the watchdog held."""
 
     def __init__(self, context: ssl.SSLContext, watchdog: Watchdog) -> None:
         self.context, self.watchdog = context, watchdog
 
     def wrap_socket(self, sock: socket.socket, server_hostname: str | None = None) -> ssl.SSLSocket:
-        wrapped = self.context.wrap_socket(sock, server_hostname=server_hostname, do_handshake_on_connect=False)
-        self.watchdog.watch(wrapped)
-        wrapped.do_handshake()
-        return wrapped
+        return self.watchdog.tls(self.context, sock, server_hostname)
 
 
 @dataclass(frozen=True)

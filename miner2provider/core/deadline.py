@@ -45,6 +45,14 @@ class Watchdog:
         with self._lock:
             self._sock = None
 
+    def tls(self, context: ssl.SSLContext, sock: socket.socket, server_hostname: str | None) -> ssl.SSLSocket:
+        """``sock`` wrapped in TLS, the handshake under the deadline: wrapping takes the descriptor from ``sock``, so
+        the wrapped socket is watched before it shakes hands (Python's own handshake deadline counts from its start)."""
+        wrapped = context.wrap_socket(sock, server_hostname=server_hostname, do_handshake_on_connect=False)
+        self.watch(wrapped)
+        wrapped.do_handshake()
+        return wrapped
+
     def _fire(self) -> None:
         with self._lock:
             self.fired = True
@@ -68,9 +76,7 @@ class Connection(http.client.HTTPConnection):
         self.sock = raw
         self.watchdog.watch(raw)
         if self.tls is not None:
-            self.sock = wrapped = self.tls.wrap_socket(raw, server_hostname=self.host, do_handshake_on_connect=False)
-            self.watchdog.watch(wrapped)  # wrapping took the descriptor from raw
-            wrapped.do_handshake()
+            self.sock = self.watchdog.tls(self.tls, raw, self.host)
 
 
 class NoAnswer(Exception):

@@ -199,9 +199,11 @@ class History:
         """(Re)write ``ledger_days`` of ``rig`` (None: every rig) from UTC day ``first_day`` (epoch days) on."""
         where = "" if rig is None else "AND rig = :rig"
         since = first_day * DAY_S
-        # Summed up to a day past the last read of any rig, never further: a line from a clock far ahead (or one
-        # not read through rigside/ledger.py) would otherwise be one row a day for as many days as it claims.
-        last_read = self.db.execute("SELECT max(last_seen) FROM rigs").fetchone()[0]
+        # Summed up to a day past the last read of the rig (of any rig: every rig's), never further: a line from a
+        # clock far ahead (or one not read through rigside/ledger.py) would otherwise be one row a day for as many
+        # days as it claims.  One rig's is its primary key's row, not a scan of every rig's at each sweep.
+        last_read = self.db.execute("SELECT max(last_seen) FROM rigs" + ("" if rig is None else " WHERE name = ?"),
+                                    () if rig is None else (rig,)).fetchone()[0]
         cap = (since if last_read is None else max(float(last_read), since)) + DAY_S
         found = self.db.execute(f"SELECT min(max(until), :cap), max(CAST(min(until, :cap) / {DAY_S} AS INTEGER) - "
                                 f"CAST(max(at, :since) / {DAY_S} AS INTEGER)) FROM ledger WHERE until > :since "

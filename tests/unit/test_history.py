@@ -130,7 +130,7 @@ def test_reports_stored_before_the_schema_read_back_typed_after_the_migration(tm
 
 def test_a_line_far_ahead_of_every_read_is_summed_by_day_only_up_to_the_last_read(tmp_path):
     """ATTACK: a rig whose clock says year 33,658 (or a line built without the ledger's reader): its days are summed
-    only up to a day past the dashboard's last read of any rig, so a sweep stays as quick as ever (it once set out to
+    only up to a day past the dashboard's last read of it, so a sweep stays as quick as ever (it once set out to
     write one row a day for 9e18 days, holding the history's write lock), and the other rigs are stored after it."""
     now = 1_800_000_000.0
     with History(tmp_path / "h.sqlite3") as h:

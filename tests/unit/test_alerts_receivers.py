@@ -166,42 +166,51 @@ def test_an_unforeseen_error_in_a_receiver_is_contained_and_its_secret_masked():
     assert why == "RuntimeError: boom at https://example.com/********"
 
 
-@pytest.mark.parametrize("trickle", [False, True])
-def test_an_smtp_server_that_hangs_or_trickles_its_greeting_is_cut_at_the_deadline(trickle):
-    """A greeting never sent, or sent a byte every 0.3 s (a per-read timeout alone would wait for ever)."""
+def cut_at_the_deadline(serve, starttls: bool, timeout_s: float) -> None:
+    """An e-mail sent to a loopback server that answers one connection with ``serve(conn, stop)`` (``stop``: set when
+    the test ends) is given up as "no whole exchange" in under 3 s."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
-    def serve() -> None:
+    def accept() -> None:
         conn, _ = listener.accept()
         with conn:
-            for byte in b"220 slow ESMTP\r\n" * 20 if trickle else b"":
-                if stop.wait(0.3):
-                    return
-                conn.sendall(bytes([byte]))
-            stop.wait(10)
+            serve(conn, stop)
 
-    threading.Thread(target=serve, daemon=True).start()
-    mail = Email("mail", "127.0.0.1", listener.getsockname()[1], "a@b.example", ("c@d.example",), False, timeout_s=1.5)
+    threading.Thread(target=accept, daemon=True).start()
+    mail = Email("mail", "127.0.0.1", listener.getsockname()[1], "a@b.example", ("c@d.example",), starttls,
+                 timeout_s=timeout_s)
     try:
         start = time.monotonic()
-        assert send_once(mail, MESSAGE) == "no whole exchange within 1.5 s"
-        assert time.monotonic() - start < 3
+        assert send_once(mail, MESSAGE) == f"no whole exchange within {timeout_s:g} s"
+        assert time.monotonic() - start < 3.0
     finally:
         stop.set()
         listener.close()
+
+
+def trickled(conn: socket.socket, data: bytes, stop: threading.Event) -> None:
+    """``data`` a byte every 0.3 s (each read gets one before any per-read timeout), then silence."""
+    for byte in data:
+        if stop.wait(0.3):
+            return
+        conn.sendall(bytes([byte]))
+    stop.wait(10)
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_an_smtp_server_that_hangs_or_trickles_its_greeting_is_cut_at_the_deadline(trickle):
+    """A greeting never sent, or sent a byte every 0.3 s (a per-read timeout alone would wait for ever)."""
+    cut_at_the_deadline(lambda conn, stop: trickled(conn, b"220 slow ESMTP\r\n" * 20 if trickle else b"", stop),
+                        starttls=False, timeout_s=1.5)
 
 
 def test_an_smtp_server_that_trickles_its_starttls_handshake_is_cut_at_the_deadline():
     """The greeting comes late (1.5 s of the 2 s deadline), then after "220 ready to start TLS" the server sends its
     TLS handshake a byte every 0.3 s.  Python's handshake has a deadline of its own, the socket's timeout counted
     from the handshake's start (3.5 s in all here): only a deadline on the whole exchange ends it at 2 s."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn, conn.makefile("rb") as lines:
+    def serve(conn: socket.socket, stop: threading.Event) -> None:
+        with conn.makefile("rb") as lines:
             if stop.wait(1.5):
                 return
             conn.sendall(b"220 mail.example ESMTP\r\n")
@@ -209,18 +218,6 @@ def test_an_smtp_server_that_trickles_its_starttls_handshake_is_cut_at_the_deadl
             conn.sendall(b"250-mail.example\r\n250 STARTTLS\r\n")
             lines.readline()  # STARTTLS
             conn.sendall(b"220 ready to start TLS\r\n")
-            for byte in b"\x16\x03\x03\x00\x7a" + b"\x02" * 200:  # a ServerHello's record, never finished in time
-                if stop.wait(0.3):
-                    return
-                conn.sendall(bytes([byte]))
-            stop.wait(10)
+            trickled(conn, b"\x16\x03\x03\x00\x7a" + b"\x02" * 200, stop)  # a ServerHello's record, never finished
 
-    threading.Thread(target=serve, daemon=True).start()
-    mail = Email("mail", "127.0.0.1", listener.getsockname()[1], "a@b.example", ("c@d.example",), True, timeout_s=2.0)
-    try:
-        start = time.monotonic()
-        assert send_once(mail, MESSAGE) == "no whole exchange within 2 s"
-        assert time.monotonic() - start < 3.0
-    finally:
-        stop.set()
-        listener.close()
+    cut_at_the_deadline(serve, starttls=True, timeout_s=2.0)

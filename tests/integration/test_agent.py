@@ -124,7 +124,8 @@ def with_the_agents_account(exc: AssertionError, r, api: KubeApiStandin | None =
     with ssh(r) as client:
         journal = run(client, "sudo journalctl -u m2p-agent --no-pager -n 40; sudo cat /var/lib/m2p/agent/status.json")[1]
     node = f"\nnode: {api.nodes[r.name]}" if api is not None else ""
-    return AssertionError(f"{exc}{node}\nagent:\n{journal}")
+    # The failure again at the end: a CI log that keeps only a long message's head and tail still names it.
+    return AssertionError(f"{exc}{node}\nagent:\n{journal}\nfailed: {str(exc)[:300]}")
 
 
 def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tmp_path, monkeypatch):
@@ -183,17 +184,29 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             return json.loads(out.getvalue())[0]
 
         def unblind(row: dict) -> list:
-            return [(e["mode"], e["leases"]) for e in row["agent"]["ledger"] if not e["blind"]]
+            """The ledger's changes the agent saw, a blind spell left out: an API read that timed out on CI's loaded
+            cores writes a blind line and, when the agent sees again, the same change once more."""
+            seen = [(e["mode"], e["leases"]) for e in row["agent"]["ledger"] if not e["blind"]]
+            return [change for i, change in enumerate(seen) if i == 0 or seen[i - 1] != change]
 
         # The rig's ledger: one line per change, the lease named by its pod once the agent read it
         # from the API (the label turned "leasing" on the gate's grant, a tick before that).
+        last: list[dict] = []
+
         def lease_in_ledger() -> dict | None:
             row = status_row()
-            return row if unblind(row)[-1:] == [("leasing", ["lease/lease-1"])] else None
+            last[:] = [row]
+            agent = row["agent"]
+            settled = (agent["ledger"][-1:] and not agent["ledger"][-1]["blind"] and agent["last_error"] == ""
+                       and unblind(row)[-1:] == [("leasing", ["lease/lease-1"])])
+            return row if settled else None
 
-        row = wait_for("the lease in the rig's ledger", lease_in_ledger)
+        try:
+            row = wait_for("the lease in the rig's ledger", lease_in_ledger, timeout=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the last row: {last}") from None
         assert row["agent"]["service"] == "active" and row["agent"]["mode"] == "leasing", row
-        assert row["agent"]["schedule"] == "schedule" and row["agent"]["last_error"] == "", row
+        assert row["agent"]["schedule"] == "schedule", row
         assert unblind(row)[-3:] == [("idle-mining", []), ("leasing", []), ("leasing", ["lease/lease-1"])], \
             row["agent"]["ledger"]
         # The controller keeps the ledger: a second sweep stores nothing twice.
@@ -204,8 +217,11 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             assert swept.returncode == 0, swept.stderr
         (hist,) = json.loads(swept.stdout)
         assert hist["seconds"]["leasing"] > 0 and hist["seconds"]["idle-mining"] > 0, hist
+        # Every line the agent had is kept, and no more than it has now (a blind spell may add lines meanwhile).
+        after = status_row()
         with sqlite3.connect(db) as stored:
-            assert stored.execute("SELECT count(*) FROM ledger").fetchone()[0] == len(row["agent"]["ledger"])
+            kept = stored.execute("SELECT count(*) FROM ledger").fetchone()[0]
+        assert len(row["agent"]["ledger"]) <= kept <= len(after["agent"]["ledger"]), (kept, after["agent"]["ledger"])
 
         # HiveOS's watchdog (running since boot: WD_ENABLED=1) is held while the lease runs: its unit stopped and
         # masked for this boot, since its own `wd stop` does nothing.  HiveOS fights back: `hello restartminer` (a
@@ -216,7 +232,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         with ssh(r) as client:
             run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/hello restartminer'")
             assert run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/wd start'")[0] != 0  # masked: nothing starts it
-        wait_for("the agent to stop the miner hello started", lambda: not miner_running(r), timeout=60)
+        wait_for("the agent to stop the miner hello started", lambda: not miner_running(r), timeout=120)
         assert watchdog(r) == ("inactive", "masked-runtime")
 
         # A reboot: hive.service starts the miner at boot; the agent resumes leasing from its state.
@@ -228,7 +244,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
             assert run(client, "systemctl is-system-running --wait")[1].strip() in {"running", "degraded"}
             state = json.loads(run(client, "cat /var/lib/m2p/agent/state.json")[1])
         assert state["state"]["mode"] == "leasing" and state["watchdog_was"] is True
-        wait_for("the miner stopped after the reboot", lambda: not miner_running(r), timeout=60)
+        wait_for("the miner stopped after the reboot", lambda: not miner_running(r), timeout=120)
         # The reboot cleared the mask and HiveOS's boot started its watchdog: held again.
         wait_for("the watchdog held again", lambda: watchdog(r) == ("inactive", "masked-runtime"), timeout=30)
         status = json.loads(api.nodes[r.name]["metadata"]["annotations"]["m2p.io/status"])
@@ -282,7 +298,7 @@ def test_agent_switches_the_real_miner_survives_hello_and_a_reboot(boot_rigs, tm
         finally:
             with ssh(r) as client:
                 run(client, "sudo umount /var/lib/m2p/agent")
-        wait_for("the miner stopped for the lease", lambda: not miner_running(r), timeout=60)
+        wait_for("the miner stopped for the lease", lambda: not miner_running(r), timeout=120)
         api.delete_pod("lease-3")
         wait_for("idle mining again", lambda: api.nodes[r.name]["metadata"]["labels"].get("m2p.io/mode") == "idle-mining")
         assert wait_for("the miner started again", lambda: miner_running(r))

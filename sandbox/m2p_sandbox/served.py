@@ -20,6 +20,10 @@ class _Server(ThreadingHTTPServer):
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        # Go's servers (kube-apiserver, Akash's provider and node) answer on TCP_NODELAY connections (Go's net sets
+        # it on every TCP connection by default); http.server writes an answer's headers and body apart, and without
+        # it the body waits for the client's delayed ACK: 40 ms an answer on a kept connection.
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.open_lock:
             self.open.add(request)
         super().process_request(request, client_address)

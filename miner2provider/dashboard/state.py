@@ -19,7 +19,7 @@ from starlette.requests import Request
 from miner2provider.alerts.dispatch import Outbox
 from miner2provider.core import textfiles
 from miner2provider.core.inventory import Host
-from miner2provider.dashboard.history import DAY_S, History, Window
+from miner2provider.dashboard.history import DAY_S, History, LatestReports, Window
 from miner2provider.detect.report import RigReport, stored_report
 from miner2provider.market.base import ProviderState
 from miner2provider.timeshare.economics import Economics
@@ -49,6 +49,9 @@ class DashboardConfig:
     provider_status: Callable[[], ProviderState] | None = None
     provider_label: str = ""
     alert_outbox: Outbox | None = None  # the alert file's receivers (--alerts): their deliveries go to /metrics
+    # The rigs' latest reports, each decoded once: the pages read them through it, and so does the sweep's alert
+    # judgement where the command gives the same one to both.
+    latest_reports: LatestReports = field(default_factory=LatestReports)
 
 
 @dataclass
@@ -60,9 +63,9 @@ class DashboardState:
     # rig -> (when the history stored its latest report, that report typed): a report is typed once, not
     # on every page (1,000 rigs: ~100 ms a page otherwise).
     reports: dict[str, tuple[float, RigReport | None]] = field(default_factory=dict)
-    # rig -> (when, its latest report as stored): a report is decoded once, not on every page (1,000 rigs of 8 cards
-    # with telemetry: ~110 ms of json.loads a page, a third of the fleet page; docs/benchmarks.md).  Read only.
-    snapshots: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    # config.latest_reports' changes when a page last read it: more since (a page's or a sweep's), and what is alive
+    # is frozen again (``keep_out_of_gc``).
+    reports_changes: int = 0
     provider: tuple[float, ProviderState] | None = None  # (when it was asked, what it said)
     frozen: bool = False  # the caches above are out of the cyclic collector's passes (``keep_out_of_gc``)
 
@@ -127,17 +130,15 @@ def open_inputs(state: DashboardState, now: float) -> list[views.RigInput]:
 
 
 def latest_snapshots(state: DashboardState, history: History) -> dict[str, tuple[float, dict[str, Any]]]:
-    """``History.latest_snapshots()``, decoding only the reports stored since the last call (the cache's)."""
-    stored = history.latest_times()
-    for rig, at in stored.items():
-        if state.snapshots.get(rig, (None,))[0] != at:
-            found = history.latest(rig)  # a sweep may have stored a newer one since: it comes with its own time
-            if found is not None:
-                state.snapshots[rig] = found
-                state.frozen = False
-    for rig in state.snapshots.keys() - stored.keys():
-        state.snapshots.pop(rig, None)
-    return dict(state.snapshots)  # a copy: the pages' worker threads and the scrape's share the cache
+    """``History.latest_snapshots()``, decoding only the reports stored since the last read (config.latest_reports,
+    which the sweep's alert judgement may share: 1,000 rigs of 8 cards with telemetry decoded at every page cost ~110
+    ms, a third of the fleet page; docs/benchmarks.md).  Read only."""
+    cache = state.config.latest_reports
+    latest = cache.read(history)
+    if cache.changes != state.reports_changes:
+        state.reports_changes = cache.changes
+        state.frozen = False
+    return latest
 
 
 def one(state: DashboardState, name: str, days: int, now: float) -> views.RigInput | None:

@@ -151,12 +151,18 @@ class RestStandin(Served):
                                              "withdrawn": withdrawn}}}
 
 
+def _now_rfc3339() -> str:
+    """Now in UTC as Go's JSON writes a time (RFC 3339, fractional seconds, "Z"), as DIA's ``Time`` is."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class PriceFeedStandin(Served):
     """STAND-IN for the two AKT price feeds Akash's bid script reads (akash-network/helm-charts f3d8d46
     charts/akash-provider/scripts/price_script_generic.sh, get_akt_price), on one loopback port:
 
     - DIA, ``GET /v1/assetQuotation/Osmosis/ibc-C2CF...`` -> its quotation (``Symbol``, ``Name``, ``Address``,
-      ``Blockchain``, ``Price``, ``PriceYesterday``, ``VolumeYesterdayUSD``, ``Time``, ``Source``, ``Signature``);
+      ``Blockchain``, ``Price``, ``PriceYesterday``, ``VolumeYesterdayUSD``, ``Time``, ``Source``, ``Signature``),
+      ``Time`` the moment of the answer, as a live quotation's is recent (m2p refuses a stale one);
     - CoinGecko, ``GET /api/v3/simple/price?ids=akash-network&vs_currencies=usd`` -> ``{"akash-network": {"usd"}}``.
 
     ``down`` names the feeds that fail: DIA with 503, CoinGecko with its rate limit's 429 and its own message.
@@ -183,7 +189,7 @@ class PriceFeedStandin(Served):
                 return 503, {"error": "service unavailable"}
             return 200, {"Symbol": "AKT", "Name": "Akash Network", "Address": self.DIA_PATH.rsplit("/", 1)[1],
                          "Blockchain": "Osmosis", "Price": self.price, "PriceYesterday": self.price * 1.02,
-                         "VolumeYesterdayUSD": 123456.7, "Time": "2026-11-29T11:00:00Z", "Source": "diadata.org",
+                         "VolumeYesterdayUSD": 123456.7, "Time": _now_rfc3339(), "Source": "diadata.org",
                          "Signature": "0x" + "ab" * 65}
         if parts.path == self.COINGECKO_PATH and parse_qs(parts.query).get("ids") == ["akash-network"]:
             if "CoinGecko" in self.down:

@@ -5,6 +5,8 @@ provider file's rest_node and akt_usd.  The wallet comes from the STAND-IN node 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from test_dashboard import ECON, INVENTORY, TOKEN  # tests/unit is on sys.path (no package)
@@ -12,7 +14,7 @@ from test_provider_file import GOOD
 from test_wallet_chain import PROVIDER, TENANTS, farm
 
 from m2p_sandbox.akash_chain import ChainStandin
-from m2p_sandbox.akash_rest import RestStandin
+from m2p_sandbox.akash_rest import PriceFeedStandin, RestStandin
 from miner2provider.alerts.config import AlertsConfig
 from miner2provider.alerts.dispatch import Outbox
 from miner2provider.alerts.rules import Rules
@@ -27,7 +29,7 @@ from miner2provider.dashboard.uptime import KEEP_S, UptimeLog
 from miner2provider.dashboard.wallet_view import WalletState, payment_rows, wallet_view
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market import akash
-from miner2provider.market.akash import chain, provider_file
+from miner2provider.market.akash import akt_price, chain, provider_file
 from miner2provider.market.base import ProviderState
 from miner2provider.market.wallet import LeaseRecord, WalletRead
 
@@ -254,3 +256,62 @@ def test_with_akt_usd_feed_the_wallet_is_priced_from_the_feed_and_a_failed_feed_
                                                                         "reads it", ())
     assert unpriced.balance == 4.0 and unpriced.balance_usd is None
     assert unpriced.errors == ("price: no AKT price: DIA: HTTP 503; CoinGecko: HTTP 429",)
+
+
+class DiaQuotedAt(PriceFeedStandin):
+    """The stand-in feeds, DIA's quotation carrying ``quoted_at`` as its Time (None: no Time at all)."""
+
+    def __init__(self, quoted_at: str | None, down: tuple[str, ...] = ()) -> None:
+        self.quoted_at = quoted_at
+        super().__init__(price=0.85, down=down)
+
+    def answer(self, target: str) -> tuple[int, Any]:
+        status, doc = super().answer(target)
+        if target == self.DIA_PATH and status == 200:
+            del doc["Time"]
+            if self.quoted_at is not None:
+                doc["Time"] = self.quoted_at
+        return status, doc
+
+
+QUOTE_NOW = datetime(2026, 11, 29, 14, 5, 12, tzinfo=UTC).timestamp()  # the wall clock the DIA tests read
+
+
+@pytest.mark.parametrize(("quoted_at", "why"), [
+    ("2026-11-29T11:00:00Z", "its quotation is stale (from 2026-11-29T11:00:00Z)"),  # 3 h 5 min old
+    ("2026-11-29T12:05:11.999Z", "its quotation is stale (from 2026-11-29T12:05:11Z)"),  # just past 2 h
+    ("2026-11-29T14:10:13Z", "its quotation is stale (from 2026-11-29T14:10:13Z)"),  # ahead past the 5 min skew
+    ("2026-11-30T01:00:00+10:00", "its quotation is stale (from 2026-11-29T15:00:00Z)"),  # ahead, said in UTC
+    (None, "its quotation has no time"),
+    ("", "its quotation has no time"),
+    ("29 Nov 2026 14:05 <b>", "its quotation has no time"),  # not RFC 3339, and its text is not repeated
+    ("2026-11-29T14:05:12", "its quotation has no time"),  # no offset: no moment
+    ("2026-02-30T14:05:12Z", "its quotation has no time"),
+])
+def test_a_dia_quotation_not_of_now_is_passed_over_for_coingecko(quoted_at, why):
+    feeds = DiaQuotedAt(quoted_at)
+    try:
+        assert akt_price.usd_per_akt(feeds.feeds, clock=lambda: QUOTE_NOW) == (
+            0.85, "CoinGecko, as Akash's bid script reads it")
+        feeds.down = ("CoinGecko",)
+        assert akt_price.usd_per_akt(feeds.feeds, clock=lambda: QUOTE_NOW) == (
+            f"no AKT price: DIA: {why}; CoinGecko: HTTP 429")
+    finally:
+        feeds.close()
+
+
+@pytest.mark.parametrize("quoted_at", [
+    "2026-11-29T14:05:11.123456789Z",  # Go's nanoseconds and "Z", which fromisoformat refuses before Python 3.11
+    "2026-11-29t14:05:11.5z",
+    "2026-11-29T16:05:12+02:00",
+    "2026-11-29T12:05:12Z",  # two hours old, the most a quotation may be
+    "2026-11-29T14:10:12.000000000Z",  # five minutes ahead, the most this machine's clock may lag
+])
+def test_a_fresh_dia_quotation_is_taken_and_the_wallet_says_where_it_came_from(quoted_at):
+    feeds = DiaQuotedAt(quoted_at, down=("CoinGecko",))
+    try:
+        assert akt_price.usd_per_akt(feeds.feeds, clock=lambda: QUOTE_NOW) == (
+            0.85, "DIA, as Akash's bid script reads it")
+    finally:
+        feeds.close()
+    assert len(feeds.paths) == 1  # CoinGecko was not asked

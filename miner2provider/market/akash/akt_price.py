@@ -6,17 +6,22 @@ taken only when it is a number above 0 and at most 1,000,000, and kept 60 minute
     DIA:       {"Symbol": "AKT", "Name": "Akash Network", "Price": 0.85, "PriceYesterday": ..., "Time": "...", ...}
     CoinGecko: {"akash-network": {"usd": 0.85}}
 
-Each is one HTTPS read through core/deadline.py (certificate verified, no redirect, a size cap, a deadline); what
-fails is a reason naming the feed, never its text.  Asked only when the owner chose it: by default m2p asks no one.
+DIA's quotation counts only while its ``Time`` (RFC 3339, as Go writes it: "2026-11-29T14:05:12.123456789Z") is at
+most MAX_QUOTE_AGE_S old and not ahead of this machine's clock by more than CLOCK_SKEW_S; otherwise CoinGecko, which
+carries no time, is asked.  Each is one HTTPS read through core/deadline.py (certificate verified, no redirect, a size
+cap, a deadline); what fails is a reason naming the feed, never its text.  Asked only when the owner chose it: by
+default m2p asks no one.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from miner2provider.core.deadline import NoAnswer, exchange
@@ -29,6 +34,18 @@ TIMEOUT_S = 3.0  # the bid script's --max-time 3
 MAX_BYTES = 64 * 1024
 MAX_USD = 1_000_000.0
 KEEP_S = 3600.0  # the bid script's cache
+# DIA recomputes a live quotation far more often than hourly (its Time is when; not measured here), so two hours
+# leaves room for a slow spell of theirs, and a price kept another hour (KEEP_S) is then at most three hours old,
+# where a quotation DIA stopped recomputing days ago would otherwise be shown as today's.
+MAX_QUOTE_AGE_S = 2 * 3600.0
+CLOCK_SKEW_S = 300.0  # how far DIA's clock may run ahead of this machine's before its time is not believed
+# RFC 3339 date-time; Go writes up to 9 fractional digits, which datetime.fromisoformat refuses before Python 3.11.
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                      r"(?:([Zz])|([+-])(\d{2}):(\d{2}))")
+
+
+class _NotCurrent(Exception):
+    """A quotation that is a price but not one of now; its argument is the reason, in m2p's words."""
 
 
 def _price_in(name: str, doc: Any) -> float:
@@ -40,14 +57,45 @@ def _price_in(name: str, doc: Any) -> float:
     return float(value)
 
 
-def usd_per_akt(feeds: tuple[tuple[str, str], ...] = FEEDS, timeout_s: float = TIMEOUT_S) -> tuple[float, str] | str:
-    """(price, where it came from) from the first feed that gives one, or why none did."""
+def _rfc3339_time(text: Any) -> datetime | None:
+    """The moment, in UTC, an RFC 3339 date-time names (fractions past microseconds dropped), or None when it names
+    none."""
+    found = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        return None
+    year, month, day, hour, minute, second, fraction, _zulu, sign, offset_h, offset_m = found.groups()
+    try:
+        offset = timedelta(hours=int(offset_h or 0), minutes=int(offset_m or 0)) * (-1 if sign == "-" else 1)
+        return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                        int((fraction or "0")[:6].ljust(6, "0")), timezone(offset)).astimezone(UTC)
+    except (ValueError, OverflowError):  # a day, hour or offset out of range (a leap second's :60 too), or UTC's
+        return None                      # moment before year 1 or after 9999
+
+
+def _check_current(doc: Any, now: float) -> None:
+    """Raise _NotCurrent unless DIA's quotation says when it was made and that is recent by ``now``'s clock."""
+    quoted = _rfc3339_time(doc.get("Time"))
+    if quoted is None:
+        raise _NotCurrent("its quotation has no time")
+    age_s = now - quoted.timestamp()
+    if not -CLOCK_SKEW_S <= age_s <= MAX_QUOTE_AGE_S:  # the time is said as parsed, never as the feed wrote it
+        raise _NotCurrent(f"its quotation is stale (from {quoted:%Y-%m-%dT%H:%M:%SZ})")
+
+
+def usd_per_akt(feeds: tuple[tuple[str, str], ...] = FEEDS, timeout_s: float = TIMEOUT_S,
+                clock: Callable[[], float] = time.time) -> tuple[float, str] | str:
+    """(price, where it came from) from the first feed that gives one, or why none did; ``clock`` is the wall
+    clock DIA's quotation time is held against."""
     why = []
     for name, url in feeds:
         try:
             _, body = exchange(url, timeout_s, MAX_BYTES)
-            return _price_in(name, json.loads(body)), f"{name}, as Akash's bid script reads it"
-        except NoAnswer as exc:
+            doc = json.loads(body)
+            price = _price_in(name, doc)
+            if name == "DIA":
+                _check_current(doc, clock())
+            return price, f"{name}, as Akash's bid script reads it"
+        except (NoAnswer, _NotCurrent) as exc:
             why.append(f"{name}: {exc}")
         except (ValueError, TypeError, KeyError, RecursionError):
             why.append(f"{name}: not its price quotation")

@@ -17,8 +17,6 @@ from miner2provider.timeshare import policy
 if TYPE_CHECKING:
     from miner2provider.agent.service import Agent
 
-GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
-
 
 @dataclass
 class Reading:
@@ -70,7 +68,7 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         watchdog_was=agent.watchdog_was, watchdog_checked=agent.watchdog_checked,
         node=None if node is None else (bool(node.get("spec", {}).get("unschedulable")), kube.has_old_taint(node)),
         cordoned_here=agent.node_sync.cordoned_here(), drain=(agent.dir / "drain").exists(),
-        gate_in_spec=gate_in_spec(config.cdi_spec), cdi_spec=config.cdi_spec,
+        gate_in_spec=seen.gate_in_spec(config.cdi_spec, now), cdi_spec=config.cdi_spec,
         mine_on=agent.state.mine_on, beside_since=agent.hand.beside_since)
     if config.miner.watchdog_stop_cmd and rules.watchdog_wanted(agent.state.mode, obs, rig):
         rig = replace(rig, watchdog_running=watchdog_running(agent))
@@ -91,16 +89,3 @@ def watchdog_running(agent: Agent) -> bool | None:
     except (RuntimeError, OSError) as exc:
         agent.say(f"watchdog: {exc}")
         return None
-
-
-def gate_in_spec(path: str) -> bool:
-    """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated without it (the
-    toolkit's nvidia-cdi-refresh after a driver update) would let a lease's container start beside the miner.
-    No spec at all: no container gets the GPUs, so safe."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        text = ""
-    return GATE_MARK in text

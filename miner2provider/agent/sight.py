@@ -1,11 +1,13 @@
 """What the agent sees of its node and of the gate, kept between ticks, with the readers that fill it.
 
 The API's leases and labels stay as last read while the API does not answer (m2p's lease guard errs on the
-safe side).  Reading only: nothing here answers the gate or writes anything.
+safe side); the CDI spec is read again only when the file changed.  Reading only: nothing here answers the
+gate or writes anything.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +15,11 @@ from typing import Any, Callable
 
 from miner2provider.agent.gate import GateDir
 from miner2provider.rigside import kube
+
+GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
+# Timestamps are coarse (a jiffy; 2 s on FAT): a write in the same instant as a reading can leave every
+# stamp as it was, so an answer read this close to the file's last change is not kept (git's racy files).
+SETTLED_S = 2.0
 
 
 @dataclass
@@ -29,6 +36,7 @@ class Sight:
     # The cards each lease pod's containers were given (learnt at the gate): a container that restarts (or
     # crash-loops) gets the same cards again, which stay the lease's between its runs.
     pod_cards: dict[str, frozenset[str]] = field(default_factory=dict)
+    _spec: tuple[str, tuple[int, ...], bool] | None = None  # the CDI spec read: (path, identity, gate in it)
 
     def read_api(self, client: kube.KubeClient, node_name: str, rule: kube.LeaseRule,
                  say: Callable[[str], None]) -> tuple[dict[str, Any] | None, int]:
@@ -124,6 +132,41 @@ class Sight:
                 listed.append({"pod": pod, "since": iso(since) if isinstance(since, (int, float)) else ""})
                 known.add(pod)
         return listed
+
+    def gate_in_spec(self, path: str, now: float) -> bool:
+        """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated without it (the
+        toolkit's nvidia-cdi-refresh after a driver update) would let a lease's container start beside the
+        miner.  The spec rarely changes and a rig's CPU is weak: it is read again only when its identity
+        (spec_identity) differs from the last reading's.  ``now``: the wall clock, the file times'."""
+        stamp = spec_identity(path)
+        if self._spec is not None and self._spec[:2] == (path, stamp):
+            return self._spec[2]
+        carries = spec_carries_gate(path)
+        settled = len(stamp) == 1 or abs(now - stamp[-1] / 1e9) >= SETTLED_S
+        self._spec = (path, stamp, carries) if settled else None
+        return carries
+
+
+def spec_identity(path: str) -> tuple[int, ...]:
+    """The file as os.stat knows it: inode, device, size, mtime and ctime (every write changes ctime and no
+    program can set it back, so an in-place rewrite with its mtime restored is still seen); (errno,) where
+    there is none to stat (a spec that appears or goes is a change)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return (exc.errno or 0,)
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def spec_carries_gate(path: str) -> bool:
+    """No spec at all: no container gets the GPUs, so safe; one that cannot be read: not safe."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        text = ""
+    return GATE_MARK in text
 
 
 def record_cards(record: dict[str, Any], card_map: dict[int, str]) -> frozenset[str] | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -44,6 +45,7 @@ PER_GPU_HOUR = "per GPU-hour"
 PER_HOUR = "per lease-hour"
 UNKNOWN = "unknown: the economics file has no figure for these cards"
 NO_FILE = "unknown: no economics file"
+CHUNK_ROWS = 256  # rows of the file in one chunk of the download (~45 KB)
 
 
 @dataclass(frozen=True)
@@ -81,16 +83,28 @@ def window(days: int, now: float) -> tuple[float, float]:
 
 def text(rigs: Iterable[views.RigInput], economics: Economics, since: float, until: float,
          payments: Iterable[PaymentRow] = ()) -> str:
-    """The whole file (the CLI's and the page's download)."""
-    out = io.StringIO(newline="")
-    csv.writer(out).writerows(rows(rigs, economics, since, until, payments))  # the excel dialect: RFC 4180, CRLF
-    return out.getvalue()
+    """The whole file (the CLI's): the page's download's chunks, joined, so that both are written by one writer."""
+    return "".join(chunks(rows(rigs, economics, since, until, payments)))
+
+
+def chunks(rows: Iterable[list[str]], rows_per_chunk: int = CHUNK_ROWS) -> Iterator[str]:
+    """``rows`` as the file's text, ``rows_per_chunk`` rows at a time (the last chunk may hold fewer): the page's
+    download sends each as it comes, so the server holds a chunk of 1,000 rigs' year, never the whole file."""
+    left = iter(rows)
+    while True:
+        out = io.StringIO(newline="")
+        # a row at a time into the text (a chunk's rows as lists of cells take several times its text's memory)
+        csv.writer(out).writerows(itertools.islice(left, rows_per_chunk))  # the excel dialect: RFC 4180, CRLF
+        if not out.tell():  # no row left (a row, even an empty one, writes its line end)
+            return
+        yield out.getvalue()
 
 
 def rows(rigs: Iterable[views.RigInput], economics: Economics, since: float, until: float,
          payments: Iterable[PaymentRow] = ()) -> Iterator[list[str]]:
     """The header, every rig's spans in [since, until) oldest first, then the payments made in it (a payment read
-    at ``until`` counts)."""
+    at ``until`` counts).  ``payments`` is read only once the last rig's rows are out, so it may be a generator of
+    what reading the rigs found (the download names each payment's rig from the leases of the rigs' ledgers)."""
     yield list(COLUMNS)
     for rig in rigs:
         yield from ledger_rows(rig, economics, since, until)

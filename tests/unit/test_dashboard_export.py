@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
+import sqlite3
 import time
+import tracemalloc
 from datetime import UTC, datetime
 
 import pytest
@@ -14,7 +17,7 @@ from starlette.testclient import TestClient
 from test_dashboard import ECON, INVENTORY, TOKEN, report, sign_in  # tests/unit is on sys.path (no package)
 
 from miner2provider.core import inventory
-from miner2provider.dashboard import ledger_csv
+from miner2provider.dashboard import export, ledger_csv
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.app import DashboardConfig, create_app
 from miner2provider.dashboard.collect import snapshot
@@ -132,3 +135,104 @@ def test_the_fleet_page_and_the_api_show_the_wallet_the_reader_last_read_and_lin
     assert api["balance"] == "12.500000" and api["running_count"] == 1 and api["address"] == "akash1provider"
     with client(signed_in=False) as c:
         assert c.get("/api/wallet", follow_redirects=False).status_code in (303, 401)
+
+
+# -- a large download: streamed, in bounded memory ------------------------------------------
+
+RIGS, LINES = 100, 200  # 20,000 ledger spans: about 3.5 MB of CSV
+EVERY = 20 * 60.0  # a ledger line every 20 minutes: 200 of them fit in the last 4 UTC days whatever the hour
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """RIGS rigs, each with LINES ledger lines (mining and leasing by turns) and its report, read now; a client of
+    the dashboard's app that signs in by the token."""
+    (tmp_path / "rigs.yml").write_text("all:\n  hosts:\n" + "".join(
+        f"    rig{i:03}: {{ansible_host: 10.0.{i // 250}.{i % 250 + 1}}}\n" for i in range(RIGS)))
+    hosts = inventory.load(tmp_path / "rigs.yml").hosts
+    db = tmp_path / "h.sqlite3"
+    now = time.time()
+    with History(db) as h:
+        for host in hosts:
+            r = report(host.name)
+            h.add_snapshot(host.name, now, {**snapshot(r, status_rows([r], {})[0]), "read_at": now})
+            h.add_ledger(host.name, [Entry(now - (LINES - n) * EVERY, "leasing", gpus=1, leases=(f"{host.name}/job",),
+                                           leased=1) if n % 2 else Entry(now - (LINES - n) * EVERY, "mining", gpus=1)
+                                     for n in range(LINES)], seen_at=now)
+    actions = Actions(Fleet(str(tmp_path / "rigs.yml"), SshOptions(known_hosts=tmp_path / "kh"), None, (),
+                            lambda name: name))
+    app = create_app(DashboardConfig(db, list(hosts), ECON, actions, lambda chosen: None, lambda chosen: 0, 0, TOKEN))
+    return app, db, hosts
+
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def whole_file(db, hosts, day):
+    """The file as the whole-file writer wrote it before the download streamed: every row into one buffer, for the
+    window of 4 days up to ``day`` (the download's file name's)."""
+    since, until = ledger_csv.window(4, datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp())[0], time.time()
+    with History(db) as history:
+        inputs = export.ledger_inputs(history, hosts, since, history.latest_snapshots(), export.as_stored)
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows(ledger_csv.rows(inputs, ECON, since, until))
+    return out.getvalue().encode()
+
+
+def test_a_large_download_comes_in_chunks_in_bounded_memory_and_is_the_whole_file(fleet):
+    """20,000 spans: the server sends the file as it writes it, a few hundred rows a chunk, and holds about one chunk
+    and one rig's ledger, not the fleet's ledger and the file (which it did, ~4x the file's size, before)."""
+    app, db, hosts = fleet
+    with TestClient(app, base_url="http://127.0.0.1:8477") as c:
+        assert c.get("/export.csv?days=1", headers=BEARER).status_code == 200  # the reports' cache, as any page fills
+        tracemalloc.start()
+        try:
+            with c.stream("GET", "/export.csv?days=4", headers=BEARER) as answer:
+                digest, size, chunks = hashlib.sha256(), 0, 0
+                for chunk in answer.iter_raw():
+                    digest.update(chunk)
+                    size, chunks = size + len(chunk), chunks + 1
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert answer.status_code == 200 and answer.headers["content-type"] == "text/csv; charset=utf-8"
+    day = answer.headers["content-disposition"].removeprefix('attachment; filename="m2p-ledger-')[:10]
+    assert answer.headers["content-disposition"] == f'attachment; filename="m2p-ledger-{day}-4d.csv"'
+    whole = whole_file(db, hosts, day)
+    assert whole.count(b"\r\n") == 1 + RIGS * LINES and size == len(whole) > 3_000_000
+    assert digest.hexdigest() == hashlib.sha256(whole).hexdigest()
+    assert chunks > 1, "the file came in one piece"
+    assert peak < size / 4, f"{peak:,} bytes at the peak for a file of {size:,}"  # ~14 MB before it streamed
+    assert chunks >= (1 + RIGS * LINES) // ledger_csv.CHUNK_ROWS
+
+
+def test_an_error_before_the_file_is_an_error_answer_and_one_mid_file_cuts_it_without_a_word_of_it(fleet, tmp_path,
+                                                                                                 monkeypatch):
+    """The history fails after 50 rigs' ledgers, with a message that holds a secret: the rows sent so far arrive,
+    then the transfer is cut (the app's error reaches the server, which closes the connection before the last chunk:
+    the download is seen as incomplete), and neither the message nor a traceback is in what arrived.  A history that
+    cannot be read at all is an error answer before any row, not a 200 whose file stops short."""
+    app, db, _ = fleet
+    secret, read = "pw-Sup3rSecret!", History.ledger
+
+    def failing(history, rig, since, until):
+        if rig >= "rig050":
+            raise sqlite3.OperationalError(f"disk I/O error near {secret}")
+        return read(history, rig, since, until)
+
+    monkeypatch.setattr(History, "ledger", failing)
+    arrived = []
+    with TestClient(app, base_url="http://127.0.0.1:8477") as c, c.stream("GET", "/export.csv?days=4",
+                                                                           headers=BEARER) as answer:
+        assert answer.status_code == 200
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            arrived.extend(answer.iter_raw())
+    text = b"".join(arrived).decode()
+    rows = list(csv.DictReader(io.StringIO(text[:text.rindex("\r\n") + 2], newline="")))
+    assert len(rows) >= ledger_csv.CHUNK_ROWS and {r["rig"] for r in rows} <= {f"rig{i:03}" for i in range(50)}
+    assert secret not in text and "Traceback" not in text and "disk I/O" not in text
+    monkeypatch.undo()
+    db.write_bytes(b"not a database, or a newer m2p's")
+    with TestClient(app, base_url="http://127.0.0.1:8477", raise_server_exceptions=False) as c:
+        broken = c.get("/export.csv?days=4", headers=BEARER)
+    assert broken.status_code == 500 and "rig0" not in broken.text and str(tmp_path) not in broken.text

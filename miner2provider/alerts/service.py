@@ -1,7 +1,8 @@
 """Alerts in the dashboard: the rules' state kept between sweeps (in memory), judged after each sweep on what it
 read, and the messages handed to the outbox (dispatch.py), which sends them off the sweep's thread.
 
-The dashboard's sweep calls ``Alerting.sweep_done(nodes, history.latest_snapshots())`` once it stored what it read
+The dashboard's sweep calls ``Alerting.sweep_done(nodes, latest)`` once it stored what it read (``latest``: every
+rig's latest report, as ``History.latest_snapshots()`` gives them, read through the pages' cache)
 (``after_sweep(snapshot)`` takes a Snapshot made otherwise); the provider's answers reach it through
 ``Alerting.watching(ask)``, which wraps the provider's status read, and the wallet's balance through
 ``Alerting.watching_wallet(read)``, which wraps the chain's wallet read and sets ``wallet``.
@@ -47,7 +48,7 @@ class Alerting:
     def sweep_done(self, nodes: Mapping[str, str], latest: Mapping[str, tuple[float, dict[str, Any] | None]],
                    now: float | None = None) -> list[Message]:
         """What the dashboard's sweep calls once it stored the rigs' reports: ``nodes``, the inventory's rigs (rig ->
-        Kubernetes node); ``latest``, ``History.latest_snapshots()``."""
+        Kubernetes node); ``latest``, rig -> (stored at, report), as ``History.latest_snapshots()`` gives it."""
         return self.after_sweep(snapshot_from_history(nodes, latest, self.provider, self.wallet), now)
 
     def watching(self, ask: Callable[[], ProviderState]) -> Callable[[], ProviderState]:

@@ -78,8 +78,11 @@ def _check_current(doc: Any, now: float) -> None:
     if quoted is None:
         raise _NotCurrent("its quotation has no time")
     age_s = now - quoted.timestamp()
-    if not -CLOCK_SKEW_S <= age_s <= MAX_QUOTE_AGE_S:  # the time is said as parsed, never as the feed wrote it
-        raise _NotCurrent(f"its quotation is stale (from {quoted:%Y-%m-%dT%H:%M:%SZ})")
+    said = f"{quoted:%Y-%m-%dT%H:%M:%SZ}"  # the time as parsed, never as the feed wrote it
+    if age_s < -CLOCK_SKEW_S:
+        raise _NotCurrent(f"its quotation's time ({said}) is ahead of this machine's clock")
+    if age_s > MAX_QUOTE_AGE_S:
+        raise _NotCurrent(f"its quotation is stale (from {said})")
 
 
 def usd_per_akt(feeds: tuple[tuple[str, str], ...] = FEEDS, timeout_s: float = TIMEOUT_S,

@@ -4,6 +4,7 @@ attributes, status."""
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from .options import (
 )
 
 DEFAULT_LABEL = marketplace(DEFAULT).label  # the help's examples: m2p_marketplace's default
+POOLED_INDENT = "    # "  # the starter inventory's comments under ``children``
 
 
 @cli.command()
@@ -49,8 +51,16 @@ DEFAULT_LABEL = marketplace(DEFAULT).label  # the help's examples: m2p_marketpla
 @pass_ctx
 def init(ctx: Context, file: str, force: bool) -> None:
     """Write a commented starter inventory to FILE (default rigs.yml)."""
-    write_starter(file, (STARTERS / "inventory.yml").read_text(), force)
+    write_starter(file, starter_inventory(marketplace(DEFAULT)), force)
     ctx.info(f"wrote {file}: edit the hosts, then run `m2p inventory check {file}`")
+
+
+def starter_inventory(market: Marketplace) -> str:
+    """The starter inventory, its pooled-farm comment ending with the marketplace's own reason to pool (the seam's
+    sentence, wrapped as the comment around it; no line where it gives none)."""
+    reason = textwrap.fill(market.pooled_farm, width=108, initial_indent=POOLED_INDENT, subsequent_indent=POOLED_INDENT)
+    line = reason + "\n" if reason else ""
+    return (STARTERS / "inventory.yml").read_text().replace(POOLED_INDENT + "{pooled_farm}\n", line)
 
 
 @cli.group("inventory")

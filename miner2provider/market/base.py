@@ -186,6 +186,12 @@ class Marketplace(Protocol):
         """Why time slices of a GPU must not be offered here, as a sentence's end ("" : it sells them as slices)."""
         ...
 
+    @property
+    def pooled_farm(self) -> str:
+        """Why pooling the farm into one cluster matters to this marketplace, as a sentence for the starter inventory
+        ("" : nothing beyond the shared server)."""
+        ...
+
     def unlisted_card(self, pci_id: str) -> str:
         """What becomes of a card its own card list lacks (``Card.listed`` false), as a sentence."""
         ...

@@ -33,6 +33,28 @@ def test_init_writes_a_valid_starter_inventory(tmp_path, capsys, monkeypatch):
     assert code == 2 and "rigs.yml exists; use --force" in err
 
 
+def test_the_starter_inventory_gives_the_default_marketplaces_reason_to_pool_in_its_own_comment(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """The marketplace's sentence comes through the seam (Marketplace.pooled_farm), wrapped as the comment around
+    it; the template names no marketplace, and a marketplace with no reason leaves no line."""
+    import dataclasses
+    import textwrap
+
+    from miner2provider import market
+    from miner2provider.cli import rigs
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "init")[0] == 0
+    written = (tmp_path / "rigs.yml").read_text()
+    reason = market.marketplace().pooled_farm
+    assert reason and "{pooled_farm}" not in written
+    comment = " ".join(line.strip().removeprefix("# ") for line in written.splitlines() if line.startswith("    # "))
+    assert reason in comment
+    wrapped = textwrap.wrap(reason, width=108, initial_indent=rigs.POOLED_INDENT, subsequent_indent=rigs.POOLED_INDENT)
+    assert "\n".join(wrapped) in written and all(len(line) <= 108 for line in wrapped)
+    quiet = rigs.starter_inventory(dataclasses.replace(market.marketplace(), pooled_farm=""))
+    assert quiet == written.replace("\n".join(wrapped) + "\n", "") and yaml.safe_load(quiet) == yaml.safe_load(written)
+
+
 def test_inventory_errors_are_one_line_with_file_and_line(capsys):
     path = INVENTORIES / "wrong_type.yml"
     code, out, err = run(capsys, "inventory", "check", str(path))

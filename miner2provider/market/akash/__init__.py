@@ -55,6 +55,8 @@ class Akash:
     # Akash's inventory counts a node's GPUs by one model (rules.py).
     one_model_per_node: str = rules.ONE_MODEL_PER_NODE
     slices_sold_whole: str = rules.SLICES_SOLD_WHOLE
+    # Its audit's cluster-wide floor, which only a pooled farm reaches (checkup.py).
+    pooled_farm: str = checkup.POOLED_FARM
 
     def unlisted_card(self, pci_id: str) -> str:
         return rules.unlisted_card(pci_id)

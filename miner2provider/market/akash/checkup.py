@@ -17,6 +17,9 @@ from miner2provider.market.akash.provider_file import ProviderFile
 from miner2provider.market.base import FarmFacts, IngressSight, Verdict
 
 AUDIT_CORES, AUDIT_MEMORY_GIB = 64, 128
+# The starter inventory's reason to pool a farm (market/base.py Marketplace.pooled_farm).
+POOLED_FARM = (f"Akash audits a provider at {AUDIT_CORES} CPU cores and {AUDIT_MEMORY_GIB} GiB RAM across its "
+               "cluster: one rig never reaches that, a pooled farm can.")
 INGRESS_PORTS = (80, 443, 8443, 8444)
 # Where Akash's bid script gets the AKT price, each bid (cached 60 min in the pod): DIA's API, then CoinGecko's
 # (helm-charts @ f3d8d46 charts/akash-provider/scripts/price_script_generic.sh, get_akt_price).

@@ -4,8 +4,11 @@ attributes, status."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import textwrap
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -15,7 +18,7 @@ from miner2provider.core.errors import InventoryProblems, InventoryProblemsListe
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard import ledger_csv
 from miner2provider.dashboard.collect import sweep
-from miner2provider.dashboard.export import as_stored, ledger_inputs
+from miner2provider.dashboard.export import as_stored, each_rig
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
@@ -269,20 +272,20 @@ def history_command(inventory_file: str, limit: str | None, vault_password_file:
     with History(db_path or DEFAULT_PATH) as history:
         reports = sweep(history, hosts, ssh, now)
         if csv_file is not None:
+            for report in reports:  # the table would have said them
+                if not report.ok:
+                    render.echo(click.style(f"{report.name}: this sweep failed: {report.error}", fg="red"), err=True)
             since, until = ledger_csv.window(days, now)
-            inputs = ledger_inputs(history, hosts, since, history.latest_snapshots(), as_stored)
+            # one rig's ledger read at a time, written as it comes: a farm's year is never held whole
+            rigs = each_rig(history, hosts, since, history.latest_snapshots(), as_stored)
+            _write_csv(csv_file, ledger_csv.chunks(ledger_csv.rows(rigs, econ, since, until)))
         else:
             for report in reports:
                 rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),
                                                report.error or ""))
-    if csv_file is not None:
-        for report in reports:  # the table would have said them
-            if not report.ok:
-                render.echo(click.style(f"{report.name}: this sweep failed: {report.error}", fg="red"), err=True)
-        _write_csv(csv_file, ledger_csv.text(inputs, econ, since, until))
-    elif as_json:
+    if csv_file is None and as_json:
         render.echo_json(rows)
-    else:
+    elif csv_file is None:
         render.history_table(rows)
     failed = sum(not r.ok for r in reports)
     if failed:
@@ -299,14 +302,27 @@ def _never_over_an_input(csv_file: str, *inputs: str | Path | None) -> None:
                              "(or -) for the CSV")
 
 
-def _write_csv(file: str, text: str) -> None:
-    """The CSV to standard output (``-``) or FILE, its CRLF line ends as written (RFC 4180)."""
+def _write_csv(file: str, chunks: Iterable[str]) -> None:
+    """The CSV to standard output (``-``) or FILE, its CRLF line ends as written (RFC 4180), chunk by chunk.  FILE is
+    written beside itself and put in place whole at the end: a run that fails midway leaves the last books as they
+    were, never half of new ones."""
     if file == "-":
-        click.echo(text, nl=False)
+        for chunk in chunks:
+            click.echo(chunk, nl=False)
         return
+    target = Path(file)
+    lines = 0
     try:
-        with open(file, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=target.parent or ".",
+                                         prefix=f".{target.name}.", suffix=".part", delete=False) as out:
+            try:
+                for chunk in chunks:
+                    out.write(chunk)
+                    lines += chunk.count("\n")
+            except BaseException:
+                Path(out.name).unlink(missing_ok=True)
+                raise
+        os.replace(out.name, target)
     except OSError as exc:
         raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
-    render.echo(f"wrote {file}: {render.counted(text.count(chr(10)) - 1, 'row')}", err=True)
+    render.echo(f"wrote {file}: {render.counted(lines - 1, 'row')}", err=True)

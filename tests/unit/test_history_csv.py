@@ -111,3 +111,26 @@ def test_history_csv_mistakes_are_one_line(farm, capsys, monkeypatch, extra, cod
     err = capsys.readouterr().err.replace(str(tmp_path), "TMP")
     lines = [line for line in err.splitlines() if "error" in line]
     assert len(lines) == 1 and said.replace("bad.yml", "TMP/bad.yml") in lines[0], err
+
+
+def test_history_csv_that_fails_midway_leaves_the_last_books_as_they_were(farm, capsys, monkeypatch):
+    """The file is written as its rows come (one rig's ledger at a time) beside itself and put in place whole: a disk
+    that fills midway leaves the owner's last books, and no part of the new ones."""
+    args, tmp_path, _ = farm
+    out = tmp_path / "books.csv"
+    out.write_text("the books of last month\n")
+    written, rows = [], ledger_csv.rows
+
+    def rows_then_a_full_disk(*rows_args, **kwargs):
+        for row in rows(*rows_args, **kwargs):
+            written.append(row)
+            if len(written) == 2:  # the header and a span written: then the disk is full
+                raise OSError(28, "No space left on device")
+            yield row
+
+    monkeypatch.setattr("miner2provider.cli.rigs.ledger_csv.rows", rows_then_a_full_disk)
+    assert main([*args, "--days", "2", "--csv", str(out)]) == 2
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith("m2p: error: cannot write ") and said.endswith(": No space left on device"), said
+    assert out.read_text() == "the books of last month\n" and len(written) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["books.csv", "econ.yml", "h.sqlite3", "rigs.yml"]

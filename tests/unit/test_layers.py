@@ -109,13 +109,6 @@ def test_every_agent_module_is_packed(module: str) -> None:
         m.rpartition(".")[2] for m in agent_zipapp.rig_modules()}
 
 
-# Files that still name Akash, each owned by work under way elsewhere (issue 54): the rule or sentence there moves
-# behind the seam when that work lands, and the file leaves this list.  Any other file naming it fails.
-NAMES_AKASH_FOR_NOW = {
-    "detect/facts/amd.py",  # AMD model names and memory written as the marketplace writes them
-}
-
-
 def names_akash(package: Path, allowed: set[Path]) -> list[str]:
     """Every line outside the marketplace seam that names Akash, in any case: the seam is market/akash/ (a path
     with an ``akash`` part) and ``allowed`` (the registry; a folder allows what it holds)."""
@@ -128,7 +121,7 @@ def names_akash(package: Path, allowed: set[Path]) -> list[str]:
 
 def test_only_the_marketplace_seam_names_akash():
     """Akash lives behind the seam (market/base.py): its package, and the registry that names it."""
-    allowed = {PACKAGE / "market" / "__init__.py", *(PACKAGE / name for name in NAMES_AKASH_FOR_NOW)}
+    allowed = {PACKAGE / "market" / "__init__.py"}
     assert names_akash(PACKAGE, allowed) == []
 
 

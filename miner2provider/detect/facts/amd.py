@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from miner2provider.detect.facts.base import Fact, Output
 
 AMD_VENDOR = "1002"
-# (device, revision) -> (Akash-style slug, name as amdgpu.ids has it): the cards mining rigs run.
+# (device, revision) -> (model name, name as amdgpu.ids has it): the cards mining rigs run.  The model name is m2p's
+# key for a card, as gpus.yml's for NVIDIA's (market/cards.py): the marketing model, lower-case letters and digits.
 AMDGPU_IDS = {
     ("67df", "c1"): ("rx580", "AMD Radeon RX 580 Series"), ("67df", "c3"): ("rx580", "AMD Radeon RX 580 Series"),
     ("67df", "e7"): ("rx580", "AMD Radeon RX 580 Series"), ("67df", "c2"): ("rx570", "AMD Radeon RX 570 Series"),
@@ -53,7 +54,7 @@ class AmdGpu:
 
     @property
     def slug(self) -> str:
-        """Akash-style model name (``rx7900xtx``); an unlisted card gets ``amd-<device>-<revision>``."""
+        """m2p's model name (``rx7900xtx``, market/cards.py's form); an unlisted card: ``amd-<device>-<revision>``."""
         return AMDGPU_IDS.get((self.device_id, self.revision), (f"amd-{self.device_id}-{self.revision}", ""))[0]
 
     @property
@@ -62,7 +63,7 @@ class AmdGpu:
 
     @property
     def vram_gib(self) -> int:
-        """Rounded to whole GiB, as Akash writes memory (``24Gi``)."""
+        """Rounded to whole GiB, as a node's memory label is written (``24Gi``)."""
         return round(self.vram_bytes / (1 << 30))
 
 

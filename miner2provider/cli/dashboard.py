@@ -20,6 +20,7 @@ from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.collect import sweep
 from miner2provider.dashboard.history import DEFAULT_PATH, History, LatestReports
 from miner2provider.dashboard.uptime import UptimeLog
+from miner2provider.dashboard.wallet_view import recording
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market import of_farm, pricing
@@ -148,6 +149,8 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
     if alerting is not None and provider_status is not None:
         provider_status = alerting.watching(provider_status)
     wallet_read = _wallet_read(provider_path) if provider_path else None
+    if wallet_read is not None:  # each read's leases' withdrawn amounts kept: the books' payments are their changes
+        wallet_read = recording(db, wallet_read)
     if alerting is not None and wallet_read is not None:
         wallet_read = alerting.watching_wallet(wallet_read)
     # each read of the provider's status leaves an up/down sample beside the history: the page's 7-day uptime

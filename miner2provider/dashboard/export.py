@@ -1,6 +1,7 @@
 """The owner's books as a download (issue 57): ``GET /export.csv?days=N``, the ledger CSV (ledger_csv.py) of
-every rig over the last N UTC calendar days, as ``m2p history --csv`` writes it, with the leases' payments from
-the wallet reader's last read of the chain where the dashboard reads one (wallet_view.payment_rows).
+every rig over the last N UTC calendar days, as ``m2p history --csv`` writes it, with the leases' payments the
+history dated in those days from the wallet reader's reads of the chain, where the dashboard reads one
+(History.lease_payments, wallet_view.payment_rows).
 
 It reads the history and changes nothing; like every route it is served only past guard.py (a session or
 ``Authorization: Bearer``), so the file is the signed-in owner's alone.  It answers as an attachment, so a
@@ -25,11 +26,10 @@ from starlette.routing import Route
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
 from miner2provider.detect.report import RigReport, stored_report
-from miner2provider.market.wallet import WalletRead
 
 from . import ledger_csv, views
 from .state import DashboardState, days_of, latest_snapshots, state_of
-from .wallet_view import WalletState, payment_rows
+from .wallet_view import payment_rows
 
 MEDIA_TYPE = "text/csv; charset=utf-8"  # RFC 4180's type; the rigs' names and leases may be any UTF-8
 
@@ -65,7 +65,7 @@ def export_csv(request: Request) -> Response:
     later chunks are written there too (StreamingResponse reads a plain iterator in the thread pool)."""
     state, days = state_of(request), days_of(request)
     since, until = ledger_csv.window(days, time.time())
-    body = books(state, last_wallet_read(request), since, until)
+    body = books(state, since, until)
     # The first chunk before any header is sent: a history that cannot be read (not a database, a newer m2p's)
     # is answered as an error, not as a 200 whose file stops short.
     first = next(body)
@@ -74,7 +74,7 @@ def export_csv(request: Request) -> Response:
                              headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
-def books(state: DashboardState, read: WalletRead | None, since: float, until: float) -> Iterator[str]:
+def books(state: DashboardState, since: float, until: float) -> Iterator[str]:
     """The file in chunks (ledger_csv.chunks), reading one rig's ledger at a time.  The body is written after the
     endpoint returned, so the generator opens the history and closes it itself: at its end, at an error, or when it
     is dropped (a client that left mid-file).  An error mid-file ends the generator with it; Starlette then cuts the
@@ -84,7 +84,7 @@ def books(state: DashboardState, read: WalletRead | None, since: float, until: f
     with History(state.config.db) as history:
         rigs = each_rig(history, state.config.hosts, since, latest_snapshots(state, history), state.typed)
         yield from ledger_csv.chunks(ledger_csv.rows(noting_pods(rigs, pods), state.config.economics, since, until,
-                                                     payments(read, pods)))
+                                                     payments(history, since, until, pods)))
 
 
 def noting_pods(rigs: Iterable[views.RigInput], pods: dict[str, list[str]]) -> Iterator[views.RigInput]:
@@ -94,21 +94,12 @@ def noting_pods(rigs: Iterable[views.RigInput], pods: dict[str, list[str]]) -> I
         yield rig
 
 
-def payments(read: WalletRead | None, rig_pods: dict[str, list[str]]) -> Iterator[ledger_csv.PaymentRow]:
-    """The leases' payments as the wallet reader last read them (none: no chain is read, or not yet), each on the
-    rig whose ledger in the window names the lease's pods.  A generator: ledger_csv.rows reads it once every rig's
-    rows are out, when ``rig_pods`` names every rig's pods."""
-    if read is not None:
-        yield from payment_rows(read, rig_pods)
-
-
-def last_wallet_read(request: Request) -> WalletRead | None:
-    """The chain as the wallet reader last read it (None: no chain is read, or not yet)."""
-    wallet: WalletState | None = getattr(request.app.state, "wallet", None)
-    if wallet is None:
-        return None
-    with wallet.lock:
-        return wallet.latest
+def payments(history: History, since: float, until: float,
+             rig_pods: dict[str, list[str]]) -> Iterator[ledger_csv.PaymentRow]:
+    """The leases' payments the wallet reader's reads saw in [since, until) (none: no chain is read, or it saw none),
+    each dated at the read that saw it and on the rig whose ledger in the window names the lease's pods.  A
+    generator: ledger_csv.rows reads it once every rig's rows are out, when ``rig_pods`` names every rig's pods."""
+    yield from payment_rows(history.lease_payments(since, until), rig_pods)
 
 
 ROUTES = [Route("/export.csv", export_csv)]

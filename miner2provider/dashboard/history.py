@@ -4,7 +4,7 @@ The rigs keep their own ledgers (rigside/ledger.py, bounded and rotated); the co
 good, merged without duplicates: the same ledger read twice adds nothing (a line is keyed by rig,
 time, mode, API sight and leases).  Snapshots are what `m2p detect --json` reports of a rig; card samples
 each card's temperature and power over the last days (the rig page's charts); the alert rules' state is kept
-across restarts.  The
+across restarts; each lease's withdrawn amount as the wallet's reads saw it change (the books' payments).  The
 schema moves forward by numbered migrations (``PRAGMA user_version``); a database from a newer m2p
 is refused rather than misread.  Default place: ``~/.local/share/m2p/history.sqlite3``.
 """
@@ -21,11 +21,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miner2provider.core.errors import UsageError
 from miner2provider.rigside.ledger import Entry, seconds_by_mode, spans
 from miner2provider.rigside.status import Telemetry
+
+if TYPE_CHECKING:
+    from miner2provider.market.wallet import LeaseRecord
 
 DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
 
@@ -92,6 +95,19 @@ MIGRATIONS = (
         PRIMARY KEY (rig, day)) WITHOUT ROWID;
     CREATE INDEX ledger_open ON ledger (rig) WHERE until IS NULL;
     """,
+    # 10: what each lease had withdrawn from its escrow, as the dashboard's wallet reads saw it (issue 57: the chain
+    # keeps a lease's withdrawn amount to date, not its payments): a row per lease only where a read found its amount
+    # changed since the lease's last row, so the differences between a lease's rows are its payments, dated at the
+    # read that saw each (``lease_payments``).  The amount is the wallet reader's float (market/wallet.py
+    # LeaseRecord); the lease's namespace and rate as that read gave them, so that the payments are placed on rigs
+    # and counted in hours without a read of the chain at hand (``m2p history --csv``).
+    """
+    CREATE TABLE lease_withdrawals (
+        lease TEXT NOT NULL, at REAL NOT NULL, withdrawn REAL NOT NULL, currency TEXT NOT NULL,
+        namespace TEXT NOT NULL, rate_per_hour REAL NOT NULL,
+        PRIMARY KEY (lease, at)) WITHOUT ROWID;
+    CREATE INDEX lease_withdrawals_at ON lease_withdrawals (at);
+    """,
 )
 FILLED_BY_CODE = 9  # the migration whose table ``_sum_days`` fills from the ledger already stored
 DAY_S = 86_400  # a UTC day: epoch seconds know no leap second, so epoch // DAY_S is the UTC day
@@ -101,6 +117,21 @@ SNAPSHOT_EVERY_S = 86_400.0  # how far apart the kept reports of a rig are, at l
 # The agent publishes new figures at most every 5 minutes (agent/telemetry.py PUBLISH_S), so a rig stores at
 # most 2 x 288 readings a card whatever the sweep's pace (docs/dashboard.md has the cost at 1,000 rigs).
 CARDS_KEPT_S = 2 * 86_400.0
+
+
+@dataclass(frozen=True)
+class LeasePayment:
+    """What a lease paid the provider between two of the wallet's reads (``History.lease_payments``), dated at the
+    later read, the one that saw it; a lease's ``first`` is the whole amount it had paid when m2p first read it
+    (the chain keeps no dates), dated at that first read."""
+
+    lease: str  # the lease's id, as the marketplace's tools print it
+    at: float  # the read that saw it (epoch seconds)
+    amount: float  # above zero, in ``currency``
+    currency: str
+    namespace: str  # the lease's Kubernetes namespace, as that read gave it ("" unknown)
+    rate_per_hour: float  # the lease's rate, as that read gave it (0: unknown)
+    first: bool
 
 
 @dataclass(frozen=True)
@@ -284,7 +315,47 @@ class History:
         row = self.db.execute("SELECT state FROM alert_state").fetchone()
         return json.loads(row[0]) if row else None
 
+    def record_withdrawals(self, at: float, leases: Iterable[LeaseRecord]) -> int:
+        """Keep what each of a wallet read's ``leases`` has withdrawn, read at ``at``: a row for a lease only where
+        its amount (or currency) differs from its last row's, so that a lease paid every hour and read every 5
+        minutes keeps ~24 rows a day, not 288.  An amount that is no number, or below zero, is not kept.  Returns
+        the rows added."""
+        latest = {lease.id: lease for lease in leases
+                  if math.isfinite(lease.withdrawn) and lease.withdrawn >= 0}  # a lease listed twice: its last
+        with self._transaction():
+            rows = []
+            for lease in latest.values():
+                last = self.db.execute("SELECT withdrawn, currency FROM lease_withdrawals WHERE lease = ? "
+                                       "ORDER BY at DESC LIMIT 1", (lease.id,)).fetchone()
+                if last != (lease.withdrawn, lease.currency):
+                    rate = lease.rate_per_hour if math.isfinite(lease.rate_per_hour) else 0.0
+                    rows.append((lease.id, at, lease.withdrawn, lease.currency, lease.namespace, rate))
+            before = self.db.total_changes
+            self.db.executemany("INSERT OR IGNORE INTO lease_withdrawals VALUES (?, ?, ?, ?, ?, ?)", rows)
+            return self.db.total_changes - before
+
     # -- queries --------------------------------------------------------------------------
+    def lease_payments(self, since: float, until: float) -> list[LeasePayment]:
+        """The leases' payments seen by reads within [since, until), oldest first: for each kept row of a lease
+        (``record_withdrawals``), its amount less the lease's row before it (which may lie before ``since``).  A
+        lease's first row is one payment of its whole amount (withdrawn before m2p first read the lease).  An
+        amount lower than the row before (the chain reset, or another node read) is a new baseline, no payment; so
+        is a change of currency.  Over all time, a lease whose amount only grew is paid its last amount in all."""
+        rows = self.db.execute(
+            "SELECT w.lease, w.at, w.withdrawn, w.currency, w.namespace, w.rate_per_hour, p.withdrawn, p.currency "
+            "FROM lease_withdrawals w LEFT JOIN lease_withdrawals p ON p.lease = w.lease AND p.at = "
+            "(SELECT max(at) FROM lease_withdrawals b WHERE b.lease = w.lease AND b.at < w.at) "
+            "WHERE w.at >= ? AND w.at < ? ORDER BY w.at, w.lease", (since, until))
+        out = []
+        for lease, at, withdrawn, currency, namespace, rate, before, before_currency in rows:
+            first = before is None
+            if not first and (before_currency != currency or withdrawn <= before):
+                continue  # unchanged can't be (never kept); lower or another currency: a new baseline
+            amount = withdrawn if first else withdrawn - before
+            if amount > 0:
+                out.append(LeasePayment(lease, at, amount, currency, namespace, rate, first))
+        return out
+
     def rigs(self) -> list[RigSummary]:
         rows = self.db.execute("SELECT r.name, r.first_seen, r.last_seen, count(l.at) FROM rigs r "
                                "LEFT JOIN ledger l ON l.rig = r.name GROUP BY r.name ORDER BY r.name")

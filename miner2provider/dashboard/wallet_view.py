@@ -3,6 +3,9 @@ reader's own thread, never in a request) and the 7-day uptime, as a pure view fo
 JSON API; and ``payment_rows``, the leases' payments as the ledger export's rows, each on the rig whose ledger
 names the lease's pods.
 
+The chain keeps what each lease has withdrawn to date, not when: ``recording`` keeps each read's amounts in the
+history, whose changes are the payments, each dated at the read that saw it (History.lease_payments).
+
 Figures say what they are: the balance and the escrow amounts are the chain's; the USD value uses the owner's own
 price (where it was written is shown), never a guess; hours and hourly rates come from block heights at the chain's
 nominal block time, so they are estimates; the completion rate is the marketplace rule's, and below the rule's
@@ -12,12 +15,14 @@ minimum number of leases it is shown as not judged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from miner2provider.market.wallet import CLOSERS, RUNNING, LeaseRecord, WalletRead
 
+from .history import History, LeasePayment
 from .uptime import Uptime, UptimeLog
 
 if TYPE_CHECKING:
@@ -95,11 +100,35 @@ def wallet_view(read: WalletRead | None, uptime: Uptime | None, now: float, conf
     return out
 
 
-def payment_rows(read: WalletRead, rig_pods: Mapping[str, Iterable[str]]) -> list[PaymentRow]:
-    """One row per lease the provider was paid for (withdrawn above zero) and rig it ran on: ``rig_pods`` is each
-    rig's lease pods as its ledger names them (``namespace/name``); a lease whose namespace no rig's ledger names
-    goes on rig "" (unknown), one that ran on several rigs is split evenly between them (the chain pays a lease, not a
-    rig).  ``paid_at`` is the read's time: the chain's lease record keeps what was withdrawn, not when."""
+def recording(db: Path, read: Callable[[], WalletRead]) -> Callable[[], WalletRead]:
+    """``read`` (the chain's wallet read, on the wallet reader's own thread) that also keeps each read's leases'
+    withdrawn amounts in the history at ``db`` (History.record_withdrawals): the books' payments are their changes."""
+    def wallet_read() -> WalletRead:
+        got = read()
+        try:
+            with History(db) as history:
+                history.record_withdrawals(got.at, got.leases)
+        except Exception:  # sqlite3.Error, UsageError, OSError: the page keeps the read; the next read keeps the
+            pass  # change it missed (dated at that read)
+        return got
+    return wallet_read
+
+
+# A payment row's basis: the chain keeps a lease's withdrawn amount to date, m2p dates its changes by its own reads.
+FIRST_READ = ("chain: withdrawn from the lease's escrow before m2p first read the lease (the chain keeps no dates), "
+              "dated at that first read")
+BETWEEN_READS = ("chain: withdrawn from the lease's escrow since the wallet's previous read, dated at the read that "
+                 "saw it")
+HOURS_FROM_RATE = "hours from its rate at the nominal block time"
+NO_RATE = "hours unknown: no rate read"
+
+
+def payment_rows(payments: Iterable[LeasePayment], rig_pods: Mapping[str, Iterable[str]]) -> list[PaymentRow]:
+    """One row per payment (History.lease_payments: what a lease withdrew between two of the wallet's reads, dated at
+    the later) and rig it ran on: ``rig_pods`` is each rig's lease pods as its ledger names them
+    (``namespace/name``); a lease whose namespace no rig's ledger names goes on rig "" (unknown), one that ran on
+    several rigs is split evenly between them (the chain pays a lease, not a rig).  Hours are the amount at the
+    lease's rate (0 where the rate is unknown, and the basis says so)."""
     from .ledger_csv import PaymentRow  # the export's module loads only where rows are made
 
     rigs_of: dict[str, list[str]] = {}
@@ -109,17 +138,15 @@ def payment_rows(read: WalletRead, rig_pods: Mapping[str, Iterable[str]]) -> lis
             if namespace and rig not in rigs_of.setdefault(namespace, []):
                 rigs_of[namespace].append(rig)
     rows = []
-    for lease in sorted(read.leases, key=lambda item: item.id):
-        if lease.withdrawn <= 0:
-            continue
-        rigs = sorted(rigs_of.get(lease.namespace, [])) or [""]
+    for paid in sorted(payments, key=lambda item: (item.at, item.lease)):
+        rigs = sorted(rigs_of.get(paid.namespace, [])) or [""]
         share = 1 / len(rigs)
-        paid_hours = lease.withdrawn / lease.rate_per_hour if lease.rate_per_hour > 0 else (lease.hours or 0.0)
-        basis = ("chain: withdrawn from the lease's escrow to date, as of the wallet's read; hours from its rate at "
-                 "the nominal block time")
+        known = paid.rate_per_hour > 0
+        basis = f"{FIRST_READ if paid.first else BETWEEN_READS}; {HOURS_FROM_RATE if known else NO_RATE}"
         if len(rigs) > 1:
             basis += f"; split evenly over {len(rigs)} rigs"
+        hours = paid.amount / paid.rate_per_hour if known else 0.0
         for rig in rigs:
-            rows.append(PaymentRow(read.at, rig, lease.id, paid_hours, lease.withdrawn * share,
-                                   lease.currency, lease.rate_per_hour * share, basis))
+            rows.append(PaymentRow(paid.at, rig, paid.lease, hours, paid.amount * share, paid.currency,
+                                   paid.rate_per_hour * share, basis))
     return rows

@@ -96,26 +96,34 @@ def test_the_download_needs_the_session_or_the_token_like_every_route(served):
         assert c.get("/export.csv?days=0", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 400
 
 
-def test_the_download_adds_the_leases_payments_the_wallet_reader_last_read(served):
-    """The chain paid 1.5 AKT for the lease whose pods run in namespace ``lease`` (rig02's ledger names
-    ``lease/job``) and 0.2 AKT for one in a namespace no rig's ledger names; a lease that paid nothing yet has no
-    row.  The lease ids are the chain's (a tenant picks none of them, but the guard holds for any text)."""
+def test_the_download_adds_the_leases_payments_the_wallet_readers_reads_saw_in_its_days(served, tmp_path):
+    """Three reads of the chain kept in the history: the lease whose pods run in namespace ``lease`` (rig02's ledger
+    names ``lease/job``) had withdrawn 1.5 AKT when first read three days ago, 2.1 two hours ago and 2.4 a minute
+    ago; one in a namespace no rig's ledger names, 0.2 AKT when first read two hours ago; a lease that paid nothing
+    has no row.  Over the last 2 days: the payments dated at the reads in them, the first read's out of the window.
+    The lease ids are the chain's (a tenant picks none of them, but the guard holds for any text)."""
     client, now = served
 
     def lease(lease_id, namespace, withdrawn):
         return LeaseRecord(lease_id, "akash1tenant", namespace, "closed", "closed", "tenant", 0.0, withdrawn, 0.3,
                            "closed", 5.0)
 
-    read = WalletRead(now - 60, "akash1provider", "AKT", 12.5, (
-        lease("akash1tenant/10/1/1", "lease", 1.5), lease("akash1tenant/11/1/1", "gone", 0.2),
-        lease("akash1tenant/12/1/1", "lease", 0.0)), None)
-    with client(wallet=read) as c:
+    with History(tmp_path / "h.sqlite3") as h:  # what the wallet reader's thread kept (wallet_view.recording)
+        h.record_withdrawals(now - 3 * 24 * HOUR, [lease("akash1tenant/10/1/1", "lease", 1.5)])
+        h.record_withdrawals(now - 2 * HOUR, [lease("akash1tenant/10/1/1", "lease", 2.1),
+                                              lease("akash1tenant/11/1/1", "gone", 0.2),
+                                              lease("akash1tenant/12/1/1", "lease", 0.0)])
+        h.record_withdrawals(now - 60, [lease("akash1tenant/10/1/1", "lease", 2.4)])
+    with client() as c:
         rows = list(csv.DictReader(io.StringIO(c.get("/export.csv?days=2").text, newline="")))
-    paid = [(r["rig"], r["leases"], r["amount"], r["currency"], r["lease_rate"], r["hours"]) for r in rows
-            if r["record"] == "payment"]
-    assert paid == [("", "akash1tenant/11/1/1", "0.2", "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
-                    ("rig02", "akash1tenant/10/1/1", "1.5", "AKT", "0.3", "5.000000")]
-    assert [r["record"] for r in rows] == ["ledger"] * 4 + ["payment"] * 2
+    paid = [(r["start"], r["rig"], r["leases"], round(float(r["amount"]), 9), r["currency"], r["lease_rate"],
+             r["hours"]) for r in rows if r["record"] == "payment"]
+    at = [ledger_csv._iso(now - 2 * HOUR), ledger_csv._iso(now - 60)]
+    assert paid == [(at[0], "", "akash1tenant/11/1/1", 0.2, "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
+                    (at[0], "rig02", "akash1tenant/10/1/1", 0.6, "AKT", "0.3", "2.000000"),
+                    (at[1], "rig02", "akash1tenant/10/1/1", 0.3, "AKT", "0.3", "1.000000")]
+    assert [r["record"] for r in rows] == ["ledger"] * 4 + ["payment"] * 3
+    assert "before m2p first read the lease" in rows[4]["basis"] and "previous read" in rows[5]["basis"]
 
 
 def test_the_fleet_page_and_the_api_show_the_wallet_the_reader_last_read_and_link_the_books(served):

@@ -23,10 +23,11 @@ from miner2provider.core import inventory
 from miner2provider.core.errors import ProviderFileError
 from miner2provider.dashboard.actions import Actions, Fleet
 from miner2provider.dashboard.app import DashboardConfig, create_app
+from miner2provider.dashboard.history import LeasePayment
 from miner2provider.dashboard.ledger_csv import PaymentRow
 from miner2provider.dashboard.pages import TEMPLATES
 from miner2provider.dashboard.uptime import KEEP_S, UptimeLog
-from miner2provider.dashboard.wallet_view import WalletState, payment_rows, wallet_view
+from miner2provider.dashboard.wallet_view import BETWEEN_READS, FIRST_READ, WalletState, payment_rows, wallet_view
 from miner2provider.detect.ssh import SshOptions
 from miner2provider.market import akash
 from miner2provider.market.akash import akt_price, chain, provider_file
@@ -127,20 +128,19 @@ def test_the_wallet_low_rule_fires_on_the_chains_balance_and_resolves_when_toppe
 
 def test_payments_go_to_the_rig_whose_ledger_names_the_leases_pods():
     one, two, three = (f"{TENANTS[n]}/{n}/1/1/{PROVIDER}" for n in (1, 2, 3))
-    read = WalletRead(5000.0, PROVIDER, "AKT", 1.0, (
-        record(one, withdrawn=1.2, rate_per_hour=0.3), record(two, withdrawn=2.0, rate_per_hour=0.5),
-        record(three, withdrawn=0.9, rate_per_hour=0.3), record(f"{TENANTS[4]}/4/1/1/{PROVIDER}", withdrawn=0.0)),
-        None)
+    payments = [LeasePayment(lease_id, 5000.0, amount, "AKT", chain.namespace(lease_id), rate, first)
+                for lease_id, amount, rate, first in [(one, 1.2, 0.3, True), (two, 2.0, 0.5, False),
+                                                      (three, 0.9, 0.3, True)]]
     pods = {"rig01": [f"{chain.namespace(one)}/web-0", f"{chain.namespace(two)}/gpu-0"],
             "rig02": [f"{chain.namespace(two)}/gpu-1", "other/pod"]}
-    rows = payment_rows(read, pods)
-    basis = ("chain: withdrawn from the lease's escrow to date, as of the wallet's read; hours from its rate at the "
-             "nominal block time")
+    rows = payment_rows(payments, pods)
+    first = f"{FIRST_READ}; hours from its rate at the nominal block time"
+    between = f"{BETWEEN_READS}; hours from its rate at the nominal block time"
     assert all(isinstance(row, PaymentRow) and row.paid_at == 5000.0 for row in rows)
-    split = basis + "; split evenly over 2 rigs"
+    split = between + "; split evenly over 2 rigs"
     assert sorted((r.rig, r.lease, round(r.hours, 9), r.amount, r.currency, r.rate, r.basis) for r in rows) == [
-        ("", three, 3.0, 0.9, "AKT", 0.3, basis),  # no rig's ledger names it
-        ("rig01", one, 4.0, 1.2, "AKT", 0.3, basis), ("rig01", two, 4.0, 1.0, "AKT", 0.25, split),
+        ("", three, 3.0, 0.9, "AKT", 0.3, first),  # no rig's ledger names it
+        ("rig01", one, 4.0, 1.2, "AKT", 0.3, first), ("rig01", two, 4.0, 1.0, "AKT", 0.25, split),
         ("rig02", two, 4.0, 1.0, "AKT", 0.25, split)]
 
 

@@ -143,7 +143,8 @@ def dashboard_command(inventory_file: str, limit: str | None, vault_password_fil
         if kube_api is None or kube_token_file is None:
             return 0
         with History(db) as history:
-            return kube_sweep.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20))
+            return kube_sweep.collect(history, KubeClient(kube_api, kube_token_file, kube_ca, timeout_s=20),
+                                      rigs={h.node_name: h.name for h in chosen})  # the inventory's word
 
     provider_status = _provider_status(provider_path, provider_status_url, hosts) if provider_path else None
     if alerting is not None and provider_status is not None:

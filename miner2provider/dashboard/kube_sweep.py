@@ -1,19 +1,30 @@
 """Collecting from a farm's Kubernetes API: one list of the nodes the agents label (``m2p.io/mode``,
-with their ``m2p.io/status`` annotation) covers a pooled farm of any size, between SSH sweeps."""
+with their ``m2p.io/status`` annotation) covers a pooled farm of any size, between SSH sweeps.  The cards'
+readings the status carries go to the rig's day charts too, so a rig the dashboard reaches only through the
+API is charted as one it sweeps over SSH."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from miner2provider.dashboard.history import History
 from miner2provider.rigside.kube import ApiError, KubeClient
-from miner2provider.rigside.status import MODE_LABEL, node_states
+from miner2provider.rigside.status import MODE_LABEL, node_states, telemetry_from
 
 
-def collect(history: History, client: KubeClient, now: float | None = None) -> int:
-    """Store what the API says of every labelled node; returns how many.  ApiError when it cannot be read."""
+def collect(history: History, client: KubeClient, now: float | None = None,
+            rigs: Mapping[str, str] | None = None) -> int:
+    """Store what the API says of every labelled node; returns how many.  ``rigs``: node name -> rig name, the
+    inventory's (never the node's own word: a rig's kubelet may annotate only its own node, and the inventory says
+    whose node that is); each such node's card readings are stored as its rig's.  ApiError when it cannot be read."""
+    at = time.time() if now is None else now
     states = node_states(client.nodes(MODE_LABEL))
-    history.set_nodes(states, time.time() if now is None else now)
+    history.set_nodes(states, at)
+    for node, (_, status) in states.items():
+        rig = (rigs or {}).get(node)
+        if rig is not None:  # the same reading an SSH sweep stored already adds nothing (keyed by its read_at)
+            history.add_cards(rig, telemetry_from(status.get("telemetry")), at)
     return len(states)
 
 

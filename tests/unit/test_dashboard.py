@@ -474,6 +474,44 @@ def test_modes_from_the_api_win_over_an_older_sweep(world, tmp_path):
         api.close()
 
 
+def test_a_rig_read_only_through_the_api_is_charted_and_a_node_no_rig_owns_is_not(tmp_path):
+    """The cards' readings in a node's status go to its rig's day charts, the rig named by the inventory (node name
+    -> rig), never by the node: an unknown node's readings are stored for no one, and the same reading listed again
+    adds nothing."""
+    import json
+    from datetime import UTC, datetime
+
+    from m2p_sandbox.kube_api import KubeApiStandin  # the STAND-IN API server, on loopback
+    from miner2provider.dashboard import kube_sweep
+    from miner2provider.rigside.kube import KubeClient
+
+    read_at = time.time() - 30
+    stamp = datetime.fromtimestamp(read_at, UTC).isoformat(timespec="seconds")
+
+    def status(temperature: float) -> str:
+        return json.dumps({"mode": "leasing", "telemetry": {"read_at": stamp, "error": "", "cards": [
+            {"index": 0, "uuid": "GPU-1", "name": "NVIDIA GeForce RTX 3090", "pci": "00000000:01:00.0",
+             "health": "ok", "why": "", "temperature_c": temperature, "power_w": 301.5}]}})
+
+    api = KubeApiStandin()
+    try:
+        assert api.authority is not None
+        (tmp_path / "ca.crt").write_bytes(api.authority.pem)
+        api.admin_tokens.add(admin := "admin-" + "z" * 20)
+        (tmp_path / "admin").write_text(admin)
+        for node, temperature in (("k3s-rig07", 71.0), ("stranger", 99.0)):
+            api.add_node(node, f"agent-{node}", labels={"m2p.io/mode": "leasing"})
+            api.nodes[node]["metadata"]["annotations"] = {"m2p.io/status": status(temperature)}
+        client = KubeClient(api.url, str(tmp_path / "admin"), str(tmp_path / "ca.crt"))
+        with History(tmp_path / "h.sqlite3") as h:
+            for _ in range(2):
+                assert kube_sweep.collect(h, client, rigs={"k3s-rig07": "rig07"}) == 2
+            assert h.card_samples("rig07", read_at - 60) == {0: [(pytest.approx(read_at, abs=1), 71.0, 301.5)]}
+            assert h.card_samples("stranger", 0) == {} and h.card_samples("k3s-rig07", 0) == {}
+    finally:
+        api.close()
+
+
 def test_node_states_skip_foreign_nodes_and_unreadable_annotations():
     from miner2provider.dashboard.kube_sweep import node_states
 

@@ -18,7 +18,7 @@ from miner2provider.core.errors import InventoryProblems, InventoryProblemsListe
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard import ledger_csv
 from miner2provider.dashboard.collect import sweep
-from miner2provider.dashboard.export import as_stored, each_rig
+from miner2provider.dashboard.export import as_stored, book_rows
 from miner2provider.dashboard.history import DEFAULT_PATH, History
 from miner2provider.detect.report import RigReport
 from miner2provider.detect.ssh import SshOptions
@@ -276,9 +276,10 @@ def history_command(inventory_file: str, limit: str | None, vault_password_file:
                 if not report.ok:
                     render.echo(click.style(f"{report.name}: this sweep failed: {report.error}", fg="red"), err=True)
             since, until = ledger_csv.window(days, now)
-            # one rig's ledger read at a time, written as it comes: a farm's year is never held whole
-            rigs = each_rig(history, hosts, since, history.latest_snapshots(), as_stored)
-            _write_csv(csv_file, ledger_csv.chunks(ledger_csv.rows(rigs, econ, since, until)))
+            # one rig's ledger read at a time, written as it comes (a farm's year is never held whole), then the
+            # payments the dashboard's wallet reads kept in this history
+            rows_of = book_rows(history, hosts, history.latest_snapshots(), as_stored, econ, since, until)
+            _write_csv(csv_file, ledger_csv.chunks(rows_of))
         else:
             for report in reports:
                 rows.append(render.history_row(report.name, history.seconds_per_day(report.name, days, now),

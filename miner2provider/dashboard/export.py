@@ -26,6 +26,7 @@ from starlette.routing import Route
 from miner2provider.core.inventory import Host
 from miner2provider.dashboard.history import History
 from miner2provider.detect.report import RigReport, stored_report
+from miner2provider.timeshare.economics import Economics
 
 from . import ledger_csv, views
 from .state import DashboardState, days_of, latest_snapshots, state_of
@@ -80,11 +81,18 @@ def books(state: DashboardState, since: float, until: float) -> Iterator[str]:
     is dropped (a client that left mid-file).  An error mid-file ends the generator with it; Starlette then cuts the
     transfer before its last chunk, so the client sees the file incomplete, and no word of the error is written
     into it."""
-    pods: dict[str, list[str]] = {}
     with History(state.config.db) as history:
-        rigs = each_rig(history, state.config.hosts, since, latest_snapshots(state, history), state.typed)
-        yield from ledger_csv.chunks(ledger_csv.rows(noting_pods(rigs, pods), state.config.economics, since, until,
-                                                     payments(history, since, until, pods)))
+        yield from ledger_csv.chunks(book_rows(history, state.config.hosts, latest_snapshots(state, history),
+                                               state.typed, state.config.economics, since, until))
+
+
+def book_rows(history: History, hosts: list[Host], latest: dict[str, tuple[float, dict[str, Any]]], typed: Typed,
+              economics: Economics, since: float, until: float) -> Iterator[list[str]]:
+    """The books' rows (ledger_csv.rows), the download's and ``m2p history --csv``'s: every host's spans in [since,
+    until), one rig's ledger read at a time, then the leases' payments the history keeps for the window."""
+    pods: dict[str, list[str]] = {}
+    rigs = each_rig(history, hosts, since, latest, typed)
+    yield from ledger_csv.rows(noting_pods(rigs, pods), economics, since, until, payments(history, since, until, pods))
 
 
 def noting_pods(rigs: Iterable[views.RigInput], pods: dict[str, list[str]]) -> Iterator[views.RigInput]:

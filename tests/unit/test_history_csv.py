@@ -134,3 +134,26 @@ def test_history_csv_that_fails_midway_leaves_the_last_books_as_they_were(farm, 
     assert said.startswith("m2p: error: cannot write ") and said.endswith(": No space left on device"), said
     assert out.read_text() == "the books of last month\n" and len(written) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["books.csv", "econ.yml", "h.sqlite3", "rigs.yml"]
+
+
+def test_history_csv_gives_the_payments_the_dashboards_wallet_reads_kept(farm, capsys):
+    """The dashboard's wallet reader keeps each lease's withdrawn amount as its reads see it change (the same history
+    file): the CLI's books carry those payments after the spans, dated at the read that saw each, as the download."""
+    from miner2provider.dashboard.history import History
+    from miner2provider.market.wallet import LeaseRecord
+
+    args, tmp_path, now = farm
+
+    def lease(withdrawn: float) -> LeaseRecord:
+        return LeaseRecord("akash1t/77/1/1/akash1p", "akash1t", "ns-elsewhere", "running", "active", "", 5.0,
+                           withdrawn, 0.5, "open", None)
+
+    with History(tmp_path / "h.sqlite3") as h:
+        h.record_withdrawals(now - 4 * HOUR, [lease(1.0)])
+        h.record_withdrawals(now - 1 * HOUR, [lease(2.5)])
+    assert main([*args, "--days", "2", "--csv", "-"]) == 11  # rig02 failed
+    payments = [r for r in rows_of(capsys.readouterr().out) if r["record"] == "payment"]
+    assert [(r["rig"], r["leases"], r["amount"], r["currency"], r["hours"]) for r in payments] == [
+        ("", "akash1t/77/1/1/akash1p", "1", "AKT", "2.000000"), ("", "akash1t/77/1/1/akash1p", "1.5", "AKT", "3.000000")]
+    assert [datetime.fromisoformat(r["start"]).timestamp() for r in payments] == [
+        pytest.approx(now - 4 * HOUR, abs=1e-3), pytest.approx(now - HOUR, abs=1e-3)]

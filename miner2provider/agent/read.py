@@ -68,7 +68,7 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         watchdog_was=agent.watchdog_was, watchdog_checked=agent.watchdog_checked,
         node=None if node is None else (bool(node.get("spec", {}).get("unschedulable")), kube.has_old_taint(node)),
         cordoned_here=agent.node_sync.cordoned_here(), drain=(agent.dir / "drain").exists(),
-        gate_in_spec=seen.gate_in_spec(config.cdi_spec, now), cdi_spec=config.cdi_spec,
+        gate_in_spec=seen.gate_in_spec(config.cdi_spec, agent.clock), cdi_spec=config.cdi_spec,
         mine_on=agent.state.mine_on, beside_since=agent.hand.beside_since)
     if config.miner.watchdog_stop_cmd and rules.watchdog_wanted(agent.state.mode, obs, rig):
         rig = replace(rig, watchdog_running=watchdog_running(agent))

@@ -8,6 +8,7 @@ gate or writes anything.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -133,17 +134,19 @@ class Sight:
                 known.add(pod)
         return listed
 
-    def gate_in_spec(self, path: str, now: float) -> bool:
+    def gate_in_spec(self, path: str, clock: Callable[[], float] = time.time) -> bool:
         """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated without it (the
         toolkit's nvidia-cdi-refresh after a driver update) would let a lease's container start beside the
         miner.  The spec rarely changes and a rig's CPU is weak: it is read again only when its identity
-        (spec_identity) differs from the last reading's.  ``now``: the wall clock, the file times'."""
+        (spec_identity) differs from the last reading's.  An answer is kept only from a whole read (or no file), and
+        only once the file has settled by ``clock`` (the wall clock, the file times', read right after the stat): a
+        read that failed (EIO, EMFILE) answers "not safe" this tick and is tried again at the next."""
         stamp = spec_identity(path)
         if self._spec is not None and self._spec[:2] == (path, stamp):
             return self._spec[2]
-        carries = spec_carries_gate(path)
-        settled = len(stamp) == 1 or abs(now - stamp[-1] / 1e9) >= SETTLED_S
-        self._spec = (path, stamp, carries) if settled else None
+        settled = len(stamp) == 1 or abs(clock() - stamp[-1] / 1e9) >= SETTLED_S
+        carries, whole = spec_carries_gate(path)
+        self._spec = (path, stamp, carries) if settled and whole else None
         return carries
 
 
@@ -158,15 +161,16 @@ def spec_identity(path: str) -> tuple[int, ...]:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def spec_carries_gate(path: str) -> bool:
-    """No spec at all: no container gets the GPUs, so safe; one that cannot be read: not safe."""
+def spec_carries_gate(path: str) -> tuple[bool, bool]:
+    """(whether the spec carries the gate, whether that was read whole).  No spec at all: no container gets the GPUs,
+    so safe; one that cannot be read: not safe."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        return True
+        return True, True
     except OSError:
-        text = ""
-    return GATE_MARK in text
+        return False, False
+    return GATE_MARK in text, True
 
 
 def record_cards(record: dict[str, Any], card_map: dict[int, str]) -> frozenset[str] | None:

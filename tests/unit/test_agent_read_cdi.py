@@ -60,15 +60,15 @@ def test_an_in_place_rewrite_without_the_gate_and_its_mtime_restored_is_seen_at_
     before = spec.stat()
     sight, now = Sight(), settled_now(spec)
     opened = opens_of(monkeypatch, spec)
-    assert [sight.gate_in_spec(str(spec), now) for _ in range(3)] == [True] * 3 and len(opened) == 1
+    assert [sight.gate_in_spec(str(spec), lambda: now) for _ in range(3)] == [True] * 3 and len(opened) == 1
     time.sleep(0.1)  # past the file system's timestamp granularity (a jiffy): the rewrite's ctime is another
     spec.write_text(WITHOUT_GATE)  # the same file, truncated and written again
     os.utime(spec, ns=(before.st_atime_ns, before.st_mtime_ns))
     after = spec.stat()
     assert (after.st_ino, after.st_dev, after.st_size, after.st_mtime_ns) == (
         before.st_ino, before.st_dev, before.st_size, before.st_mtime_ns)  # only ctime tells
-    assert sight.gate_in_spec(str(spec), now) is False and len(opened) == 2
-    assert sight.gate_in_spec(str(spec), now) is False and len(opened) == 2
+    assert sight.gate_in_spec(str(spec), lambda: now) is False and len(opened) == 2
+    assert sight.gate_in_spec(str(spec), lambda: now) is False and len(opened) == 2
 
 
 def test_a_spec_that_goes_is_safe_and_one_that_appears_without_the_gate_is_not(tmp_path, monkeypatch):
@@ -76,26 +76,31 @@ def test_a_spec_that_goes_is_safe_and_one_that_appears_without_the_gate_is_not(t
     spec.write_text(WITH_GATE)
     sight, now = Sight(), settled_now(spec)
     opened = opens_of(monkeypatch, spec)
-    assert sight.gate_in_spec(str(spec), now) is True
+    assert sight.gate_in_spec(str(spec), lambda: now) is True
     spec.unlink()
-    assert sight.gate_in_spec(str(spec), now) is True  # no spec: no container gets the GPUs
-    assert sight.gate_in_spec(str(spec), now) is True and len(opened) == 2  # still none: not read again
+    assert sight.gate_in_spec(str(spec), lambda: now) is True  # no spec: no container gets the GPUs
+    assert sight.gate_in_spec(str(spec), lambda: now) is True and len(opened) == 2  # still none: not read again
     spec.write_text(WITHOUT_GATE)
-    assert sight.gate_in_spec(str(spec), settled_now(spec)) is False and len(opened) == 3
+    assert sight.gate_in_spec(str(spec), lambda: settled_now(spec)) is False and len(opened) == 3
 
 
-def test_a_spec_that_cannot_be_read_is_not_safe(tmp_path, monkeypatch):
+def test_a_spec_that_cannot_be_read_is_not_safe_and_is_read_again_next_tick(tmp_path, monkeypatch):
+    """A failed read (EIO, EMFILE: a passing fault) answers "not safe" and is not kept: the next tick reads again, so
+    the rig is back on the market as soon as the spec reads, not only when the file changes."""
     spec = tmp_path / "nvidia.yaml"
     spec.write_text(WITH_GATE)
-    read_text = Path.read_text
+    read_text, failing = Path.read_text, [True]
 
     def refused(self, *args, **kwargs):
-        if self == spec:  # chmod 000 stops no root reader: the refusal is made here
-            raise PermissionError(13, "Permission denied", str(self))
+        if self == spec and failing[0]:  # chmod 000 stops no root reader: the refusal is made here
+            raise OSError(5, "Input/output error", str(self))
         return read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", refused)
-    assert Sight().gate_in_spec(str(spec), settled_now(spec)) is False
+    sight = Sight()
+    assert sight.gate_in_spec(str(spec), lambda: settled_now(spec)) is False
+    failing[0] = False
+    assert sight.gate_in_spec(str(spec), lambda: settled_now(spec)) is True
 
 
 def test_an_answer_read_in_the_instant_of_a_write_is_not_kept(tmp_path, monkeypatch):
@@ -106,8 +111,10 @@ def test_an_answer_read_in_the_instant_of_a_write_is_not_kept(tmp_path, monkeypa
     changed = spec.stat().st_ctime
     sight = Sight()
     opened = opens_of(monkeypatch, spec)
-    assert sight.gate_in_spec(str(spec), changed) and sight.gate_in_spec(str(spec), changed + SETTLED_S / 2)
+    assert sight.gate_in_spec(str(spec), lambda: changed)
+    assert sight.gate_in_spec(str(spec), lambda: changed + SETTLED_S / 2)
     assert len(opened) == 2
-    assert sight.gate_in_spec(str(spec), changed + SETTLED_S) and sight.gate_in_spec(str(spec), changed + SETTLED_S)
+    settled = changed + SETTLED_S
+    assert sight.gate_in_spec(str(spec), lambda: settled) and sight.gate_in_spec(str(spec), lambda: settled)
     assert len(opened) == 3
 

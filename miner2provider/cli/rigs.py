@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 import textwrap
 import time
@@ -304,26 +306,57 @@ def _never_over_an_input(csv_file: str, *inputs: str | Path | None) -> None:
 
 
 def _write_csv(file: str, chunks: Iterable[str]) -> None:
-    """The CSV to standard output (``-``) or FILE, its CRLF line ends as written (RFC 4180), chunk by chunk.  FILE is
-    written beside itself and put in place whole at the end: a run that fails midway leaves the last books as they
-    were, never half of new ones."""
+    """The CSV to standard output (``-``) or FILE, its CRLF line ends as written (RFC 4180), chunk by chunk.  A new
+    or regular FILE is written beside itself and put in place whole at the end (a run that fails midway leaves the
+    last books as they were, never half of new ones), with the old file's mode (a new one's: the umask's); anything
+    else (a device, a pipe, a symbolic link) is written through, as it is."""
     if file == "-":
         for chunk in chunks:
             click.echo(chunk, nl=False)
         return
     target = Path(file)
-    lines = 0
     try:
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=target.parent or ".",
-                                         prefix=f".{target.name}.", suffix=".part", delete=False) as out:
-            try:
-                for chunk in chunks:
-                    out.write(chunk)
-                    lines += chunk.count("\n")
-            except BaseException:
-                Path(out.name).unlink(missing_ok=True)
-                raise
-        os.replace(out.name, target)
+        lines = _written_beside(target, chunks) if _replaceable(target) else _written_through(target, chunks)
     except OSError as exc:
         raise UsageError(f"cannot write {textfiles.shown(file)}: {exc.strerror}") from None
     render.echo(f"wrote {file}: {render.counted(lines - 1, 'row')}", err=True)
+
+
+def _replaceable(target: Path) -> bool:
+    try:
+        return stat.S_ISREG(target.lstat().st_mode)
+    except FileNotFoundError:
+        return True
+
+
+def _written_through(target: Path, chunks: Iterable[str]) -> int:
+    lines = 0
+    with open(target, "w", encoding="utf-8", newline="") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            lines += chunk.count("\n")
+    return lines
+
+
+def _written_beside(target: Path, chunks: Iterable[str]) -> int:
+    part = tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=target.parent, delete=False,
+                                       prefix=f".{target.name}.", suffix=".part")
+    try:
+        with part:
+            lines = 0
+            for chunk in chunks:
+                part.write(chunk)
+                lines += chunk.count("\n")
+            part.flush()
+            os.fsync(part.fileno())
+        if target.exists():
+            shutil.copymode(target, part.name)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(part.name, 0o666 & ~umask)
+        os.replace(part.name, target)
+    except BaseException:
+        Path(part.name).unlink(missing_ok=True)
+        raise
+    return lines

@@ -157,3 +157,30 @@ def test_history_csv_gives_the_payments_the_dashboards_wallet_reads_kept(farm, c
         ("", "akash1t/77/1/1/akash1p", "1", "AKT", "2.000000"), ("", "akash1t/77/1/1/akash1p", "1.5", "AKT", "3.000000")]
     assert [datetime.fromisoformat(r["start"]).timestamp() for r in payments] == [
         pytest.approx(now - 4 * HOUR, abs=1e-3), pytest.approx(now - HOUR, abs=1e-3)]
+
+
+def test_history_csv_writes_through_what_is_no_regular_file_and_keeps_a_files_mode(farm, capsys):
+    """A symbolic link stays a link (its file gets the books), a FILE's mode stays, a new file gets the umask's; a
+    directory is refused with nothing left beside it."""
+    import os
+    import stat
+
+    args, tmp_path, _ = farm
+    real = tmp_path / "books-2026.csv"
+    real.write_text("old\n")
+    real.chmod(0o640)
+    (tmp_path / "books.csv").symlink_to(real.name)
+    assert main([*args, "--days", "2", "--csv", str(tmp_path / "books.csv")]) == 11  # rig02 failed
+    assert (tmp_path / "books.csv").is_symlink() and real.read_text().startswith("record,start,end,")
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    umask = os.umask(0o027)
+    try:
+        assert main([*args, "--days", "2", "--csv", str(tmp_path / "new.csv")]) == 11
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "new.csv").stat().st_mode) == 0o640
+    (tmp_path / "adir").mkdir()
+    capsys.readouterr()
+    assert main([*args, "--days", "2", "--csv", str(tmp_path / "adir")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]

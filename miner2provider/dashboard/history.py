@@ -21,14 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from miner2provider.core.errors import UsageError
+from miner2provider.market.wallet import CLOSED, LeaseRecord
 from miner2provider.rigside.ledger import Entry, seconds_by_mode, spans
 from miner2provider.rigside.status import Telemetry
-
-if TYPE_CHECKING:
-    from miner2provider.market.wallet import LeaseRecord
 
 DEFAULT_PATH = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "m2p/history.sqlite3"
 
@@ -96,17 +94,21 @@ MIGRATIONS = (
     CREATE INDEX ledger_open ON ledger (rig) WHERE until IS NULL;
     """,
     # 10: what each lease had withdrawn from its escrow, as the dashboard's wallet reads saw it (issue 57: the chain
-    # keeps a lease's withdrawn amount to date, not its payments): a row per lease only where a read found its amount
-    # changed since the lease's last row, so the differences between a lease's rows are its payments, dated at the
-    # read that saw each (``lease_payments``).  The amount is the wallet reader's float (market/wallet.py
-    # LeaseRecord); the lease's namespace and rate as that read gave them, so that the payments are placed on rigs
-    # and counted in hours without a read of the chain at hand (``m2p history --csv``).
+    # keeps a lease's withdrawn amount to date, not its payments).  A lease's amount only grows on the chain, so a row
+    # is kept only where a read found it above every amount kept for the lease (a node that lags, or answers a lease
+    # without its escrow as 0, is wrong, never a refund): a lease's rows rise, each step a payment dated at the read
+    # that saw it (``lease_payments``).  ``baseline``: the lease's first row was read when it had closed already, so
+    # what it withdrew is no payment of m2p's time (a new history's first read would put every past lease on one day).
+    # The amount is the wallet reader's float (market/wallet.py LeaseRecord); the lease's namespace and rate as that
+    # read gave them, so that the payments are placed on rigs and counted in hours without a read of the chain at hand
+    # (``m2p history --csv``).
     """
     CREATE TABLE lease_withdrawals (
         lease TEXT NOT NULL, at REAL NOT NULL, withdrawn REAL NOT NULL, currency TEXT NOT NULL,
-        namespace TEXT NOT NULL, rate_per_hour REAL NOT NULL,
+        namespace TEXT NOT NULL, rate_per_hour REAL NOT NULL, baseline INTEGER NOT NULL,
         PRIMARY KEY (lease, at)) WITHOUT ROWID;
-    CREATE INDEX lease_withdrawals_at ON lease_withdrawals (at);
+    CREATE INDEX lease_withdrawals_at ON lease_withdrawals (at, lease);
+    CREATE INDEX lease_withdrawals_amount ON lease_withdrawals (lease, withdrawn);
     """,
 )
 FILLED_BY_CODE = 9  # the migration whose table ``_sum_days`` fills from the ledger already stored
@@ -282,19 +284,26 @@ class History:
         """Store the cards' temperature and power of one reading of the agent (keyed by its ``read_at``: the
         same reading swept again adds nothing), and forget the rig's readings older than CARDS_KEPT_S.  A
         reading dated after ``now`` (the rig's clock ahead) is stored at ``now``.  Returns the rows added."""
-        at = telemetry.read_at_s() if telemetry is not None else None
-        if telemetry is None or at is None or not telemetry.cards:
-            return 0
-        at = min(at, now)
-        if self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?", (rig, at)).fetchone():
-            return 0  # stored already: most sweeps (a minute apart) find the same reading (5 minutes apart)
-        rows = [(rig, at, card.index, card.temperature_c, card.power_w) for card in telemetry.cards]
+        return self.add_cards_of([(rig, telemetry)], now)
+
+    def add_cards_of(self, readings: Iterable[tuple[str, Telemetry | None]], now: float) -> int:
+        """``add_cards`` for many rigs' readings in one transaction (an API sweep's 1,000 nodes: one commit, not one a
+        node).  Returns the rows added."""
+        added = 0
         with self._transaction():
-            before = self.db.total_changes
-            self.db.executemany("INSERT OR IGNORE INTO card_samples VALUES (?, ?, ?, ?, ?)", rows)
-            added = self.db.total_changes - before
-            self.db.execute("DELETE FROM card_samples WHERE rig = ? AND at < ?", (rig, now - CARDS_KEPT_S))
-            return added
+            for rig, telemetry in readings:
+                at = telemetry.read_at_s() if telemetry is not None else None
+                if telemetry is None or at is None or not telemetry.cards:
+                    continue
+                at = min(at, now)
+                if self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?", (rig, at)).fetchone():
+                    continue  # stored already: most sweeps (a minute apart) find the same reading (5 minutes apart)
+                rows = [(rig, at, card.index, card.temperature_c, card.power_w) for card in telemetry.cards]
+                before = self.db.total_changes
+                self.db.executemany("INSERT OR IGNORE INTO card_samples VALUES (?, ?, ?, ?, ?)", rows)
+                added += self.db.total_changes - before
+                self.db.execute("DELETE FROM card_samples WHERE rig = ? AND at < ?", (rig, now - CARDS_KEPT_S))
+        return added
 
     def card_samples(self, rig: str, since: float) -> dict[int, list[tuple[float, float | None, float | None]]]:
         """The rig's card readings from ``since`` on: card index -> [(at, temperature °C, power W)], oldest first."""
@@ -317,44 +326,50 @@ class History:
 
     def record_withdrawals(self, at: float, leases: Iterable[LeaseRecord]) -> int:
         """Keep what each of a wallet read's ``leases`` has withdrawn, read at ``at``: a row for a lease only where
-        its amount (or currency) differs from its last row's, so that a lease paid every hour and read every 5
-        minutes keeps ~24 rows a day, not 288.  An amount that is no number, or below zero, is not kept.  Returns
-        the rows added."""
+        its amount is above every amount kept for it, in the currency of its first row (a lease paid every hour and
+        read every 5 minutes keeps ~24 rows a day, not 288; a lower amount or another currency is a wrong answer,
+        kept nowhere).  A lease first read closed keeps its first row as a baseline, not a payment.  An amount that
+        is no number, or below zero, is not kept.  Returns the rows added."""
         latest = {lease.id: lease for lease in leases
                   if math.isfinite(lease.withdrawn) and lease.withdrawn >= 0}  # a lease listed twice: its last
         with self._transaction():
             rows = []
             for lease in latest.values():
-                last = self.db.execute("SELECT withdrawn, currency FROM lease_withdrawals WHERE lease = ? "
-                                       "ORDER BY at DESC LIMIT 1", (lease.id,)).fetchone()
-                if last != (lease.withdrawn, lease.currency):
+                currency, highest = self.db.execute("SELECT min(currency), max(withdrawn) FROM lease_withdrawals "
+                                                    "WHERE lease = ?", (lease.id,)).fetchone()
+                if highest is None or (lease.currency == currency and lease.withdrawn > highest):
                     rate = lease.rate_per_hour if math.isfinite(lease.rate_per_hour) else 0.0
-                    rows.append((lease.id, at, lease.withdrawn, lease.currency, lease.namespace, rate))
+                    baseline = highest is None and lease.status == CLOSED
+                    rows.append((lease.id, at, lease.withdrawn, lease.currency, lease.namespace, rate, int(baseline)))
             before = self.db.total_changes
-            self.db.executemany("INSERT OR IGNORE INTO lease_withdrawals VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self.db.executemany("INSERT OR IGNORE INTO lease_withdrawals VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             return self.db.total_changes - before
 
     # -- queries --------------------------------------------------------------------------
-    def lease_payments(self, since: float, until: float) -> list[LeasePayment]:
-        """The leases' payments seen by reads within [since, until), oldest first: for each kept row of a lease
-        (``record_withdrawals``), its amount less the lease's row before it (which may lie before ``since``).  A
-        lease's first row is one payment of its whole amount (withdrawn before m2p first read the lease).  An
-        amount lower than the row before (the chain reset, or another node read) is a new baseline, no payment; so
-        is a change of currency.  Over all time, a lease whose amount only grew is paid its last amount in all."""
-        rows = self.db.execute(
-            "SELECT w.lease, w.at, w.withdrawn, w.currency, w.namespace, w.rate_per_hour, p.withdrawn, p.currency "
-            "FROM lease_withdrawals w LEFT JOIN lease_withdrawals p ON p.lease = w.lease AND p.at = "
-            "(SELECT max(at) FROM lease_withdrawals b WHERE b.lease = w.lease AND b.at < w.at) "
-            "WHERE w.at >= ? AND w.at < ? ORDER BY w.at, w.lease", (since, until))
-        out = []
-        for lease, at, withdrawn, currency, namespace, rate, before, before_currency in rows:
-            first = before is None
-            if not first and (before_currency != currency or withdrawn <= before):
-                continue  # unchanged can't be (never kept); lower or another currency: a new baseline
-            amount = withdrawn if first else withdrawn - before
-            if amount > 0:
-                out.append(LeasePayment(lease, at, amount, currency, namespace, rate, first))
-        return out
+    def lease_payments(self, since: float, until: float, page: int = 2000) -> Iterator[LeasePayment]:
+        """The leases' payments seen by reads within [since, until), by time then lease: each kept row of a lease
+        (``record_withdrawals``: they rise) less the lease's highest amount below it, which may lie before ``since``
+        (by amount, not time: a clock stepped back dates a payment oddly but never counts it twice).  A lease's first
+        row is one payment of its whole amount (withdrawn before m2p first read the lease), unless it is a baseline.
+        Read ``page`` rows at a time, each page a statement of its own: a slow download holds no read open, and a
+        year of 1,000 leases is never held whole."""
+        after: tuple[float, str] = (since, "")
+        while True:
+            rows = self.db.execute(
+                "SELECT w.lease, w.at, w.withdrawn, w.currency, w.namespace, w.rate_per_hour, w.baseline, (SELECT "
+                "max(b.withdrawn) FROM lease_withdrawals b WHERE b.lease = w.lease AND b.withdrawn < w.withdrawn) "
+                "FROM lease_withdrawals w WHERE (w.at, w.lease) > (?, ?) AND w.at < ? ORDER BY w.at, w.lease LIMIT ?",
+                (*after, until, page)).fetchall()
+            for lease, at, withdrawn, currency, namespace, rate, baseline, before in rows:
+                first = before is None
+                if first and baseline:
+                    continue
+                amount = withdrawn - (before or 0.0)
+                if amount > 0:
+                    yield LeasePayment(lease, at, amount, currency, namespace, rate, first)
+            if len(rows) < page:
+                return
+            after = (rows[-1][1], rows[-1][0])
 
     def rigs(self) -> list[RigSummary]:
         rows = self.db.execute("SELECT r.name, r.first_seen, r.last_seen, count(l.at) FROM rigs r "

@@ -21,10 +21,9 @@ def collect(history: History, client: KubeClient, now: float | None = None,
     at = time.time() if now is None else now
     states = node_states(client.nodes(MODE_LABEL))
     history.set_nodes(states, at)
-    for node, (_, status) in states.items():
-        rig = (rigs or {}).get(node)
-        if rig is not None:  # the same reading an SSH sweep stored already adds nothing (keyed by its read_at)
-            history.add_cards(rig, telemetry_from(status.get("telemetry")), at)
+    owned = [(rigs[node], telemetry_from(status.get("telemetry"))) for node, (_, status) in states.items()
+             if rigs and node in rigs]  # the same reading an SSH sweep stored already adds nothing (keyed by read_at)
+    history.add_cards_of(owned, at)
     return len(states)
 
 

@@ -102,14 +102,14 @@ def chunks(rows: Iterable[list[str]], rows_per_chunk: int = CHUNK_ROWS) -> Itera
 
 def rows(rigs: Iterable[views.RigInput], economics: Economics, since: float, until: float,
          payments: Iterable[PaymentRow] = ()) -> Iterator[list[str]]:
-    """The header, every rig's spans in [since, until) oldest first, then the payments made in it (a payment read
-    at ``until`` counts).  ``payments`` is read only once the last rig's rows are out, so it may be a generator of
-    what reading the rigs found (the download names each payment's rig from the leases of the rigs' ledgers)."""
+    """The header, every rig's spans in [since, until) oldest first, then the payments read in it, in the order they
+    come (History.lease_payments': by time, then lease).  ``payments`` is read only once the last rig's rows are
+    out, so it may be a generator of what reading the rigs found (the download names each payment's rig from the
+    leases of the rigs' ledgers)."""
     yield list(COLUMNS)
     for rig in rigs:
         yield from ledger_rows(rig, economics, since, until)
-    yield from (payment_row(p) for p in sorted(payments, key=lambda p: (p.paid_at, p.rig, p.lease))
-                if since <= p.paid_at <= until)
+    yield from (payment_row(p) for p in payments if since <= p.paid_at < until)
 
 
 def ledger_rows(rig: views.RigInput, economics: Economics, since: float, until: float) -> Iterator[list[str]]:

@@ -15,8 +15,8 @@ minimum number of leases it is shown as not judged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,8 +108,10 @@ def recording(db: Path, read: Callable[[], WalletRead]) -> Callable[[], WalletRe
         try:
             with History(db) as history:
                 history.record_withdrawals(got.at, got.leases)
-        except Exception:  # sqlite3.Error, UsageError, OSError: the page keeps the read; the next read keeps the
-            pass  # change it missed (dated at that read)
+        except Exception:  # sqlite3.Error, UsageError, OSError: the page keeps the read and says what was not kept;
+            # the next read keeps the change it missed (dated at that read)
+            return replace(got, errors=(*got.errors, "the leases' payments of this read were not kept in the history "
+                                                     "(it could not be written): the books miss them until a read is"))
         return got
     return wallet_read
 
@@ -123,12 +125,14 @@ HOURS_FROM_RATE = "hours from its rate at the nominal block time"
 NO_RATE = "hours unknown: no rate read"
 
 
-def payment_rows(payments: Iterable[LeasePayment], rig_pods: Mapping[str, Iterable[str]]) -> list[PaymentRow]:
+def payment_rows(payments: Iterable[LeasePayment], rig_pods: Mapping[str, Iterable[str]]) -> Iterator[PaymentRow]:
     """One row per payment (History.lease_payments: what a lease withdrew between two of the wallet's reads, dated at
     the later) and rig it ran on: ``rig_pods`` is each rig's lease pods as its ledger names them
     (``namespace/name``); a lease whose namespace no rig's ledger names goes on rig "" (unknown), one that ran on
     several rigs is split evenly between them (the chain pays a lease, not a rig).  Hours are the amount at the
-    lease's rate (0 where the rate is unknown, and the basis says so)."""
+    lease's rate (0 where the rate is unknown, and the basis says so); each rig's share of a lease ran all its hours,
+    at its share of the rate.  In the order the payments come (History.lease_payments': by time, then lease), each
+    made as it comes: a year of payments is never held whole."""
     from .ledger_csv import PaymentRow  # the export's module loads only where rows are made
 
     rigs_of: dict[str, list[str]] = {}
@@ -137,8 +141,7 @@ def payment_rows(payments: Iterable[LeasePayment], rig_pods: Mapping[str, Iterab
             namespace = str(pod).partition("/")[0]
             if namespace and rig not in rigs_of.setdefault(namespace, []):
                 rigs_of[namespace].append(rig)
-    rows = []
-    for paid in sorted(payments, key=lambda item: (item.at, item.lease)):
+    for paid in payments:
         rigs = sorted(rigs_of.get(paid.namespace, [])) or [""]
         share = 1 / len(rigs)
         known = paid.rate_per_hour > 0
@@ -147,6 +150,5 @@ def payment_rows(payments: Iterable[LeasePayment], rig_pods: Mapping[str, Iterab
             basis += f"; split evenly over {len(rigs)} rigs"
         hours = paid.amount / paid.rate_per_hour if known else 0.0
         for rig in rigs:
-            rows.append(PaymentRow(paid.at, rig, paid.lease, hours, paid.amount * share, paid.currency,
-                                   paid.rate_per_hour * share, basis))
-    return rows
+            yield PaymentRow(paid.at, rig, paid.lease, hours, paid.amount * share, paid.currency,
+                             paid.rate_per_hour * share, basis)

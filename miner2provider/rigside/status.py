@@ -299,7 +299,7 @@ def node_states(items: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, A
             continue
         try:
             status = json.loads((meta.get("annotations") or {}).get(STATUS_ANNOTATION) or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # a rig may annotate its node with JSON nested past the parser's depth
             status = {}
         # A label value is at most 63 characters in Kubernetes; whoever can label the node may still try more.
         out[str(meta["name"])[:253]] = (mode[:63], status if isinstance(status, dict) else {})

@@ -42,7 +42,7 @@ def test_an_old_database_upgrades_with_its_data_and_a_newer_one_is_refused(tmp_p
     db.commit()
     db.close()
     with History(path) as h:
-        assert h.version == len(MIGRATIONS) == 9
+        assert h.version == len(MIGRATIONS) == 10
         assert h.ledger("rig01", NOW - 1, NOW + 1) == [Entry(NOW, "mining", gpus=2)]
         assert h.add_cards("rig01", reading(NOW, 60.0, 70.0), NOW) == 2
         assert h.alert_state() is None

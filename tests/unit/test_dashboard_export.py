@@ -105,8 +105,8 @@ def test_the_download_adds_the_leases_payments_the_wallet_readers_reads_saw_in_i
     client, now = served
 
     def lease(lease_id, namespace, withdrawn):
-        return LeaseRecord(lease_id, "akash1tenant", namespace, "closed", "closed", "tenant", 0.0, withdrawn, 0.3,
-                           "closed", 5.0)
+        return LeaseRecord(lease_id, "akash1tenant", namespace, "running", "active", "", 1.0, withdrawn, 0.3,
+                           "open", 5.0)
 
     with History(tmp_path / "h.sqlite3") as h:  # what the wallet reader's thread kept (wallet_view.recording)
         h.record_withdrawals(now - 3 * 24 * HOUR, [lease("akash1tenant/10/1/1", "lease", 1.5)])
@@ -119,11 +119,11 @@ def test_the_download_adds_the_leases_payments_the_wallet_readers_reads_saw_in_i
     paid = [(r["start"], r["rig"], r["leases"], round(float(r["amount"]), 9), r["currency"], r["lease_rate"],
              r["hours"]) for r in rows if r["record"] == "payment"]
     at = [ledger_csv._iso(now - 2 * HOUR), ledger_csv._iso(now - 60)]
-    assert paid == [(at[0], "", "akash1tenant/11/1/1", 0.2, "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
-                    (at[0], "rig02", "akash1tenant/10/1/1", 0.6, "AKT", "0.3", "2.000000"),
+    assert paid == [(at[0], "rig02", "akash1tenant/10/1/1", 0.6, "AKT", "0.3", "2.000000"),  # by time, then lease
+                    (at[0], "", "akash1tenant/11/1/1", 0.2, "AKT", "0.3", "0.666667"),  # rig "": no ledger names it
                     (at[1], "rig02", "akash1tenant/10/1/1", 0.3, "AKT", "0.3", "1.000000")]
     assert [r["record"] for r in rows] == ["ledger"] * 4 + ["payment"] * 3
-    assert "before m2p first read the lease" in rows[4]["basis"] and "previous read" in rows[5]["basis"]
+    assert "before m2p first read the lease" in rows[5]["basis"] and "previous read" in rows[4]["basis"]
 
 
 def test_the_fleet_page_and_the_api_show_the_wallet_the_reader_last_read_and_link_the_books(served):

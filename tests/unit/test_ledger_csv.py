@@ -124,9 +124,11 @@ def test_mining_at_the_measured_hashrate_says_so_and_unknown_prices_are_left_emp
 
 
 def test_payments_follow_the_ledger_in_the_window_and_a_payment_that_is_no_number_is_refused():
-    paid = [PaymentRow(T0 + 5 * HOUR, "rig01", "akash1t/77/1/1", 4.0, 1.234567, "AKT", 0.3086, "chain: escrow"),
+    # in the order the history gives them (by time): the CSV keeps it, and one before the window is left out
+    paid = [PaymentRow(T0 - 1, "rig01", "akash1t/70/1/1", 1.0, 9.0, "AKT", 9.0, "before the window"),
             PaymentRow(T0 + 2 * HOUR, "rig02", "akash1t/78/1/1", 1.5, 0.5, "AKT", 0.3333333333333, "chain: escrow"),
-            PaymentRow(T0 - 1, "rig01", "akash1t/70/1/1", 1.0, 9.0, "AKT", 9.0, "before the window")]
+            PaymentRow(T0 + 5 * HOUR, "rig01", "akash1t/77/1/1", 4.0, 1.234567, "AKT", 0.3086, "chain: escrow"),
+            PaymentRow(T0 + DAY, "rig01", "akash1t/79/1/1", 1.0, 2.0, "AKT", 2.0, "read at the window's end: out")]
     rows = read_back(ledger_csv.text([rig([Entry(T0, "mining", gpus=1)], T0 + HOUR)], ECON, T0, T0 + DAY, paid))
     assert [(r["record"], r["rig"], r["leases"], r["hours"], r["amount"], r["currency"], r["lease_rate"],
              r["rate_unit"]) for r in rows] == [

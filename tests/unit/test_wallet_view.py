@@ -133,7 +133,7 @@ def test_payments_go_to_the_rig_whose_ledger_names_the_leases_pods():
                                                       (three, 0.9, 0.3, True)]]
     pods = {"rig01": [f"{chain.namespace(one)}/web-0", f"{chain.namespace(two)}/gpu-0"],
             "rig02": [f"{chain.namespace(two)}/gpu-1", "other/pod"]}
-    rows = payment_rows(payments, pods)
+    rows = list(payment_rows(payments, pods))
     first = f"{FIRST_READ}; hours from its rate at the nominal block time"
     between = f"{BETWEEN_READS}; hours from its rate at the nominal block time"
     assert all(isinstance(row, PaymentRow) and row.paid_at == 5000.0 for row in rows)
@@ -225,7 +225,9 @@ def test_akt_usd_feed_asks_dia_then_coingecko_as_the_bid_script_does_and_keeps_t
         feeds.down, feeds.price = (), 2e6  # over the bid script's 1,000,000: no price
         assert akt_price.usd_per_akt(feeds.feeds) == ("no AKT price: DIA: not its price quotation; CoinGecko: not its "
                                                       "price quotation")
-        feeds.price, clock = 0.5, [0.0]
+        feeds.price, feeds.down = 10 ** 400, ("DIA",)  # an integer no float holds: a wrong quotation, said as one
+        assert akt_price.usd_per_akt(feeds.feeds) == "no AKT price: DIA: HTTP 503; CoinGecko: not its price quotation"
+        feeds.price, feeds.down, clock = 0.5, (), [0.0]
         price = akt_price.kept(lambda: akt_price.usd_per_akt(feeds.feeds), clock=lambda: clock[0])
         asked = len(feeds.paths)
         assert price()[0] == 0.5 and price()[0] == 0.5 and len(feeds.paths) == asked + 1  # kept

@@ -41,7 +41,7 @@ MAX_QUOTE_AGE_S = 2 * 3600.0
 CLOCK_SKEW_S = 300.0  # how far DIA's clock may run ahead of this machine's before its time is not believed
 # RFC 3339 date-time; Go writes up to 9 fractional digits, which datetime.fromisoformat refuses before Python 3.11.
 _RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-                      r"(?:([Zz])|([+-])(\d{2}):(\d{2}))")
+                      r"(?:([Zz])|([+-])(\d{2}):(\d{2}))", re.ASCII)
 
 
 class _NotCurrent(Exception):
@@ -100,7 +100,7 @@ def usd_per_akt(feeds: tuple[tuple[str, str], ...] = FEEDS, timeout_s: float = T
             return price, f"{name}, as Akash's bid script reads it"
         except (NoAnswer, _NotCurrent) as exc:
             why.append(f"{name}: {exc}")
-        except (ValueError, TypeError, KeyError, RecursionError):
+        except (ValueError, TypeError, KeyError, RecursionError, OverflowError):  # a 400-digit Price overflows
             why.append(f"{name}: not its price quotation")
     return "no AKT price: " + "; ".join(why)
 

@@ -588,6 +588,22 @@ def _check_duplicates(hosts: list[Host]) -> None:
                 where=host.where,
             )
         seen[key] = host
+    _check_node_names(hosts)
+
+
+def _check_node_names(hosts: list[Host]) -> None:
+    """A pooled farm is one cluster, where a node name is one rig: k3s refuses a second node of that name (its node
+    password), and the dashboard reads each node's status as that rig's."""
+    named: dict[str, Host] = {}
+    for host in hosts:
+        if not set(host.groups) & set(POOL_GROUPS):
+            continue  # a rig in neither group is a cluster of its own
+        first = named.setdefault(host.node_name.lower(), host)
+        if first is not host:
+            raise InventoryError(
+                f"host {host.name!r} has the same Kubernetes node name {host.node_name!r} as {first.name!r} "
+                f"({first.where}): one pooled farm cannot hold two nodes of one name; set k3s_node_name apart",
+                where=host.where)
 
 
 def vault_lib(password: bytes) -> Any:

@@ -329,6 +329,22 @@ def test_spellings_of_one_address_are_one_rig(tmp_path):
     assert code == 3 and "one rig listed twice" in err, err
 
 
+def test_two_rigs_of_one_pooled_farm_cannot_share_a_node_name(tmp_path):
+    """One cluster, one node per name: k3s would refuse the second rig, and the dashboard would read one rig's node
+    as the other's (its card charts, its mode).  Rigs that are clusters of their own may share one."""
+    path = tmp_path / "rigs.yml"
+    path.write_text("all:\n  children:\n    k3s_server:\n      hosts:\n        a:\n          ansible_host: 10.0.0.1\n"
+                    "          k3s_node_name: Worker\n    k3s_agent:\n      hosts:\n        b:\n"
+                    "          ansible_host: 10.0.0.2\n          k3s_node_name: worker\n")
+    code, out, err = m2p("inventory", "check", str(path))
+    assert code == 3 and "same Kubernetes node name 'worker' as 'a'" in err and f"{path}:" in err, err
+    alone = tmp_path / "alone.yml"
+    alone.write_text("all:\n  hosts:\n    a:\n      ansible_host: 10.0.0.1\n      k3s_node_name: worker\n"
+                     "    b:\n      ansible_host: 10.0.0.2\n      k3s_node_name: worker\n")
+    code, out, err = m2p("inventory", "check", str(alone))
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("name", ["rig\nnext", "rig\u202e1", "rig 1", "rig\x1b[2J"])
 def test_host_names_are_printable(tmp_path, name):
     path = tmp_path / "rigs.yml"

@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 import click
 
@@ -330,11 +331,16 @@ def _replaceable(target: Path) -> bool:
 
 
 def _written_through(target: Path, chunks: Iterable[str]) -> int:
-    lines = 0
     with open(target, "w", encoding="utf-8", newline="") as out:
-        for chunk in chunks:
-            out.write(chunk)
-            lines += chunk.count("\n")
+        return _copied(chunks, out)
+
+
+def _copied(chunks: Iterable[str], out: IO[str]) -> int:
+    """Write ``chunks`` to ``out``; the lines written."""
+    lines = 0
+    for chunk in chunks:
+        out.write(chunk)
+        lines += chunk.count("\n")
     return lines
 
 
@@ -343,10 +349,7 @@ def _written_beside(target: Path, chunks: Iterable[str]) -> int:
                                        prefix=f".{target.name}.", suffix=".part")
     try:
         with part:
-            lines = 0
-            for chunk in chunks:
-                part.write(chunk)
-                lines += chunk.count("\n")
+            lines = _copied(chunks, part)
             part.flush()
             os.fsync(part.fileno())
         if target.exists():

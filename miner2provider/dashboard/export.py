@@ -37,12 +37,6 @@ MEDIA_TYPE = "text/csv; charset=utf-8"  # RFC 4180's type; the rigs' names and l
 Typed = Callable[[str, float, dict[str, Any] | None], RigReport | None]
 
 
-def ledger_inputs(history: History, hosts: list[Host], since: float,
-                  latest: dict[str, tuple[float, dict[str, Any]]], typed: Typed) -> list[views.RigInput]:
-    """``each_rig``'s, all at once (``m2p history --csv``)."""
-    return list(each_rig(history, hosts, since, latest, typed))
-
-
 def each_rig(history: History, hosts: list[Host], since: float, latest: dict[str, tuple[float, dict[str, Any]]],
              typed: Typed) -> Iterator[views.RigInput]:
     """Every host's ledger lines from ``since`` on (led by the line in force then; a line after now, a rig's clock

@@ -81,15 +81,9 @@ def window(days: int, now: float) -> tuple[float, float]:
     return datetime(first.year, first.month, first.day, tzinfo=UTC).timestamp(), now
 
 
-def text(rigs: Iterable[views.RigInput], economics: Economics, since: float, until: float,
-         payments: Iterable[PaymentRow] = ()) -> str:
-    """The whole file (the CLI's): the page's download's chunks, joined, so that both are written by one writer."""
-    return "".join(chunks(rows(rigs, economics, since, until, payments)))
-
-
 def chunks(rows: Iterable[list[str]], rows_per_chunk: int = CHUNK_ROWS) -> Iterator[str]:
     """``rows`` as the file's text, ``rows_per_chunk`` rows at a time (the last chunk may hold fewer): the page's
-    download sends each as it comes, so the server holds a chunk of 1,000 rigs' year, never the whole file."""
+    download sends each as it comes and ``m2p history --csv`` writes each, so neither holds 1,000 rigs' year."""
     left = iter(rows)
     while True:
         out = io.StringIO(newline="")

@@ -181,7 +181,7 @@ def whole_file(db, hosts, day):
     window of 4 days up to ``day`` (the download's file name's)."""
     since, until = ledger_csv.window(4, datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp())[0], time.time()
     with History(db) as history:
-        inputs = export.ledger_inputs(history, hosts, since, history.latest_snapshots(), export.as_stored)
+        inputs = list(export.each_rig(history, hosts, since, history.latest_snapshots(), export.as_stored))
     out = io.StringIO(newline="")
     csv.writer(out).writerows(ledger_csv.rows(inputs, ECON, since, until))
     return out.getvalue().encode()

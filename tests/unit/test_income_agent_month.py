@@ -14,8 +14,9 @@ import pytest
 from agent_month import month_ledger  # tests/unit is on sys.path (no package)
 from test_dashboard import ECON
 from test_dashboard_income import DAY, HOUR, rig_of, view
+from test_ledger_csv import whole
 
-from miner2provider.dashboard import income, ledger_csv
+from miner2provider.dashboard import income
 from miner2provider.dashboard.history import History
 from miner2provider.rigside import ledger
 
@@ -85,7 +86,7 @@ def test_the_books_of_a_month_the_agent_wrote_read_back_equal_its_ledger(month):
     db, written, end = month
     rigs = inputs(db, end)
     since, until = end - 30 * DAY, end
-    text = ledger_csv.text(rigs, ECON, since, until)
+    text = whole(rigs, ECON, since, until)
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     for name, (_, gpus) in RIGS.items():
         mine = [r for r in rows if r["rig"] == name and r["record"] == "ledger"]

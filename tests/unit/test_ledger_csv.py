@@ -48,6 +48,11 @@ def rig(ledger, seen_at, name="rig01", measured=None):
     return views.RigInput(name, ("farm",), seen_at, None, tuple(ledger), report=rig_report(name, measured))
 
 
+def whole(rigs, economics, since, until, payments=()):
+    """The file as ``m2p history --csv`` and the download write it: ledger_csv's rows, in its chunks, joined."""
+    return "".join(ledger_csv.chunks(ledger_csv.rows(rigs, economics, since, until, payments)))
+
+
 def read_back(text):
     return list(csv.DictReader(io.StringIO(text, newline="")))
 
@@ -84,7 +89,7 @@ def test_the_file_read_back_by_two_readers_equals_the_ledger_span_by_span(tmp_pa
     one = rig(stored, seen_at=T0 + 9 * HOUR)
     since, until = ledger_csv.window(1, T0 + 10 * HOUR)
     assert since == T0
-    text = ledger_csv.text([one], ECON, since, until)
+    text = whole([one], ECON, since, until)
     assert text.startswith(",".join(COLUMNS) + "\r\n") and text.count("\r\n") == 6  # RFC 4180: CRLF, a header
     path = tmp_path / "books.csv"
     path.write_text(text, newline="")
@@ -113,12 +118,12 @@ def test_mining_at_the_measured_hashrate_says_so_and_unknown_prices_are_left_emp
     """The agent measured 58 MH/s of kawpow at 0.05 a MH/s-day: 2.90 a GPU-day, as the dashboard values it."""
     ledger = [Entry(T0, "mining", gpus=1), Entry(T0 + 2 * HOUR, "leasing", gpus=1, leases=("t/p",), leased=1)]
     measured = rig(ledger, T0 + 4 * HOUR, measured=Measured("kawpow", (58.0,), (240.0,)))
-    rows = read_back(ledger_csv.text([measured], ECON, T0, T0 + DAY))
+    rows = read_back(whole([measured], ECON, T0, T0 + DAY))
     assert [(r["mining_rate"], r["amount"], r["basis"]) for r in rows] == [
         (format(2.9 / 24, ".10g"), "0.24", "measured hashrate"), ("", "0.50", "estimated: economics file")]
     for file, said in ((economics.parse("currency: USD\n", "e.yml"), ledger_csv.UNKNOWN),
                        (economics.NONE, ledger_csv.NO_FILE)):
-        unpriced = read_back(ledger_csv.text([rig(ledger, T0 + 4 * HOUR)], file, T0, T0 + DAY))
+        unpriced = read_back(whole([rig(ledger, T0 + 4 * HOUR)], file, T0, T0 + DAY))
         assert [(r["lease_rate"], r["mining_rate"], r["amount"]) for r in unpriced] == [("", "", ""), ("", "", "")]
         assert {r["basis"] for r in unpriced} == {said}
 
@@ -129,7 +134,7 @@ def test_payments_follow_the_ledger_in_the_window_and_a_payment_that_is_no_numbe
             PaymentRow(T0 + 2 * HOUR, "rig02", "akash1t/78/1/1", 1.5, 0.5, "AKT", 0.3333333333333, "chain: escrow"),
             PaymentRow(T0 + 5 * HOUR, "rig01", "akash1t/77/1/1", 4.0, 1.234567, "AKT", 0.3086, "chain: escrow"),
             PaymentRow(T0 + DAY, "rig01", "akash1t/79/1/1", 1.0, 2.0, "AKT", 2.0, "read at the window's end: out")]
-    rows = read_back(ledger_csv.text([rig([Entry(T0, "mining", gpus=1)], T0 + HOUR)], ECON, T0, T0 + DAY, paid))
+    rows = read_back(whole([rig([Entry(T0, "mining", gpus=1)], T0 + HOUR)], ECON, T0, T0 + DAY, paid))
     assert [(r["record"], r["rig"], r["leases"], r["hours"], r["amount"], r["currency"], r["lease_rate"],
              r["rate_unit"]) for r in rows] == [
         ("ledger", "rig01", "", "1.000000", "0.05", "USD", "", "per GPU-hour"),
@@ -160,7 +165,7 @@ def test_any_ledger_read_back_is_its_spans_and_the_dashboards_figures(changes, s
               for at, mode, lease, name in sorted(changes)]
     one = rig(ledger, T0 + seen, measured=Measured("kawpow", (30.0,), ()) if measured else None)
     since, until = ledger_csv.window(days, T0 + 11 * DAY)
-    rows = read_back(ledger_csv.text([one], ECON, since, until))
+    rows = read_back(whole([one], ECON, since, until))
     spans = views.rig_spans(one, since, until)
     assert len(rows) == len(spans)
     for row, span in zip(rows, spans, strict=True):
@@ -207,7 +212,7 @@ def test_a_formula_a_rig_or_the_chain_sends_reaches_the_spreadsheet_as_text(tmp_
     such cell must come back starting with a single quote, by both readers."""
     ledger = [Entry(T0, formula[:32], gpus=1, leases=(formula,), leased=1)]
     paid = [PaymentRow(T0 + HOUR, formula, formula, 1.0, 1.0, formula[:5], 1.0, formula)]
-    text = ledger_csv.text([rig(ledger, T0 + HOUR, name=formula)], ECON, T0, T0 + DAY, paid)
+    text = whole([rig(ledger, T0 + HOUR, name=formula)], ECON, T0, T0 + DAY, paid)
     path = tmp_path / "books.csv"
     path.write_text(text, newline="")
     sent = {"ledger": {"rig": formula, "mode": formula[:32], "leases": formula},
@@ -225,7 +230,7 @@ def test_quotes_commas_and_terminal_controls_in_a_rigs_text_neither_break_rows_n
     """A lease named with a quote, a comma and a CRLF stays one cell; an escape sequence (ESC ]: retitle the
     terminal) or a bidi override from a rig is replaced, since `m2p history --csv -` prints the file."""
     lease = 'a "b", c\r\nd\x1b]0;owned\x07\u202eevil'
-    rows = read_back(ledger_csv.text([rig([Entry(T0, "leasing", gpus=1, leases=(lease,), leased=1)], T0 + HOUR,
+    rows = read_back(whole([rig([Entry(T0, "leasing", gpus=1, leases=(lease,), leased=1)], T0 + HOUR,
                                           name='rig "1", west')], ECON, T0, T0 + DAY))
     assert len(rows) == 1 and rows[0]["rig"] == 'rig "1", west'
     assert rows[0]["leases"] == 'a "b", c\ufffd\ufffdd\ufffd]0;owned\ufffd\ufffdevil'

@@ -39,7 +39,8 @@ KEEP_S = 3600.0  # the bid script's cache
 # where a quotation DIA stopped recomputing days ago would otherwise be shown as today's.
 MAX_QUOTE_AGE_S = 2 * 3600.0
 CLOCK_SKEW_S = 300.0  # how far DIA's clock may run ahead of this machine's before its time is not believed
-# RFC 3339 date-time; Go writes up to 9 fractional digits, which datetime.fromisoformat refuses before Python 3.11.
+# RFC 3339 date-time as Go writes it (up to 9 fractional digits), strictly: its offset required, the extended form
+# only.  datetime.fromisoformat takes more (no offset, a naive time read as local; the basic form) and refuses less.
 _RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
                       r"(?:([Zz])|([+-])(\d{2}):(\d{2}))", re.ASCII)
 

@@ -33,4 +33,17 @@ def test_molecule_scenario(scenario):
         ["molecule", "test", "-s", scenario], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
     )
-    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert proc.returncode == 0, failure_account(proc.stdout)
+
+
+def failure_account(output: str) -> str:
+    """What a failed scenario said: each failed task's lines (its TASK header on), then the run's tail.  The
+    tail alone loses the failure when a rescue or the destroy step runs after it (a CI run's revert failed
+    inside a block, and only the rescue's summary was left in the last 6,000 characters)."""
+    lines = output.splitlines()
+    failed = [i for i, line in enumerate(lines) if line.startswith(("fatal:", "failed:")) or "FAILED!" in line]
+    parts = []
+    for i in failed[:6]:
+        start = next((j for j in range(i, max(-1, i - 40), -1) if lines[j].startswith("TASK [")), i)
+        parts.append("\n".join(lines[start:i + 12])[:2500])
+    return "\n...\n".join([*parts, output[-4000:]])

@@ -346,13 +346,27 @@ def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
     while time.monotonic() < deadline:
         if ssh_banner(rig.address, rig.port) and can_log_in(rig):
             return
-        if not processes.supervisor_pids(rig.path):
+        if not _supervisors(rig.path):
             raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_why_ended(rig)}")
         time.sleep(0.1)
     raise SandboxError(
         f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
         f"{ssh_banner(rig.address, rig.port)}): {console_tail(rig.path)} | inside: {_inside_state(rig)}"
     )
+
+
+def _supervisors(rig_dir: Path) -> list[int]:
+    """The rig's supervisor, judged on two looks half a second apart: a process in the middle of its exec has an
+    empty /proc/PID/cmdline (the kernel sets the new command line's bounds after it switches to the new memory,
+    and Popen's vfork parent runs on before that: here 298 of 300 looks right after Popen read empty), so a
+    supervisor just started can be missed once, more often on loaded cores.  One look was a CI rehearsal's
+    "stopped while booting: (empty end log)": a rig whose supervisor had written nothing, because it was
+    starting, not ending."""
+    found = processes.supervisor_pids(rig_dir)
+    if not found:
+        time.sleep(0.5)
+        found = processes.supervisor_pids(rig_dir)
+    return found
 
 
 def _inside_state(rig: Rig) -> str:
@@ -373,7 +387,7 @@ def _why_ended(rig: Rig) -> str:
     directory, console log included, is gone by the time its supervisor is."""
     try:
         text = end_log(rig.path).read_text(errors="replace").rpartition(TAKEN)[2].partition("\n")[2]
-        return " | ".join(text.strip().splitlines()) or "(empty end log)"
+        return " | ".join(text.strip().splitlines()) or f"(empty end log) {console_tail(rig.path)}"
     except OSError:
         return f"(no end log) {console_tail(rig.path)}"
 
@@ -469,7 +483,7 @@ def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "") -> None:
     """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone.  Who asked, and
     ``why``, go in the rig's end log, so a rig stopped under a test that still waits for it says by whom."""
     rig_dir = rig.path if isinstance(rig, Rig) else rig
-    sups = processes.supervisor_pids(rig_dir)
+    sups = _supervisors(rig_dir)  # one just started too: missed, it would tear down a later rig of this slot
     if sups:
         asker = " ".join(processes.cmdline(os.getpid()))[:300]
         note_end(rig_dir, f"stop asked by pid {os.getpid()} ({asker}){': ' + why if why else ''}")

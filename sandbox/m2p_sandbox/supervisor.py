@@ -27,7 +27,11 @@ POWEROFF_GRACE = 20.0
 
 
 def supervise(rig_dir: Path) -> int:
-    rig = Rig.from_dir(rig_dir)
+    try:
+        rig = Rig.from_dir(rig_dir)
+    except BaseException as exc:  # said where a waiting test reads why its rig ended
+        note_end(rig_dir, f"the supervisor could not read its rig: {exc!r}")
+        raise
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:

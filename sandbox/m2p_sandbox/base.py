@@ -55,7 +55,8 @@ DPKG_OPTIONS = (
 TEST_USER = "rigadmin"
 
 # Run in the finished tree.  Host keys are removed so that every rig gets its own;
-# apt's timers are masked so that no background apt run holds the dpkg lock mid-test.
+# apt's timers are masked so that no background apt run holds the dpkg lock at a moment no test chose (a real
+# rig's do: m2p waits for the lock, and tests/integration/test_faults.py holds it on purpose).
 CUSTOMIZE = (
     'rm -f "$1"/etc/ssh/ssh_host_*',
     f'chroot "$1" useradd --create-home --shell /bin/bash --groups sudo {TEST_USER}',

@@ -10,6 +10,7 @@ next run (fault gone) converges.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 
@@ -58,6 +59,36 @@ def fault(r: sandbox.Rig, kind: str, on: bool) -> None:
         sh(r, "sudo systemctl daemon-reload")
 
 
+# apt's own timers (apt-daily-upgrade's unattended-upgrades) hold dpkg's lock for minutes on a plain Ubuntu or
+# Debian rig; the sandbox masks them (m2p_sandbox/base.py), so the lock is held here on purpose: by a process on
+# the rig that takes it as apt and dpkg do (an fcntl write lock on /var/lib/dpkg/lock-frontend) and lets go 3 s
+# after an `apt-get install` has been seen waiting for it (at most 180 s).
+LOCK_MARK = "/run/m2p-test-dpkg-lock"
+HOLD_DPKG_LOCK = f"""
+import fcntl, subprocess, time
+lock = open("/var/lib/dpkg/lock-frontend", "w")
+fcntl.lockf(lock, fcntl.LOCK_EX)
+open("{LOCK_MARK}", "w").write("held\\n")
+deadline = time.monotonic() + 180
+while time.monotonic() < deadline:
+    if subprocess.run(["pgrep", "-f", "^apt-get install"], capture_output=True).returncode == 0:
+        time.sleep(3)
+        open("{LOCK_MARK}", "a").write("apt-get waited\\n")
+        break
+    time.sleep(0.2)
+"""
+
+
+def hold_dpkg_lock(r: sandbox.Rig) -> None:
+    """The lock held on ``r`` until an apt-get install waits for it (a unit of its own: it outlives the SSH session)."""
+    sh(r, f"sudo rm -f {LOCK_MARK} && sudo systemd-run --quiet --collect --unit=m2p-test-dpkg-lock "
+          f"python3 -c {shlex.quote(HOLD_DPKG_LOCK)}")
+    deadline = time.monotonic() + 30
+    while sh(r, f"cat {LOCK_MARK} 2>/dev/null || true").strip() != "held":
+        assert time.monotonic() < deadline, f"{r.name}: the lock holder never took dpkg's lock"
+        time.sleep(0.3)
+
+
 def test_failed_convert_and_revert_leave_the_rigs_mining_and_the_next_run_converges(boot_rigs, tmp_path):
     hive, ms = boot_rigs(sandbox.RigSpec("flt-hive", "hiveos", ("rtx3090",)),
                          sandbox.RigSpec("flt-ms", "msos", ("rtx3060",)))
@@ -85,10 +116,13 @@ def test_failed_convert_and_revert_leave_the_rigs_mining_and_the_next_run_conver
         assert mining(r) and untouched(r), r.name
         fault(r, "dpkg", on=False)
 
-    # 2. k3s that cannot start.
+    # 2. k3s that cannot start; on the HiveOS rig dpkg's lock is held by another program when the toolkit's
+    #    packages install: apt waits for it, and the run goes on to k3s.
     for r in rigs:
         fault(r, "k3s", on=True)
+    hold_dpkg_lock(hive)
     result = outcomes(m2p(*convert))
+    assert sh(hive, f"cat {LOCK_MARK}").split("\n")[:2] == ["held", "apt-get waited"], "apt-get never met the lock"
     for r in rigs:
         assert result[r.name]["result"] == "failed" and "k3s" in result[r.name]["message"], result[r.name]
         assert mining(r) and untouched(r), r.name

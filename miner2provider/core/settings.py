@@ -54,6 +54,8 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "m2p_marketplace": ("timeshare_agent_marketplace",),
     # Issue 56: a card over it leaves the market (the agent's health rule; the default and why: the role's).
     "m2p_gpu_temperature_limit": ("timeshare_agent_temperature_limit",),
+    # How often the agent reads its cards (docs/monitoring.md: what each reading costs a weak CPU).
+    "m2p_gpu_telemetry_interval": ("timeshare_agent_telemetry_interval_s",),
 }
 
 # Settings read by m2p itself, or that several role variables are derived from (role_vars.py).

@@ -77,7 +77,10 @@ def test_a_hot_card_leaves_the_market_every_receiver_hears_it_once_then_its_reco
     ca.write_bytes(api.authority.pem)
     hosts = {r.name: {"ansible_host": r.address, "ansible_user": r.user, "ansible_ssh_private_key_file": r.key_file}
              for r in (hive, plain)}
-    hosts[hive.name].update({"m2p_agent_token_env": "AL_AGENT_TOKEN", "m2p_agent_ca_file": str(ca)})
+    # Cards read every 5 s (every 10 s through the stand-in's nvidia-smi), not every 30 (60): the waits below are
+    # the agent's readings, and a test that waits a minute for each spends its worker's time idle.
+    hosts[hive.name].update({"m2p_agent_token_env": "AL_AGENT_TOKEN", "m2p_agent_ca_file": str(ca),
+                             "m2p_gpu_telemetry_interval": 5})
     inv = tmp_path / "rigs.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     (tmp_path / "schedule.yml").write_text("timezone: UTC\npolicy: lease-first\nmin_switch_interval: 0s\n")
@@ -87,6 +90,9 @@ def test_a_hot_card_leaves_the_market_every_receiver_hears_it_once_then_its_reco
                               hive.name, "--api-server", api.url, "--yes"], env=env, capture_output=True, text=True,
                              timeout=600)
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    with ssh(hive) as client:  # the inventory's interval reached the agent
+        code, config = run(client, "sudo cat /etc/m2p/agent.json")
+    assert code == 0 and float(json.loads(config)["telemetry_interval_s"]) == 5.0, config
 
     def node() -> dict:
         return api.nodes[hive.name]
@@ -120,7 +126,7 @@ def test_a_hot_card_leaves_the_market_every_receiver_hears_it_once_then_its_reco
 
     try:
         wait_for("the dashboard's first sweep of both rigs", swept, timeout=90)
-        # The hot card: the agent reads it within its telemetry interval (30 s) and takes the rig off the market.
+        # The hot card: the agent reads it within its telemetry interval and takes the rig off the market.
         set_temperature(hive, 1, HOT_C)
         with ssh(plain) as client:  # and a rig that stops answering
             code, out = run(client, "sudo systemctl stop ssh")

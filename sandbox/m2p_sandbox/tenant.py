@@ -6,6 +6,7 @@ Its pod is the caller's to add to the stand-in Kubernetes API (kube_api.py)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import paramiko
@@ -14,12 +15,24 @@ from . import gpu_standin
 from .rig import Rig
 
 
-def ssh(rig: Rig) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a sandbox rig's key is made at boot
-    client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file, timeout=10,
-                   allow_agent=False, look_for_keys=False)
-    return client
+def ssh(rig: Rig, attempts: int = 3) -> paramiko.SSHClient:
+    """A look at the rig as its test user.  A connection that breaks during key exchange is tried again: on CI's
+    loaded two cores paramiko has once said "No existing session" and once "Invalid packet blocking" (the window
+    test's tenant ending its container) of a rig that answered the next connection.  A refused login is not tried
+    again."""
+    for attempt in range(attempts):
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a sandbox rig's key is made at boot
+        try:
+            client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file, timeout=10,
+                           allow_agent=False, look_for_keys=False)
+            return client
+        except (paramiko.SSHException, EOFError) as exc:
+            client.close()
+            if attempt == attempts - 1 or isinstance(exc, paramiko.AuthenticationException):
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
 
 
 def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:

@@ -24,6 +24,7 @@ import testinfra
 import yaml
 
 from m2p_sandbox import rig as sandbox
+from m2p_sandbox import tenant
 from m2p_sandbox.kube_api import KubeApiStandin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,23 +100,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every_s
 
 
 def ssh(rig: sandbox.Rig, attempts: int = 3) -> paramiko.SSHClient:
-    """The test's own look at a rig.  A connection dropped during key exchange is tried again (seen once
-    on CI's loaded two cores: "No existing session" while the test polled a rig every 0.3 s); m2p's own
-    SSH is not this helper and keeps its failure sentences (tests/unit/test_ssh_classify.py)."""
-    for attempt in range(attempts):
-        client = paramiko.SSHClient()
-        # Sandbox rigs get fresh host keys on every boot; the test trusts the one it made.
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        try:
-            client.connect(rig.address, port=rig.port, username=rig.user, key_filename=rig.key_file,
-                           timeout=10, allow_agent=False, look_for_keys=False)
-            return client
-        except (paramiko.SSHException, EOFError) as exc:
-            client.close()
-            if attempt == attempts - 1 or isinstance(exc, paramiko.AuthenticationException):
-                raise
-            time.sleep(1)
-    raise AssertionError("unreachable")
+    """The test's own look at a rig (the sandbox's, which tries a connection broken during key exchange again);
+    m2p's own SSH is not this helper and keeps its failure sentences (tests/unit/test_ssh_classify.py)."""
+    return tenant.ssh(rig, attempts)
 
 
 def run(client: paramiko.SSHClient, command: str) -> tuple[int, str]:

@@ -108,13 +108,13 @@ def test_an_answer_read_in_the_instant_of_a_write_is_not_kept(tmp_path, monkeypa
     until a reading comes SETTLED_S after the file's last change."""
     spec = tmp_path / "nvidia.yaml"
     spec.write_text(WITH_GATE)
-    changed = spec.stat().st_ctime
+    changed = spec.stat().st_ctime_ns / 1e9  # as the agent reads it (st_ctime, a float of its own, may differ by an ulp)
     sight = Sight()
     opened = opens_of(monkeypatch, spec)
     assert sight.gate_in_spec(str(spec), lambda: changed)
     assert sight.gate_in_spec(str(spec), lambda: changed + SETTLED_S / 2)
     assert len(opened) == 2
-    settled = changed + SETTLED_S
+    settled = changed + SETTLED_S + 0.001  # a millisecond past: exactly SETTLED_S is a float sum, an ulp either side
     assert sight.gate_in_spec(str(spec), lambda: settled) and sight.gate_in_spec(str(spec), lambda: settled)
     assert len(opened) == 3
 

@@ -198,6 +198,9 @@ def test_drift_is_repaired_an_upgrade_restarts_k3s_and_an_agent_reverts_alone(pa
     with ssh(farm["plain"]) as client:
         rc, out = run(client, "sudo sh -c 'echo \"# by hand\" >> /etc/rancher/k3s/config.yaml; systemctl stop k3s-agent'")
         assert rc == 0, out
+        # and the owner lets go of one toolkit hold: a run on a rig with the bundle's toolkit holds only what is not held
+        rc, out = run(client, "sudo apt-mark unhold nvidia-container-toolkit")
+        assert rc == 0, out
     with ssh(farm["hive"]) as client:
         swapped = json.dumps(gpu_standin.rig_config("cv-hive", ["rtx3090", "rtx3080"]))
         rc, out = run(client, f"echo {shlex.quote(swapped)} | sudo tee /etc/m2p-standin/gpus.json >/dev/null")
@@ -218,6 +221,10 @@ def test_drift_is_repaired_an_upgrade_restarts_k3s_and_an_agent_reverts_alone(pa
     repaired = outcomes(m2p("convert", *common, *good, "--yes", "--json", env=env))
     assert repaired["cv-plain"]["result"] == "changed" and "drift: file" in repaired["cv-plain"]["message"], repaired
     assert repaired["cv-hive"]["result"] == "changed" and "GPUs changed" in repaired["cv-hive"]["message"], repaired
+    with ssh(farm["plain"]) as client:
+        rc, holds = run(client, "apt-mark showhold")
+    assert {"libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
+            "nvidia-container-toolkit"} <= set(holds.split()), holds
     with ssh(farm["hive"]) as client:
         rc, labels = run(client, "cat /var/lib/m2p/node-labels.json")
     labels = json.loads(labels)

@@ -110,6 +110,12 @@ MIGRATIONS = (
     CREATE INDEX lease_withdrawals_at ON lease_withdrawals (at, lease);
     CREATE INDEX lease_withdrawals_amount ON lease_withdrawals (lease, withdrawn);
     """,
+    # 11: each rig's last stored card reading by the reading's own time (the agent's ``read_at``).  A rig whose
+    # clock runs ahead has its samples stored at the sweep's time (a future point would stand on every chart), so
+    # card_samples' own time cannot tell that a sweep found the same reading again: this can.
+    """
+    CREATE TABLE card_reads (rig TEXT PRIMARY KEY, read_at REAL NOT NULL) WITHOUT ROWID;
+    """,
 )
 FILLED_BY_CODE = 9  # the migration whose table ``_sum_days`` fills from the ledger already stored
 DAY_S = 86_400  # a UTC day: epoch seconds know no leap second, so epoch // DAY_S is the UTC day
@@ -292,12 +298,16 @@ class History:
         added = 0
         with self._transaction():
             for rig, telemetry in readings:
-                at = telemetry.read_at_s() if telemetry is not None else None
-                if telemetry is None or at is None or not telemetry.cards:
+                read_at = telemetry.read_at_s() if telemetry is not None else None
+                if telemetry is None or read_at is None or not telemetry.cards:
                     continue
-                at = min(at, now)
-                if self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?", (rig, at)).fetchone():
+                at = min(read_at, now)  # a rig's clock ahead: stored at the sweep's time, once (card_reads)
+                seen = self.db.execute("SELECT 1 FROM card_reads WHERE rig = ? AND read_at = ?", (rig, read_at))
+                if seen.fetchone() or self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?",
+                                                      (rig, at)).fetchone():
                     continue  # stored already: most sweeps (a minute apart) find the same reading (5 minutes apart)
+                self.db.execute("INSERT INTO card_reads VALUES (?, ?) ON CONFLICT(rig) DO UPDATE SET "
+                                "read_at = excluded.read_at", (rig, read_at))
                 rows = [(rig, at, card.index, card.temperature_c, card.power_w) for card in telemetry.cards]
                 before = self.db.total_changes
                 self.db.executemany("INSERT OR IGNORE INTO card_samples VALUES (?, ?, ?, ?, ?)", rows)

@@ -42,7 +42,7 @@ def test_an_old_database_upgrades_with_its_data_and_a_newer_one_is_refused(tmp_p
     db.commit()
     db.close()
     with History(path) as h:
-        assert h.version == len(MIGRATIONS) == 10
+        assert h.version == len(MIGRATIONS) == 11
         assert h.ledger("rig01", NOW - 1, NOW + 1) == [Entry(NOW, "mining", gpus=2)]
         assert h.add_cards("rig01", reading(NOW, 60.0, 70.0), NOW) == 2
         assert h.alert_state() is None
@@ -53,7 +53,7 @@ def test_an_old_database_upgrades_with_its_data_and_a_newer_one_is_refused(tmp_p
         History(path)
 
 
-def test_a_reading_is_stored_once_old_ones_are_pruned_and_a_clock_ahead_is_stored_at_now():
+def test_a_reading_is_stored_once_old_ones_are_pruned_and_a_clock_ahead_is_stored_at_now_once():
     with History(":memory:") as h:
         assert h.add_cards("rig01", reading(NOW - 3 * DAY, 50.0), NOW - 3 * DAY) == 1
         assert h.add_cards("rig01", reading(NOW - 600, 61.0, 62.0), NOW) == 2
@@ -63,8 +63,12 @@ def test_a_reading_is_stored_once_old_ones_are_pruned_and_a_clock_ahead_is_store
         assert h.card_samples("rig01", 0) == {0: [(NOW - 600, 61.0, 200.0)], 1: [(NOW - 600, 62.0, 200.0)]}
         assert h.add_cards("rig01", reading(NOW + 5 * DAY, 99.0), NOW + 60) == 1
         assert h.card_samples("rig01", NOW)[0] == [(NOW + 60, 99.0, 200.0)]
+        assert h.add_cards("rig01", reading(NOW + 5 * DAY, 99.0), NOW + 120) == 0  # the same reading, swept again
+        assert h.add_cards("rig01", reading(NOW + 5 * DAY + 300, 98.0), NOW + 180) == 1  # the clock's next reading
+        assert h.card_samples("rig01", NOW)[0] == [(NOW + 60, 99.0, 200.0), (NOW + 180, 98.0, 200.0)]
         h.add_cards("rig01", reading(NOW + CARDS_KEPT_S, 40.0), NOW + CARDS_KEPT_S)  # the rig's own old rows go
-        assert h.card_samples("rig01", 0) == {0: [(NOW + 60, 99.0, 200.0), (NOW + CARDS_KEPT_S, 40.0, 200.0)]}
+        assert h.card_samples("rig01", 0) == {0: [(NOW + 60, 99.0, 200.0), (NOW + 180, 98.0, 200.0),
+                                                  (NOW + CARDS_KEPT_S, 40.0, 200.0)]}
 
 
 def test_the_alert_state_outlives_a_restart(tmp_path):

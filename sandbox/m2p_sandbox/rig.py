@@ -512,16 +512,31 @@ def teardown(rig_dir: Path) -> None:
             processes.kill_all(processes.pids_in_netns(inode))
             processes.wait_gone(processes.pids_in_netns(inode), 10)
     merged = rig_dir / "merged"
-    if _is_mounted(merged):
-        if subprocess.run(["umount", str(merged)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "--lazy", str(merged)], capture_output=True)
+    said = _unmount(merged)
     if slot is not None:
         with _allocation_lock():
             network.unplumb(slot)
     if _is_mounted(merged):
-        raise SandboxError(f"could not unmount {merged}; left {rig_dir} in place")
+        raise SandboxError(f"could not unmount {merged} ({said}); left {rig_dir} in place")
     shutil.rmtree(rig_dir, ignore_errors=True)
     _remove_bridge_if_idle()
+
+
+def _unmount(merged: Path, tries: int = 10, pause_s: float = 0.5) -> str:
+    """Unmount the rig's root, a lazy unmount after a plain one fails; tried again while it is still listed (seen
+    under a CI run's load: a rig whose nspawn had just ended still listed once both had run, and a destroy a moment
+    later unmounted it).  Returns what umount last said ("" when it was not mounted or went)."""
+    said = ""
+    for attempt in range(tries):
+        if not _is_mounted(merged):
+            return ""
+        if attempt:
+            time.sleep(pause_s)
+        plain = subprocess.run(["umount", str(merged)], capture_output=True, text=True)
+        if plain.returncode != 0:
+            lazy = subprocess.run(["umount", "--lazy", str(merged)], capture_output=True, text=True)
+            said = f"umount: {plain.stderr.strip()}; umount --lazy: {lazy.stderr.strip() or lazy.returncode}"
+    return said if _is_mounted(merged) else ""
 
 
 def _is_mounted(path: Path) -> bool:

@@ -1,5 +1,7 @@
 """Pure parts of the harness: recipe hashing, address plan, flavour data."""
 
+import subprocess
+
 import pytest
 
 from m2p_sandbox import base, flavours, network
@@ -49,3 +51,46 @@ def test_pristine_mining_config_lists_every_file_of_it():
     assert all(len(sha) == 64 for sha in hive.values())
     assert list(flavours.pristine_config("msos")) == ["/media/storage/config.js"]
     assert flavours.pristine_config("plain") == {}
+
+
+def test_a_rig_root_still_listed_after_umount_is_tried_again_before_the_teardown_gives_up(monkeypatch, tmp_path):
+    """Under a CI run's load a rig's root was still listed after `umount` and `umount --lazy` had both run, and a
+    destroy a moment later unmounted it: teardown tries again before it leaves the rig in place."""
+    from m2p_sandbox import rig
+
+    listed = iter([True, True, False])  # mounted; still listed after the first try; gone after the second
+    calls: list[list[str]] = []
+
+    def umount(argv, **_kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 32, "", "umount: target is busy.")
+
+    monkeypatch.setattr(rig, "_is_mounted", lambda path: next(listed))
+    monkeypatch.setattr(rig.subprocess, "run", umount)
+    assert rig._unmount(tmp_path / "merged", pause_s=0.0) == ""
+    assert [argv[:2] for argv in calls] == [["umount", str(tmp_path / "merged")], ["umount", "--lazy"]] * 2
+
+    monkeypatch.setattr(rig, "_is_mounted", lambda path: True)  # never goes: what umount said is kept, for the error
+    assert "target is busy" in rig._unmount(tmp_path / "merged", tries=3, pause_s=0.0)
+
+
+def test_a_busy_mount_goes_lazily(tmp_path):
+    """The real thing, as root: a tmpfs a process keeps busy (its working directory) fails a plain umount and goes
+    with the lazy one."""
+    import os
+
+    from m2p_sandbox import rig
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root (mount, umount): run the harness tests as root, as scripts/test does")
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(merged)], check=True)
+    holder = subprocess.Popen(["sleep", "30"], cwd=merged)
+    try:
+        assert rig._is_mounted(merged)
+        assert rig._unmount(merged, pause_s=0.0) == "" and not rig._is_mounted(merged)
+    finally:
+        holder.kill()
+        holder.wait()
+        subprocess.run(["umount", str(merged)], capture_output=True)

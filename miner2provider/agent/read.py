@@ -63,12 +63,15 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         retuned=gpus.retuned_cards(config.clocks, mono, agent.state.mode, agent.hand.clocks_reset, held, agent.say),
         unhealthy=watch.unhealthy(), gate_unhealthy=at_gate,
     )
+    # The spec a container given GPUs gets must carry the gate: m2p's, and one NVIDIA's refresher wrote (it outranks)
+    lacking = next((path for path in (config.cdi_spec, config.cdi_dynamic_spec)
+                    if not seen.gate_in_spec(path, agent.clock)), "")
     rig = rules.Rig(
         respawns=agent.hand.respawns, lease_gated=bool(seen.gated), others_waiting=bool(others),
         watchdog_was=agent.watchdog_was, watchdog_checked=agent.watchdog_checked,
         node=None if node is None else (bool(node.get("spec", {}).get("unschedulable")), kube.has_old_taint(node)),
         cordoned_here=agent.node_sync.cordoned_here(), drain=(agent.dir / "drain").exists(),
-        gate_in_spec=seen.gate_in_spec(config.cdi_spec, agent.clock), cdi_spec=config.cdi_spec,
+        gate_in_spec=not lacking, cdi_spec=lacking or config.cdi_spec,
         mine_on=agent.state.mine_on, beside_since=agent.hand.beside_since)
     if config.miner.watchdog_stop_cmd and rules.watchdog_wanted(agent.state.mode, obs, rig):
         rig = replace(rig, watchdog_running=watchdog_running(agent))

@@ -37,7 +37,7 @@ class Sight:
     # The cards each lease pod's containers were given (learnt at the gate): a container that restarts (or
     # crash-loops) gets the same cards again, which stay the lease's between its runs.
     pod_cards: dict[str, frozenset[str]] = field(default_factory=dict)
-    _spec: tuple[str, tuple[int, ...], bool] | None = None  # the CDI spec read: (path, identity, gate in it)
+    _specs: dict[str, tuple[tuple[int, ...], bool]] = field(default_factory=dict)  # CDI specs read: identity, gate
 
     def read_api(self, client: kube.KubeClient, node_name: str, rule: kube.LeaseRule,
                  say: Callable[[str], None]) -> tuple[dict[str, Any] | None, int]:
@@ -142,11 +142,15 @@ class Sight:
         only once the file has settled by ``clock`` (the wall clock, the file times', read right after the stat): a
         read that failed (EIO, EMFILE) answers "not safe" this tick and is tried again at the next."""
         stamp = spec_identity(path)
-        if self._spec is not None and self._spec[:2] == (path, stamp):
-            return self._spec[2]
+        known = self._specs.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
         settled = len(stamp) == 1 or abs(clock() - stamp[-1] / 1e9) >= SETTLED_S
         carries, whole = spec_carries_gate(path)
-        self._spec = (path, stamp, carries) if settled and whole else None
+        if settled and whole:
+            self._specs[path] = (stamp, carries)
+        else:
+            self._specs.pop(path, None)
         return carries
 
 

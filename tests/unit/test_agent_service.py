@@ -84,7 +84,8 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     state_dir=str(tmp_path / "state"), labels_file=str(tmp_path / "labels.json"),
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
                     hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces,
-                    lease_label=lease_label)
+                    lease_label=lease_label, cdi_spec=str(tmp_path / "etc-cdi" / "nvidia.yaml"),
+                    cdi_dynamic_spec=str(tmp_path / "run-cdi" / "nvidia.yaml"))  # never this machine's specs
     # One clock for the wall and the intervals here (a stepped wall clock has a test of its own); one boot.
     # The stand-in miner's GPU process is a pid no process can have: the agent ends what still holds a GPU after
     # a failed stop (TERM, then KILL, by pid), and a real pid here (it was 4242) ended whatever process of this
@@ -337,6 +338,26 @@ def test_a_cdi_spec_without_the_gate_keeps_an_idle_mining_rig_off_the_market(api
     agent.tick()
     assert agent.state.mode == "idle-mining" and cordoned(api) and "lacks m2p's gate" in agent.last_error
     spec.write_text("containerEdits:\n  hooks:\n  - {path: /bin/sh, args: [sh, -c, 'exec /opt/m2p/gate']}\n")
+    agent.tick()
+    assert not cordoned(api)
+
+
+def test_a_spec_nvidias_refresher_wrote_without_the_gate_keeps_an_idle_mining_rig_off_the_market(api, tmp_path):
+    """Toolkit 1.18+'s nvidia-cdi-refresh writes /var/run/cdi/nvidia.yaml, which CDI ranks above /etc/cdi's: with m2p's
+    spec intact, a refresher's spec without the gate still lets a lease start beside the miner.  The role masks the
+    refresher; an owner who unmasks it meets this."""
+    agent = make_agent(api, tmp_path, LEASE_FIRST)
+    ours, theirs = Path(agent.config.cdi_spec), Path(agent.config.cdi_dynamic_spec)
+    ours.parent.mkdir()
+    ours.write_text("containerEdits:\n  hooks:\n  - {path: /bin/sh, args: [sh, -c, 'exec /opt/m2p/gate']}\n")
+    agent.tick()
+    agent.tick()
+    assert agent.state.mode == "idle-mining" and not cordoned(api)
+    theirs.parent.mkdir()
+    theirs.write_text("kind: nvidia.com/gpu\ncontainerEdits:\n  hooks:\n  - {path: /usr/bin/nvidia-cdi-hook}\n")
+    agent.tick()
+    assert cordoned(api) and f"{theirs} lacks m2p's gate" in agent.last_error
+    theirs.unlink()
     agent.tick()
     assert not cordoned(api)
 

@@ -57,6 +57,17 @@ def test_every_gpu_container_passes_m2ps_gate_and_the_runtime_uses_the_spec(host
     assert '\nmode = "cdi"\n' in config and config.count("mode =") == 1
 
 
+def test_nvidias_own_cdi_refresher_is_masked_and_the_spec_it_left_is_gone(host):
+    """Toolkit 1.18+'s nvidia-cdi-refresh writes a spec without m2p's gate to /var/run/cdi, which outranks /etc/cdi:
+    masked on every rig (its units not installed here: masked before they exist), and the one prepare.yml left on
+    ct-plain removed; the note tells revert that the mask is m2p's."""
+    with host.sudo():
+        for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"):
+            assert host.run("systemctl is-enabled %s", unit).stdout.strip() == "masked", unit
+        assert not host.file("/var/run/cdi/nvidia.yaml").exists
+        assert host.file("/var/lib/m2p/nvidia-cdi-refresh.masked-by-m2p").exists
+
+
 def test_the_python38_rig_has_no_newer_python(host):
     """ct-hive is booted as HiveOS 0.6-227 (Ubuntu 20.04): python3 3.8 and nothing newer."""
     if name(host) != "ct-hive":

@@ -27,6 +27,9 @@ def test_toolkit_m2p_installed_is_purged(host):
         assert not host.file("/etc/cdi/nvidia.yaml").exists
         assert not host.file("/var/lib/m2p").exists
     assert not host.file("/etc/apt/apt.conf.d/51m2p-no-unattended-nvidia").exists
+    # NVIDIA's CDI refresher, masked by convert, is unmasked (no mask left in /etc/systemd/system)
+    for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"):
+        assert not host.file(f"/etc/systemd/system/{unit}").exists, unit
 
 
 def test_mining_os_rigs_mine_as_before(host):

@@ -27,7 +27,7 @@ class Config:
     state_dir: str = disk.AGENT_DIR
     labels_file: str = disk.LABELS_FILE
     cdi_spec: str = disk.CDI_SPEC  # carries the gate's hook (roles/nvidia_container_toolkit)
-    cdi_dynamic_spec: str = disk.CDI_DYNAMIC_SPEC  # must carry it too where it exists: it outranks cdi_spec
+    cdi_dirs: tuple[str, ...] = disk.CDI_DIRS  # every NVIDIA spec in them must carry the gate too (a runtime reads all)
     hashrate_file: str = ""  # the mining OS's own miner stats (measure.py); empty: none known
     trex_api: str = ""  # T-Rex's /summary on the rig's loopback (measure.py); read instead of hashrate_file
     economics: str = ""  # policy profit: the owner's economics file, re-read when it changes
@@ -62,4 +62,6 @@ class Config:
             else:
                 raw[key] = float(raw[key])
         raw["system_namespaces"] = tuple(str(n) for n in raw.get("system_namespaces", ()))
+        if "cdi_dirs" in raw:
+            raw["cdi_dirs"] = tuple(str(d) for d in raw["cdi_dirs"])
         return cls(miner=miner, **raw)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from miner2provider.agent import rules
 from miner2provider.agent.decide import Observation
+from miner2provider.agent.sight import spec_paths
 from miner2provider.rigside import kube
 from miner2provider.timeshare import policy
 
@@ -63,9 +64,9 @@ def read(agent: Agent, now: float, mono: float) -> Reading:
         retuned=gpus.retuned_cards(config.clocks, mono, agent.state.mode, agent.hand.clocks_reset, held, agent.say),
         unhealthy=watch.unhealthy(), gate_unhealthy=at_gate,
     )
-    # The spec a container given GPUs gets must carry the gate: m2p's, and one NVIDIA's refresher wrote (it outranks)
-    lacking = next((path for path in (config.cdi_spec, config.cdi_dynamic_spec)
-                    if not seen.gate_in_spec(path, agent.clock)), "")
+    # Every spec a container given GPUs could get must carry the gate: m2p's, and any other naming NVIDIA's devices
+    # (NVIDIA's refresher writes one to /var/run/cdi, which outranks /etc/cdi)
+    lacking = seen.spec_without_gate(spec_paths(config.cdi_spec, config.cdi_dirs), agent.clock)
     rig = rules.Rig(
         respawns=agent.hand.respawns, lease_gated=bool(seen.gated), others_waiting=bool(others),
         watchdog_was=agent.watchdog_was, watchdog_checked=agent.watchdog_checked,

@@ -18,6 +18,11 @@ from miner2provider.agent.gate import GateDir
 from miner2provider.rigside import kube
 
 GATE_MARK = "/opt/m2p/gate"  # the hook's command in the CDI spec
+# What names an NVIDIA device in a CDI spec: the kinds NVIDIA's tools write (nvidia.com/gpu, and nvidia-ctk's
+# management.nvidia.com/gpu, which hands over every device node).  A spec that names none is another vendor's.
+NVIDIA_KIND = "nvidia.com/"
+# The spec files a runtime reads (container-device-interface pkg/cdi/cache.go: .json and .yaml only).
+SPEC_SUFFIXES = (".json", ".yaml")
 # Timestamps are coarse (a jiffy; 2 s on FAT): a write in the same instant as a reading can leave every
 # stamp as it was, so an answer read this close to the file's last change is not kept (git's racy files).
 SETTLED_S = 2.0
@@ -134,6 +139,13 @@ class Sight:
                 known.add(pod)
         return listed
 
+    def spec_without_gate(self, paths: list[str], clock: Callable[[], float] = time.time) -> str:
+        """The first of ``paths`` (spec_paths) that would hand a container NVIDIA GPUs without the gate; "" when
+        none would.  What is kept of specs no longer there goes."""
+        for gone in set(self._specs) - set(paths):
+            del self._specs[gone]
+        return next((path for path in paths if not self.gate_in_spec(path, clock)), "")
+
     def gate_in_spec(self, path: str, clock: Callable[[], float] = time.time) -> bool:
         """Idle mining is safe only while the CDI spec carries the gate: a spec regenerated without it (the
         toolkit's nvidia-cdi-refresh after a driver update) would let a lease's container start beside the
@@ -165,16 +177,30 @@ def spec_identity(path: str) -> tuple[int, ...]:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def spec_paths(ours: str, dirs: tuple[str, ...]) -> list[str]:
+    """m2p's spec, then every spec file in the runtime's CDI directories (a directory that cannot be listed holds
+    none a runtime could read either), each once."""
+    paths = [ours]
+    for directory in dirs:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        paths += [p for name in names if name.endswith(SPEC_SUFFIXES)
+                  and (p := os.path.join(directory, name)) not in paths]
+    return paths
+
+
 def spec_carries_gate(path: str) -> tuple[bool, bool]:
-    """(whether the spec carries the gate, whether that was read whole).  No spec at all: no container gets the GPUs,
-    so safe; one that cannot be read: not safe."""
+    """(whether the spec carries the gate or names no NVIDIA device, whether that was read whole).  No spec at all: no
+    container gets the GPUs, so safe; one that cannot be read: not safe."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
         return True, True
     except OSError:
         return False, False
-    return GATE_MARK in text, True
+    return GATE_MARK in text or NVIDIA_KIND not in text, True
 
 
 def record_cards(record: dict[str, Any], card_map: dict[int, str]) -> frozenset[str] | None:

@@ -302,9 +302,7 @@ class History:
                 if telemetry is None or read_at is None or not telemetry.cards:
                     continue
                 at = min(read_at, now)  # a rig's clock ahead: stored at the sweep's time, once (card_reads)
-                seen = self.db.execute("SELECT 1 FROM card_reads WHERE rig = ? AND read_at = ?", (rig, read_at))
-                if seen.fetchone() or self.db.execute("SELECT 1 FROM card_samples WHERE rig = ? AND at = ?",
-                                                      (rig, at)).fetchone():
+                if self.db.execute("SELECT 1 FROM card_reads WHERE rig = ? AND read_at = ?", (rig, read_at)).fetchone():
                     continue  # stored already: most sweeps (a minute apart) find the same reading (5 minutes apart)
                 self.db.execute("INSERT INTO card_reads VALUES (?, ?) ON CONFLICT(rig) DO UPDATE SET "
                                 "read_at = excluded.read_at", (rig, read_at))

@@ -57,7 +57,7 @@ class Finding:
 CODES = frozenset({
     "cpu-arch", "no-python", "old-python", "no-sudo", "sudo-password", "no-nvidia-smi", "driver-error",
     "no-gpu", "mixed-gpus", "old-cuda", "disk-unreadable", "low-disk", "small-disk", "low-ram", "cgroup-v1",
-    "no-default-route", "xid-errors", "unknown-os", "no-miner-adapter", "k3s-eol", "disk-nearly-full",
+    "no-default-route", "xid-errors", "xid-unknown", "unknown-os", "no-miner-adapter", "k3s-eol", "disk-nearly-full",
     "amd-gpus", "amd-gpus-left-out",
 })
 # The findings no setting can fix: preflight refuses these even in warn-only mode.
@@ -151,6 +151,11 @@ def assess(facts: RigFacts, settings: Thresholds = Thresholds()) -> Verdict:
             f"{facts.xid.count} NVIDIA {codes} error(s) in the kernel log (last: {facts.xid.last[-120:]}): "
             "check risers, power and cooling before leasing (Xid 79: the GPU fell off the bus)"
         )
+    elif not facts.xid.readable:
+        warnings.append_code(
+            "xid-unknown",
+            "the login user cannot read the kernel log (dmesg restricted, no password-less sudo, not in "
+            "systemd-journal or adm): NVIDIA Xid errors unknown; the agent, as root, still reads them")
 
     mos = facts.mining_os
     if mos.kind == "unknown":

@@ -18,9 +18,11 @@ LEDGER_ROTATED = f"{AGENT_DIR}/ledger.1.jsonl"  # the previous ledger file (ledg
 DRAIN_REQUEST = f"{AGENT_DIR}/drain"  # m2p ... --drain asks the agent to cordon the node
 LABELS_FILE = "/var/lib/m2p/node-labels.json"  # gpu_attributes' labels for the node, kept in step by the agent
 CDI_SPEC = "/etc/cdi/nvidia.yaml"  # carries the gate's hook (roles/nvidia_container_toolkit)
-# Where NVIDIA's own refresher (toolkit 1.18+, nvidia-cdi-refresh) writes its spec, without the gate; CDI ranks
-# /var/run/cdi above /etc/cdi, so one here would outrank CDI_SPEC (the role masks the refresher and removes it).
-CDI_DYNAMIC_SPEC = "/var/run/cdi/nvidia.yaml"
+# The directories a container runtime reads CDI specs from (container-device-interface pkg/cdi/spec-dirs.go@0dfd23b,
+# containerd's cdi_spec_dirs default): every spec there that names an NVIDIA device must carry the gate, not only
+# CDI_SPEC.  NVIDIA's own refresher (toolkit 1.18+, nvidia-cdi-refresh) writes /var/run/cdi/nvidia.yaml without it,
+# and CDI ranks /var/run/cdi above /etc/cdi (the role masks the refresher and removes its spec).
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 AGENT_CONFIG = "/etc/m2p/agent.json"
 
 

@@ -1,7 +1,8 @@
 """The agent's read of the CDI spec (agent/sight.py, issue 54): whether the spec still carries m2p's gate hook is
 read again only when the file changed (its inode, device, size, mtime or ctime; appearing or going), never
 every tick: rigs are weak CPUs and the spec rarely changes.  The answers are today's: no spec, safe; a spec
-that cannot be read, not safe; else whether the gate's command is in it."""
+that cannot be read, not safe; else whether the gate's command is in it, or no NVIDIA device kind (another
+vendor's spec)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from miner2provider.agent.sight import GATE_MARK, SETTLED_S, Sight
 
 __all__ = ["api"]  # the fixture, used by name
 
-WITH_GATE = f"containerEdits:\n  hooks:\n  - {{path: /bin/sh, args: [sh, -c, 'exec {GATE_MARK}']}}\n"
+WITH_GATE = f"kind: nvidia.com/gpu\ncontainerEdits:\n  hooks:\n  - {{path: /bin/sh, args: [sh, -c, 'exec {GATE_MARK}']}}\n"
 # The same length, the gate's command gone: a size check alone would not see the change.
 WITHOUT_GATE = WITH_GATE.replace(GATE_MARK, "/usr/bin/true")
 assert len(WITHOUT_GATE) == len(WITH_GATE)

@@ -85,7 +85,7 @@ def make_agent(api, tmp_path, schedule: str, clock=lambda: 1_800_000_000.0, econ
                     clocks=LoggedClocks(apply_cmd=f"echo reapply >> {events}"), economics=economics,
                     hashrate_file=hashrate_file, trex_api=trex_api, system_namespaces=system_namespaces,
                     lease_label=lease_label, cdi_spec=str(tmp_path / "etc-cdi" / "nvidia.yaml"),
-                    cdi_dynamic_spec=str(tmp_path / "run-cdi" / "nvidia.yaml"))  # never this machine's specs
+                    cdi_dirs=(str(tmp_path / "etc-cdi"), str(tmp_path / "run-cdi")))  # never this machine's specs
     # One clock for the wall and the intervals here (a stepped wall clock has a test of its own); one boot.
     # The stand-in miner's GPU process is a pid no process can have: the agent ends what still holds a GPU after
     # a failed stop (TERM, then KILL, by pid), and a real pid here (it was 4242) ended whatever process of this
@@ -342,19 +342,29 @@ def test_a_cdi_spec_without_the_gate_keeps_an_idle_mining_rig_off_the_market(api
     assert not cordoned(api)
 
 
-def test_a_spec_nvidias_refresher_wrote_without_the_gate_keeps_an_idle_mining_rig_off_the_market(api, tmp_path):
-    """Toolkit 1.18+'s nvidia-cdi-refresh writes /var/run/cdi/nvidia.yaml, which CDI ranks above /etc/cdi's: with m2p's
-    spec intact, a refresher's spec without the gate still lets a lease start beside the miner.  The role masks the
-    refresher; an owner who unmasks it meets this."""
+@pytest.mark.parametrize(("name", "spec"), [
+    # Toolkit 1.18+'s nvidia-cdi-refresh: /var/run/cdi/nvidia.yaml, which CDI ranks above /etc/cdi's (the role masks
+    # the refresher; an owner who unmasks it meets this)
+    ("nvidia.yaml", "kind: nvidia.com/gpu\ncontainerEdits:\n  hooks:\n  - {path: /usr/bin/nvidia-cdi-hook}\n"),
+    # a management spec nvidia-ctk wrote, in JSON, under another name: a runtime reads every .json and .yaml there
+    ("management.json", '{"cdiVersion": "0.5.0", "kind": "management.nvidia.com/gpu", "devices": []}'),
+])
+def test_any_spec_naming_nvidia_devices_in_the_runtimes_cdi_dirs_must_carry_the_gate(api, tmp_path, name, spec):
+    """With m2p's spec intact, another spec of NVIDIA's devices without the gate still lets a lease start beside the
+    miner: the rig goes off the market while it is there.  Another vendor's spec, or a file the runtime does not
+    read, changes nothing."""
     agent = make_agent(api, tmp_path, LEASE_FIRST)
-    ours, theirs = Path(agent.config.cdi_spec), Path(agent.config.cdi_dynamic_spec)
+    ours, run_dir = Path(agent.config.cdi_spec), Path(agent.config.cdi_dirs[1])
     ours.parent.mkdir()
     ours.write_text("containerEdits:\n  hooks:\n  - {path: /bin/sh, args: [sh, -c, 'exec /opt/m2p/gate']}\n")
+    run_dir.mkdir()
+    (run_dir / "amd.yaml").write_text("cdiVersion: 0.5.0\nkind: amd.com/gpu\ndevices: []\n")
+    (run_dir / "nvidia.yaml.bak").write_text("kind: nvidia.com/gpu\n")
     agent.tick()
     agent.tick()
     assert agent.state.mode == "idle-mining" and not cordoned(api)
-    theirs.parent.mkdir()
-    theirs.write_text("kind: nvidia.com/gpu\ncontainerEdits:\n  hooks:\n  - {path: /usr/bin/nvidia-cdi-hook}\n")
+    theirs = run_dir / name
+    theirs.write_text(spec)
     agent.tick()
     assert cordoned(api) and f"{theirs} lacks m2p's gate" in agent.last_error
     theirs.unlink()

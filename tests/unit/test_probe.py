@@ -88,3 +88,34 @@ def test_the_miner_fact_keeps_the_lines_ps_and_grep_kept():
     assert ours[0] == ours[1] and len(ours[1]) == 5
     found = MinerFact.parse(Output(outputs[1], 0))
     assert {"xmrig", "screen:miner", "miner-run t-rex", "run.py", "t-rex"} <= set(found.sessions)
+
+
+XID_LINE = "[ 9.1] NVRM: Xid (PCI:0000:03:00): 79, pid=1, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize(("who", "expect"), [
+    # Ubuntu's dmesg_restrict=1 for a user without sudo and outside the journal's groups: journalctl exits 0 with
+    # nothing (it shows such a user only their own journal), which must not read as "no Xid".
+    ({"dmesg": "exit 1", "sudo": "exit 1", "id": "[ \"$1\" = -u ] && echo 1000 || echo user",
+      "journalctl": "exit 0"}, (False, 0)),
+    ({"dmesg": "exit 1", "sudo": f"[ \"$2\" = dmesg ] && echo '{XID_LINE}'", "id": "echo 1000",
+      "journalctl": "exit 1"}, (True, 1)),  # password-less sudo reads the ring buffer
+    ({"dmesg": "exit 1", "sudo": "exit 1", "id": "[ \"$1\" = -u ] && echo 1000 || echo 'user adm'",
+      "journalctl": f"echo '{XID_LINE}'"}, (True, 1)),  # adm may read the system journal
+    ({"dmesg": "echo '[ 0.0] Linux version 6.1'", "sudo": "exit 99", "id": "exit 99", "journalctl": "exit 99"},
+     (True, 0)),  # a readable ring buffer without Xid: clean
+])
+def test_the_xid_fact_says_unreadable_where_the_login_user_cannot_read_the_kernel_log(tmp_path, who, expect):
+    """The fact's command run for real by sh, with stand-ins for dmesg, sudo, id and journalctl acting as each
+    kind of login user would see them."""
+    from miner2provider.detect.facts.health import XidFact
+
+    for name, body in who.items():
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\n{body}\n")
+        tool.chmod(0o755)
+    path = f"{tmp_path}:{'/usr/bin:/bin'}"
+    out = subprocess.run(["sh", "-c", f"PATH={path}; ( {XidFact.command} ) 2>&1 </dev/null"],
+                         capture_output=True, text=True, timeout=60)
+    found = XidFact.parse(Output(out.stdout, out.returncode))
+    assert (found.readable, found.count) == expect, out.stdout

@@ -139,6 +139,11 @@ def test_no_default_route_blocks_and_xid_errors_warn():
     assert any(w.code == "xid-errors" and "Xid 79" in w.sentence and "riser" in w.sentence for w in v.warnings)
 
 
+def test_a_kernel_log_the_login_user_cannot_read_says_xid_errors_are_unknown():
+    v = assess(facts(xid="@@unreadable\n"))
+    assert [w.code for w in v.warnings] == ["xid-unknown"] and "cannot read the kernel log" in v.warnings[0].sentence
+
+
 def test_a_mining_os_without_an_adapter_is_named_and_ethos_and_nhos_are_refused():
     """Issue 15: a rig with mining markers never passes for plain Linux; RaveOS (no adapter) is named;
     ethOS and NiceHash OS are refused with their reasons."""

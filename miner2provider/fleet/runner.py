@@ -15,12 +15,14 @@
   (``provider apply|remove``, convert, revert, schedule apply, join, remove), whether or not the
   caller knows its name.  The environment is filtered in the run's own configuration, never by
   changing this process's.
+- Mitogen for Ansible's strategy (``strategy_settings``) by default: one Python interpreter per rig for the run.
 - Progress comes from runner events (``on_event``), the report from ``runner.stats``, never
   from scraping stdout.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import shlex
@@ -36,6 +38,7 @@ import ansible_runner.interface
 import yaml
 
 from miner2provider.core import collection
+from miner2provider.core.errors import UsageError
 from miner2provider.core.inventory import PROXY_JUMP, Host, vault_lib
 
 
@@ -86,6 +89,12 @@ _KINDS = {
 OUTCOME_WARNING = "_outcome_warning"  # a fact <role>_outcome_warning: said beside the outcome (RunReport)
 CONTROL_NODES = "m2p_control_nodes"  # hosts with m2p_control_node: true (k3s servers without GPUs)
 
+# ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within 30 s instead of stalling the
+# run until TCP gives up (many minutes).
+SSH_ALIVE_INTERVAL_S = 10
+SSH_ALIVE_COUNT = 3
+
+
 def build_inventory(hosts: list[Host], vault_key: str,
                     role_vars: Mapping[str, Mapping[str, Any]] | None = None, known_hosts: Path | None = None,
                     secret_vars: Mapping[str, Mapping[str, str]] | None = None) -> str:
@@ -120,7 +129,11 @@ def build_inventory(hosts: list[Host], vault_key: str,
                 children.setdefault(group, {"hosts": {}})["hosts"][host.name] = None
         if host.control_node:  # the plays that install the GPU stack leave this group out
             children[CONTROL_NODES].setdefault("hosts", {})[host.name] = None
-    return yaml.dump({"all": {"hosts": hostvars, "children": children}}, Dumper=_Dumper, sort_keys=False)
+    # Mitogen's ssh puts its own keepalive (30 s x 10) before ANSIBLE_SSH_ARGS, and ssh keeps an option's first value:
+    # the same bound as Ansible's own ssh gets (run_playbook's ssh_args), as Mitogen's variables.
+    keepalive = {"mitogen_ssh_keepalive_interval": SSH_ALIVE_INTERVAL_S, "mitogen_ssh_keepalive_count": SSH_ALIVE_COUNT}
+    return yaml.dump({"all": {"vars": keepalive, "hosts": hostvars, "children": children}}, Dumper=_Dumper,
+                     sort_keys=False)
 
 
 def _through_jump(host: Host, known_hosts: Path | None) -> str:
@@ -152,6 +165,31 @@ class _Dumper(yaml.SafeDumper):
 _Dumper.add_representer(_Vaulted, lambda d, v: d.represent_scalar("!vault", str(v), style="|"))
 
 
+# Mitogen for Ansible (mitogen-hq/mitogen, BSD-3-Clause; its strategy plugin, ansible_mitogen/plugins/strategy):
+# one Python interpreter per rig for the whole run, which keeps the modules' code it was sent, instead of a new
+# interpreter per task that unpacks the module and compiles Ansible's module_utils again (~0.2 CPU-s of a rig per
+# task, two fifths of the test suite's CPU: a rig's weak CPU pays it on every task).  The same farm converted both
+# ways (benchmarks/convert_tasks.py; docs/benchmarks.md): half the machine's CPU, 1.7x faster.  Ansible's own
+# linear strategy stays one setting away (STRATEGY_ENV=linear) for a rig Mitogen cannot drive.
+STRATEGY_ENV = "M2P_ANSIBLE_STRATEGY"
+STRATEGIES = ("mitogen_linear", "linear")
+
+
+def strategy_settings(choice: str) -> dict[str, str]:
+    """The ANSIBLE_* settings of ``choice`` (STRATEGY_ENV's value; "" is the default, mitogen_linear)."""
+    choice = choice.strip() or STRATEGIES[0]
+    if choice not in STRATEGIES:
+        raise UsageError(f"{STRATEGY_ENV}={choice!r}: say one of {', '.join(STRATEGIES)}")
+    if choice == "linear":
+        return {"ANSIBLE_STRATEGY": "linear"}
+    found = importlib.util.find_spec("ansible_mitogen")
+    if found is None or found.origin is None:
+        raise UsageError(f"Mitogen for Ansible is not installed beside m2p (pip install mitogen), or set "
+                         f"{STRATEGY_ENV}=linear")
+    plugins = Path(found.origin).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": choice}
+
+
 def run_playbook(
     playbook: Path,
     hosts: list[Host],
@@ -175,17 +213,16 @@ def run_playbook(
     ``PASSED`` (the run passes none of this process's variables but those anyway)."""
     vault_key = secrets.token_urlsafe(32)
     inventory = build_inventory(hosts, vault_key, role_vars, known_hosts, secret_vars)
-    # ServerAlive: a connection that drops mid-play (flaky farm networks) fails its rig within
-    # 30 s instead of stalling the run until TCP gives up (many minutes).
-    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", "-o ServerAliveInterval=10",
-                "-o ServerAliveCountMax=3"]
+    ssh_args = ["-o ControlMaster=auto", "-o ControlPersist=60s", f"-o ServerAliveInterval={SSH_ALIVE_INTERVAL_S}",
+                f"-o ServerAliveCountMax={SSH_ALIVE_COUNT}"]
     private = Path(tempfile.mkdtemp(prefix="m2p-run-"))  # 0700
     if known_hosts is not None:
         ssh_args += [f"-o UserKnownHostsFile={known_hosts}", "-o StrictHostKeyChecking=yes"]
     env = {
         # m2p's collection first: the one installed with this m2p, not another copy on the machine.
         "ANSIBLE_COLLECTIONS_PATH": str(collection.collections_path()),
-        "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five
+        "ANSIBLE_PIPELINING": "True",  # one SSH exec per task instead of five (Ansible's own strategy)
+        **strategy_settings(os.environ.get(STRATEGY_ENV, "")),
         "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",

@@ -483,6 +483,8 @@ def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "") -> None:
     """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone.  Who asked, and
     ``why``, go in the rig's end log, so a rig stopped under a test that still waits for it says by whom."""
     rig_dir = rig.path if isinstance(rig, Rig) else rig
+    if isinstance(rig, Rig) and not _still_holds(rig):
+        return  # stopped already, and its slot is another rig's now: never stop that one
     sups = _supervisors(rig_dir)  # one just started too: missed, it would tear down a later rig of this slot
     if sups:
         asker = " ".join(processes.cmdline(os.getpid()))[:300]
@@ -493,6 +495,22 @@ def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "") -> None:
         processes.kill_all(left, signal.SIGKILL)
         processes.wait_gone(left, 5)
     teardown(rig_dir)
+
+
+def _still_holds(rig: Rig) -> bool:
+    """Whether ``rig``'s directory is still ``rig``'s: a rig stopped twice (a test's own stop, then its fixture's)
+    may find its slot taken by another worker's rig in between (a CI run: the second stop killed the other
+    worker's new rig as it booted).  Read under the allocation lock, under which a slot is taken and its rig.json
+    written: a directory without one then is a leftover of this rig's, and one whose rig.json names another owner
+    or rig is not this rig's."""
+    with _allocation_lock():
+        try:
+            now = Rig.from_dir(rig.path)
+        except FileNotFoundError:
+            return rig.path.exists()
+        except (OSError, ValueError, TypeError):
+            return True
+    return (now.id, now.name, now.owner_pid, now.owner_start) == (rig.id, rig.name, rig.owner_pid, rig.owner_start)
 
 
 def teardown(rig_dir: Path) -> None:

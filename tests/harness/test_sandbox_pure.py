@@ -94,3 +94,30 @@ def test_a_busy_mount_goes_lazily(tmp_path):
         holder.kill()
         holder.wait()
         subprocess.run(["umount", str(merged)], capture_output=True)
+
+
+def test_a_second_stop_of_a_rig_never_stops_the_rig_that_took_its_slot(monkeypatch, tmp_path):
+    """A test stops its rig, another worker's rig takes the slot, then the first test's fixture stops the rig again:
+    that stop must leave the new rig alone (a CI run lost the other worker's rig to it).  The directory's rig.json
+    says whose the slot is; stop's effects are recorded, not run."""
+    from m2p_sandbox import rig as sandbox
+
+    monkeypatch.setenv("M2P_SANDBOX_ROOT", str(tmp_path))
+    done: list[str] = []
+    monkeypatch.setattr(sandbox, "_supervisors", lambda rig_dir: done.append(f"looked {rig_dir.name}") or [])
+    monkeypatch.setattr(sandbox, "teardown", lambda rig_dir: done.append(f"teardown {rig_dir.name}"))
+    slot_dir = sandbox.rigs_dir() / "m2p00012"
+    slot_dir.mkdir(parents=True)
+
+    def rig(name: str, owner: int) -> sandbox.Rig:
+        return sandbox.Rig(id="m2p00012", name=name, flavour="plain", slot=12, address="10.213.0.12",
+                           user="rigadmin", key_file=str(slot_dir / "id_ed25519"), dir=str(slot_dir),
+                           owner_pid=owner, owner_start=1000 + owner)
+
+    first, later = rig("short1", 17856), rig("flaky1", 17862)
+    later.save()  # the slot is the other worker's rig now
+    sandbox.stop(first)
+    assert done == []
+    first.save()  # the slot still its own: stopped as before
+    sandbox.stop(first)
+    assert done == ["looked m2p00012", "teardown m2p00012"]

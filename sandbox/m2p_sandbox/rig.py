@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -151,7 +152,6 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
         with contextlib.suppress(OSError):
             if end_log(rig_dir).stat().st_size > END_LOG_BYTES:
                 end_log(rig_dir).unlink()
-        note_end(rig_dir, f"{TAKEN} {spec.name}")
         address = str(network.address_for(slot))
         rig = Rig(
             id=rig_id,
@@ -168,9 +168,16 @@ def _reserve(spec: RigSpec, owner_pid: int | None) -> Rig:
             owner_pid=owner_pid,
             owner_start=processes.start_time(owner_pid) if owner_pid else None,
         )
+        note_end(rig_dir, taken_mark(rig))
         rig.save()
         network.plumb(slot)
         return rig
+
+
+def taken_mark(rig: Rig) -> str:
+    """The end log's line where ``rig``'s story begins: its name and owner, so a later rig of the same slot and
+    name (a test's next rig) opens a section of its own."""
+    return f"{TAKEN} {rig.name} (owner {rig.owner_pid} started {rig.owner_start})"
 
 
 # -- preparing the root filesystem ---------------------------------------------------
@@ -342,12 +349,16 @@ def can_log_in(rig: Rig) -> bool:
 
 
 def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
+    """Wait until ``rig`` takes SSH logins.  The rig is judged, not its slot: once stopped, its slot (address, key
+    path, directory) may hold another worker's rig, whose login and supervisor must not pass for this one's (a
+    four-worker run: a stopped rig's wait logged into the rig that took its slot, and did not raise)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if ssh_banner(rig.address, rig.port) and can_log_in(rig):
-            return
-        if not _supervisors(rig.path):
+        up = ssh_banner(rig.address, rig.port) and can_log_in(rig)
+        if not _still_holds(rig) or not _supervisors(rig.path):
             raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_why_ended(rig)}")
+        if up:
+            return
         time.sleep(0.1)
     raise SandboxError(
         f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
@@ -384,12 +395,16 @@ def _inside_state(rig: Rig) -> str:
 
 def _why_ended(rig: Rig) -> str:
     """What the rig's end log says (who asked it to stop, nspawn's exit, its console's last lines): its
-    directory, console log included, is gone by the time its supervisor is."""
+    directory, console log included, is gone by the time its supervisor is.  Only ``rig``'s own section: a rig
+    that took the slot since has written its own after it."""
     try:
-        text = end_log(rig.path).read_text(errors="replace").rpartition(TAKEN)[2].partition("\n")[2]
-        return " | ".join(text.strip().splitlines()) or f"(empty end log) {console_tail(rig.path)}"
+        _, mark, after = end_log(rig.path).read_text(errors="replace").rpartition(taken_mark(rig) + "\n")
     except OSError:
         return f"(no end log) {console_tail(rig.path)}"
+    if not mark:
+        return f"(no section of its own in the end log) {console_tail(rig.path)}"
+    own = [line.strip() for line in itertools.takewhile(lambda line: TAKEN not in line, after.splitlines())]
+    return " | ".join(line for line in own if line) or f"(empty end log) {console_tail(rig.path)}"
 
 
 def console_tail(rig_dir: Path, count: int = 5) -> str:

@@ -1,5 +1,6 @@
 """Pure parts of the harness: recipe hashing, address plan, flavour data."""
 
+import functools
 import subprocess
 
 import pytest
@@ -96,6 +97,15 @@ def test_a_busy_mount_goes_lazily(tmp_path):
         subprocess.run(["umount", str(merged)], capture_output=True)
 
 
+def _rig_of_slot_12(slot_dir, name: str, owner: int):
+    """A rig record of slot 12, as two workers' rigs in turn hold it (same address, key path and directory)."""
+    from m2p_sandbox import rig as sandbox
+
+    return sandbox.Rig(id="m2p00012", name=name, flavour="plain", slot=12, address="10.213.0.12", user="rigadmin",
+                       key_file=str(slot_dir / "id_ed25519"), dir=str(slot_dir), owner_pid=owner,
+                       owner_start=1000 + owner)
+
+
 def test_a_second_stop_of_a_rig_never_stops_the_rig_that_took_its_slot(monkeypatch, tmp_path):
     """A test stops its rig, another worker's rig takes the slot, then the first test's fixture stops the rig again:
     that stop must leave the new rig alone (a CI run lost the other worker's rig to it).  The directory's rig.json
@@ -108,11 +118,7 @@ def test_a_second_stop_of_a_rig_never_stops_the_rig_that_took_its_slot(monkeypat
     monkeypatch.setattr(sandbox, "teardown", lambda rig_dir: done.append(f"teardown {rig_dir.name}"))
     slot_dir = sandbox.rigs_dir() / "m2p00012"
     slot_dir.mkdir(parents=True)
-
-    def rig(name: str, owner: int) -> sandbox.Rig:
-        return sandbox.Rig(id="m2p00012", name=name, flavour="plain", slot=12, address="10.213.0.12",
-                           user="rigadmin", key_file=str(slot_dir / "id_ed25519"), dir=str(slot_dir),
-                           owner_pid=owner, owner_start=1000 + owner)
+    rig = functools.partial(_rig_of_slot_12, slot_dir)
 
     first, later = rig("short1", 17856), rig("flaky1", 17862)
     later.save()  # the slot is the other worker's rig now
@@ -121,3 +127,33 @@ def test_a_second_stop_of_a_rig_never_stops_the_rig_that_took_its_slot(monkeypat
     first.save()  # the slot still its own: stopped as before
     sandbox.stop(first)
     assert done == ["looked m2p00012", "teardown m2p00012"]
+
+
+def test_a_wait_for_a_stopped_rig_never_believes_the_rig_that_took_its_slot(monkeypatch, tmp_path):
+    """A test stops its rig and waits for it to say why; meanwhile another worker's rig takes the slot (same
+    address, key path and directory) and answers SSH: the wait must raise with the first rig's own story, not log
+    into the other one (a four-worker run: 'DID NOT RAISE').  The logins and supervisors are stand-ins here."""
+    from m2p_sandbox import rig as sandbox
+
+    monkeypatch.setenv("M2P_SANDBOX_ROOT", str(tmp_path))
+    monkeypatch.setattr(sandbox, "ssh_banner", lambda address, port=22: "SSH-2.0-OpenSSH_9.2")
+    monkeypatch.setattr(sandbox, "can_log_in", lambda rig: True)
+    monkeypatch.setattr(sandbox, "_supervisors", lambda rig_dir: [4242])
+    slot_dir = sandbox.rigs_dir() / "m2p00012"
+    slot_dir.mkdir(parents=True)
+    rig = functools.partial(_rig_of_slot_12, slot_dir)
+
+    keep, other = rig("keep1", 17856), rig("flaky1", 17862)
+    sandbox.note_end(slot_dir, sandbox.taken_mark(keep))
+    sandbox.note_end(slot_dir, "stop asked by pid 17856 (m2p_sandbox down)")
+    sandbox.note_end(slot_dir, "nspawn exit 0 (as asked)")
+    sandbox.note_end(slot_dir, sandbox.taken_mark(other))
+    sandbox.note_end(slot_dir, "stop asked by pid 17862 (someone else's)")
+    other.save()
+    with pytest.raises(SandboxError) as raised:
+        sandbox.wait_ssh(keep, timeout=5)
+    said = str(raised.value)
+    assert "keep1 (m2p00012) stopped while booting" in said and "m2p_sandbox down" in said, said
+    assert "nspawn exit 0" in said and "someone else's" not in said and "flaky1" not in said, said
+    keep.save()  # the slot its own again (a reboot of the same rig): a login is believed
+    sandbox.wait_ssh(keep, timeout=5)

@@ -255,7 +255,7 @@ class SmtpStandin:
             self.context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
         self.server = _SmtpServer(("127.0.0.1", 0), _SmtpHandler)
         self.server.owner = self
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property

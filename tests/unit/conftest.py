@@ -49,7 +49,7 @@ def trex_api() -> Iterator[Callable[[Callable[[], str]], tuple[int, list[str]]]]
 
         server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
         servers.append(server)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return server.server_port, asked
 
     yield start

@@ -108,7 +108,7 @@ def site(tmp_path_factory):
     (root / "ngf" / "values.yaml").write_bytes(ngf_values)
     handler = functools.partial(Quiet, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     named = [pins.DEVICE_PLUGIN_IMAGE, *(i for a in helm.shared_charts().glob("*.tgz") for i in chart_images(a.name))]
     refs = [images.parse_ref(i) for i in named]

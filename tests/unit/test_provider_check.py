@@ -371,7 +371,7 @@ def test_the_ingress_rig_is_asked_its_route_toward_the_dns_answer_and_the_echo(t
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Echo)
-    Thread(target=server.serve_forever, daemon=True).start()
+    Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     scripts = []
 
     def here(host, script, opts, **kw):

@@ -40,7 +40,7 @@ class Counting(http.server.BaseHTTPRequestHandler):
 def server():
     Counting.connections, Counting.drop_after_one = 0, False
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield httpd
     httpd.shutdown()
     httpd.server_close()

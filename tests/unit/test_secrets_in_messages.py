@@ -149,7 +149,7 @@ def test_an_http_api_is_refused_everywhere_and_redirects_keep_no_token(monkeypat
             self.end_headers()
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         (tmp_path / "token").write_text("agent-token-xyz")
         client = KubeClient(f"http://127.0.0.1:{server.server_port}", str(tmp_path / "token"))

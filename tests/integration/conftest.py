@@ -101,7 +101,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every_s
 
 def ssh(rig: sandbox.Rig, attempts: int = 3) -> paramiko.SSHClient:
     """The test's own look at a rig (the sandbox's, which tries a connection broken during key exchange again);
-    m2p's own SSH is not this helper and keeps its failure sentences (tests/unit/test_ssh_classify.py)."""
+    m2p's own SSH is not this helper and keeps its failure sentences (tests/unit/test_detect_ssh.py)."""
     return tenant.ssh(rig, attempts)
 
 

@@ -374,7 +374,7 @@ def mirror_in_lease(api: KubeApiStandin, tmp_path: Path, rig: str, dseq: int) ->
     """What root on ``rig`` can do with its kubelet's own credential (k3s's agent/client-kubelet.crt): a mirror pod
     in the namespace of a lease that runs elsewhere, labelled as that lease's pods are, bound to itself, as the
     API's NodeRestriction admits it (a static pod's mirror)."""
-    from test_kubelet_identity import create_pod, kubelet_client, mirror_pod  # tests/unit is on sys.path
+    from test_rigside_kube_identity import create_pod, kubelet_client, mirror_pod  # tests/unit is on sys.path
 
     folder = tmp_path / f"kubelet-{rig}"
     folder.mkdir(exist_ok=True)

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--all", action="store_true")
     down.add_argument("--instance-config", metavar="FILE",
                       help="stop the rigs listed in this Molecule instance config, then empty it")
+    down.add_argument("--at-once", action="store_true", help="kill the rigs without powering them off")
     sub.add_parser("list", help="running rigs as JSON")
     sub.add_parser("sweep", help="tear down rigs whose owner died")
     sub.add_parser("base", help="build (or find) the base root filesystem")
@@ -73,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
             listed = {(item["rig_id"], item["instance"]) for item in items}
         for r in rig.running():
             if args.all or r.name in wanted or r.id in wanted or (r.id, r.name) in listed:
-                rig.stop(r, why=f"down {' '.join(sys.argv[2:])[:200]}")
+                rig.stop(r, why=f"down {' '.join(sys.argv[2:])[:200]}", at_once=args.at_once)
         if args.instance_config:
             _write_instance_config(Path(args.instance_config), [])
     elif args.command == "list":

@@ -50,6 +50,7 @@ def ended_dir() -> Path:
     return sandbox_root() / "ended"
 
 
+AT_ONCE = signal.SIGUSR1  # what asks a rig's supervisor to stop it without the poweroff
 TAKEN = "--- slot taken by"  # an end log's mark where the slot's next rig begins
 END_LOG_BYTES = 256 * 1024
 
@@ -494,17 +495,19 @@ def _boot_once(specs: list[RigSpec], base_rootfs: Path, owner_pid: int | None, t
 # -- stopping ------------------------------------------------------------------------
 
 
-def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "") -> None:
-    """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone.  Who asked, and
-    ``why``, go in the rig's end log, so a rig stopped under a test that still waits for it says by whom."""
+def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "", at_once: bool = False) -> None:
+    """Shut a rig down cleanly (its supervisor powers it off), then make sure it is gone; ``at_once``: killed
+    without the poweroff (a test's teardown).  Who asked, and ``why``, go in the rig's end log, so a rig stopped
+    under a test that still waits for it says by whom."""
     rig_dir = rig.path if isinstance(rig, Rig) else rig
     if isinstance(rig, Rig) and not _still_holds(rig):
         return  # stopped already, and its slot is another rig's now: never stop that one
     sups = _supervisors(rig_dir)  # one just started too: missed, it would tear down a later rig of this slot
     if sups:
         asker = " ".join(processes.cmdline(os.getpid()))[:300]
-        note_end(rig_dir, f"stop asked by pid {os.getpid()} ({asker}){': ' + why if why else ''}")
-    processes.kill_all(sups, signal.SIGTERM)
+        how = " at once" if at_once else ""
+        note_end(rig_dir, f"stop{how} asked by pid {os.getpid()} ({asker}){': ' + why if why else ''}")
+    processes.kill_all(sups, AT_ONCE if at_once else signal.SIGTERM)
     left = processes.wait_gone(sups, timeout)
     if left:
         processes.kill_all(left, signal.SIGKILL)

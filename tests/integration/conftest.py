@@ -63,7 +63,7 @@ def sandbox_rigs() -> Iterator[dict[str, sandbox.Rig]]:
         yield {r.name: r for r in rigs}
     finally:
         for r in rigs:
-            sandbox.stop(r)
+            sandbox.stop(r, at_once=True)
 
 
 @pytest.fixture
@@ -82,8 +82,8 @@ def boot_rigs() -> Iterator[object]:
     try:
         yield boot
     finally:
-        for r in booted:
-            sandbox.stop(r)
+        for r in booted:  # at once: no test reads this poweroff (a rig's own reboot and stop tests ask for theirs)
+            sandbox.stop(r, at_once=True)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every_s: float = 0.3) -> Any:

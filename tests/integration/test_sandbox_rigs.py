@@ -282,10 +282,17 @@ def test_nothing_is_left_behind_when_the_runner_dies_or_fails(action):
     assert left == [], f"{left}; the rig's end log: {end.read_text() if end.exists() else 'none'}"
 
 
-def test_stop_removes_everything(boot_rigs):
+@pytest.mark.parametrize("at_once", [False, True], ids=["poweroff", "at-once"])
+def test_stop_removes_everything(boot_rigs, at_once):
+    """A stop leaves nothing, whether the rig powers off or is killed at once (the teardown of every test's rigs),
+    and its end log says which it was."""
     (r,) = boot_rigs(sandbox.RigSpec("short1"))
-    sandbox.stop(r)
+    started = time.monotonic()
+    sandbox.stop(r, at_once=at_once)
     assert _traces(r) == []
+    said = sandbox.end_log(r.path).read_text().rpartition(sandbox.taken_mark(r))[2]
+    assert ("nspawn exit -9 (as asked, at once)" in said) if at_once else ("nspawn exit 0 (as asked)" in said), said
+    assert not at_once or time.monotonic() - started < 10
 
 
 def test_a_rig_that_does_not_come_up_is_booted_again(monkeypatch):

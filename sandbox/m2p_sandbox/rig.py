@@ -354,12 +354,19 @@ def wait_ssh(rig: Rig, timeout: float = BOOT_TIMEOUT) -> None:
     path, directory) may hold another worker's rig, whose login and supervisor must not pass for this one's (a
     four-worker run: a stopped rig's wait logged into the rig that took its slot, and did not raise)."""
     deadline = time.monotonic() + timeout
+    next_look = 0.0
     while time.monotonic() < deadline:
-        up = ssh_banner(rig.address, rig.port) and can_log_in(rig)
+        banner = ssh_banner(rig.address, rig.port)
+        up = bool(banner) and can_log_in(rig)
         if not _still_holds(rig) or not _supervisors(rig.path):
             raise SandboxError(f"rig {rig.name} ({rig.id}) stopped while booting: {_why_ended(rig)}")
         if up:
             return
+        if banner and time.monotonic() >= next_look:
+            next_look = time.monotonic() + SESSIONS_LOOK_S
+            refused = _sessions_refused(rig)
+            if refused:
+                raise SandboxError(f"rig {rig.name} ({rig.id}) refuses logins for good: {refused}")
         time.sleep(0.1)
     raise SandboxError(
         f"rig {rig.name} ({rig.id}) not SSH-ready after {timeout:.0f}s (banner: "
@@ -381,16 +388,40 @@ def _supervisors(rig_dir: Path) -> list[int]:
     return found
 
 
-def _inside_state(rig: Rig) -> str:
-    """What the rig's own systemd says, read through its namespaces (for a failed boot's report)."""
+# A rig whose sshd answers but refuses logins is looked into this often: one whose systemd-user-sessions.service
+# failed keeps /run/nologin (tmpfiles' "System is booting up"), so PAM refuses every login but root's until the
+# boot timeout (seen about once a CI run, 2026-11-29/30, each a 45 s wait before the retry); said at once instead.
+SESSIONS_LOOK_S = 3.0
+
+
+def _inside(rig: Rig, script: str) -> subprocess.CompletedProcess[str] | None:
+    """``script`` run by sh inside the rig, through its namespaces; None when nothing runs there."""
     inode = network.namespace_inode(rig.slot)
     pids = sorted(processes.pids_in_netns(inode)) if inode else []
     if not pids:
-        return "no processes"
-    probe = ("systemctl is-system-running; systemctl list-jobs --no-legend | head -n 5; "
-             "systemctl --failed --no-legend; journalctl -b --no-pager -n 15 -u ssh -u systemd-logind")
-    proc = subprocess.run(["nsenter", "-t", str(pids[0]), "-m", "-p", "-n", "--", "sh", "-c", probe],
+        return None
+    return subprocess.run(["nsenter", "-t", str(pids[0]), "-m", "-p", "-n", "--", "sh", "-c", script],
                           capture_output=True, text=True, timeout=20)
+
+
+def _sessions_refused(rig: Rig) -> str:
+    """Why the rig will never take a login, when its systemd-user-sessions.service failed ("" otherwise): the
+    unit's own journal, for the cause not yet known."""
+    proc = _inside(rig, "systemctl is-failed --quiet systemd-user-sessions.service && "
+                        "journalctl -b --no-pager -n 12 -u systemd-user-sessions.service")
+    if proc is None or proc.returncode != 0:
+        return ""
+    said = " | ".join(proc.stdout.strip().splitlines())
+    return f"systemd-user-sessions.service failed inside it (/run/nologin stays): {said}"
+
+
+def _inside_state(rig: Rig) -> str:
+    """What the rig's own systemd says, read through its namespaces (for a failed boot's report)."""
+    proc = _inside(rig, "systemctl is-system-running; systemctl list-jobs --no-legend | head -n 5; "
+                        "systemctl --failed --no-legend; "
+                        "journalctl -b --no-pager -n 15 -u ssh -u systemd-logind -u systemd-user-sessions")
+    if proc is None:
+        return "no processes"
     return " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
 
 

@@ -106,6 +106,20 @@ def _rig_of_slot_12(slot_dir, name: str, owner: int):
                        owner_start=1000 + owner)
 
 
+def _slot_12_with_sshd(monkeypatch, tmp_path, logs_in: bool):
+    """Slot 12's folder in a sandbox of ``tmp_path``, its supervisor running and its sshd answering (a stand-in):
+    taking logins or not."""
+    from m2p_sandbox import rig as sandbox
+
+    monkeypatch.setenv("M2P_SANDBOX_ROOT", str(tmp_path))
+    monkeypatch.setattr(sandbox, "ssh_banner", lambda address, port=22: "SSH-2.0-OpenSSH_9.2")
+    monkeypatch.setattr(sandbox, "can_log_in", lambda rig: logs_in)
+    monkeypatch.setattr(sandbox, "_supervisors", lambda rig_dir: [4242])
+    slot_dir = sandbox.rigs_dir() / "m2p00012"
+    slot_dir.mkdir(parents=True)
+    return slot_dir
+
+
 def test_a_second_stop_of_a_rig_never_stops_the_rig_that_took_its_slot(monkeypatch, tmp_path):
     """A test stops its rig, another worker's rig takes the slot, then the first test's fixture stops the rig again:
     that stop must leave the new rig alone (a CI run lost the other worker's rig to it).  The directory's rig.json
@@ -135,12 +149,7 @@ def test_a_wait_for_a_stopped_rig_never_believes_the_rig_that_took_its_slot(monk
     into the other one (a four-worker run: 'DID NOT RAISE').  The logins and supervisors are stand-ins here."""
     from m2p_sandbox import rig as sandbox
 
-    monkeypatch.setenv("M2P_SANDBOX_ROOT", str(tmp_path))
-    monkeypatch.setattr(sandbox, "ssh_banner", lambda address, port=22: "SSH-2.0-OpenSSH_9.2")
-    monkeypatch.setattr(sandbox, "can_log_in", lambda rig: True)
-    monkeypatch.setattr(sandbox, "_supervisors", lambda rig_dir: [4242])
-    slot_dir = sandbox.rigs_dir() / "m2p00012"
-    slot_dir.mkdir(parents=True)
+    slot_dir = _slot_12_with_sshd(monkeypatch, tmp_path, logs_in=True)
     rig = functools.partial(_rig_of_slot_12, slot_dir)
 
     keep, other = rig("keep1", 17856), rig("flaky1", 17862)
@@ -157,3 +166,29 @@ def test_a_wait_for_a_stopped_rig_never_believes_the_rig_that_took_its_slot(monk
     assert "nspawn exit 0" in said and "someone else's" not in said and "flaky1" not in said, said
     keep.save()  # the slot its own again (a reboot of the same rig): a login is believed
     sandbox.wait_ssh(keep, timeout=5)
+
+
+def test_a_rig_whose_user_sessions_unit_failed_is_given_up_at_once_for_the_retry(monkeypatch, tmp_path):
+    """sshd answers, PAM refuses every login (/run/nologin kept: systemd-user-sessions.service failed inside the
+    rig): the wait says so with the unit's journal within seconds, for boot's retry, instead of the whole boot
+    timeout.  A rig still booting (the unit not failed) is waited for.  The rig's inside is a stand-in here."""
+    from m2p_sandbox import rig as sandbox
+
+    slot_dir = _slot_12_with_sshd(monkeypatch, tmp_path, logs_in=False)
+    rig = _rig_of_slot_12(slot_dir, "us1", 17856)
+    rig.save()
+    journal = "systemd-user-sessions.service: Main process exited, code=exited, status=1/FAILURE"
+    failed = {"now": False}
+
+    def inside(r, script):
+        assert "systemctl is-failed --quiet systemd-user-sessions.service" in script
+        return subprocess.CompletedProcess([], 0 if failed["now"] else 1, journal if failed["now"] else "", "")
+
+    monkeypatch.setattr(sandbox, "_inside", inside)
+    monkeypatch.setattr(sandbox, "_inside_state", lambda r: "(inside)")
+    with pytest.raises(SandboxError, match="not SSH-ready after 1s"):
+        sandbox.wait_ssh(rig, timeout=1)  # still booting: waited out
+    failed["now"] = True
+    with pytest.raises(SandboxError, match=r"us1 \(m2p00012\) refuses logins for good: systemd-user-sessions\.service "
+                                           r"failed inside it \(/run/nologin stays\): .*status=1/FAILURE"):
+        sandbox.wait_ssh(rig, timeout=30)

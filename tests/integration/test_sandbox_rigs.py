@@ -79,7 +79,14 @@ def test_hiveos_flavour_has_the_hiveos_layout_and_miner(sandbox_rigs):
         assert run(client, f"sudo kill -KILL {miner}")[0] == 0
         assert wait_until(lambda: run(client, "pgrep -f '^python3 /usr/lib/m2p-standin/standin-cuda'")[1].split()[:1]
                           not in ([], [miner]), timeout=15)
-        time.sleep(2)  # its signal handlers set (a miner Ctrl-C'd as it starts dies of it, and its miner-run with it)
+        # Its signal handlers set in each of its processes (a miner Ctrl-C'd as it starts dies of it, and its
+        # miner-run with it): SIGTERM caught (/proc's SigCgt, bit 15 - 1), which the stand-in sets with SIGINT's; a
+        # fixed 2 s was too short on loaded cores.
+        def handlers_set() -> bool:
+            masks = run(client, "for p in $(pgrep -f '^python3 /usr/lib/m2p-standin/standin-cuda'); do "
+                                "awk '/^SigCgt/ {print $2}' /proc/$p/status; done")[1].split()
+            return bool(masks) and all(int(mask, 16) & 1 << 14 for mask in masks)
+        assert wait_until(handlers_set, timeout=30)
         # `miner stop`: MINER_STOP meanwhile, the session quit, MINER_RUN gone; the watchdog left alone.
         t0 = time.monotonic()
         code, out = run(client, f"sudo sh -c '{HIVE_ENV} /hive/bin/miner stop & sleep 2; cat /run/hive/MINER_STOP; wait'")

@@ -635,6 +635,11 @@ class _VaultOpener:
             raise VaultError("cannot decrypt vault value (wrong vault password?)", where=where) from None
 
 
+# The python3 m2p runs on a rig unless the inventory names another: the rig's own (the agent's unit and every
+# Ansible task alike; the probe's `python3`).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
 def python_of(settings: Mapping[str, Any]) -> str | None:
     """The rig's python3 the inventory names (m2p_python_interpreter, or an absolute
     ansible_python_interpreter), for Ansible, the probe and the agent alike; None: python3."""

@@ -39,7 +39,7 @@ import yaml
 
 from miner2provider.core import collection
 from miner2provider.core.errors import UsageError
-from miner2provider.core.inventory import PROXY_JUMP, Host, vault_lib
+from miner2provider.core.inventory import PROXY_JUMP, SYSTEM_PYTHON, Host, python_of, vault_lib
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,12 @@ def build_inventory(hosts: list[Host], vault_key: str,
         hv: dict[str, Any] = dict(host.vars)
         hv.update((role_vars or {}).get(host.name, {}))
         hv.update({"ansible_host": host.address, "ansible_port": host.port})
+        # Named for every rig, never discovered: Mitogen's strategy gives a task delegated to another rig (an
+        # agent's join token, made on its server) the discovered interpreter of the rig the task is for
+        # (ansible_mitogen/transport_config.py, run_interpreter_discovery_if_necessary: the task's own facts), so
+        # a python3.11 agent ran /usr/bin/python3.11 on a python3.8 HiveOS server, which has none.
+        # An inventory's own ansible_python_interpreter stands.
+        hv.setdefault("ansible_python_interpreter", python_of(hv) or SYSTEM_PYTHON)
         # A connection of its own per rig: Ansible names its SSH master by address, port and user only, so two
         # rigs with one private address behind different jump hosts (or sites) would share the first one's
         # connection, and the second rig's play would run on the first rig.

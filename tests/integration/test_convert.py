@@ -44,8 +44,10 @@ DATA_DIR = "/srv/k3s-data"  # the server's m2p_data_dir
 
 def _farm(boot_rigs, tmp_path, with_locked: bool) -> dict:
     """A HiveOS-layout k3s server and a plain agent logging in with a password; ``with_locked``: and a rig
-    whose password is wrong."""
-    specs = [sandbox.RigSpec("cv-hive", "hiveos", ("rtx3090", "rtx3090")), sandbox.RigSpec("cv-plain", "plain", ("rtx3060",))]
+    whose password is wrong.  The server's python3 is HiveOS 0.6-227's 3.8, the agent's Debian's 3.11: a task of the
+    agent's run on its server (its join token) must run the server's own."""
+    specs = [sandbox.RigSpec("cv-hive", "hiveos", ("rtx3090", "rtx3090"), ("3.8",)),
+             sandbox.RigSpec("cv-plain", "plain", ("rtx3060",))]
     rigs = boot_rigs(*specs, *([sandbox.RigSpec("cv-locked", "hiveos", ("rtx3070",))] if with_locked else []))
     hive, plain = rigs[:2]
     password = "m2p-" + secrets.token_urlsafe(18)

@@ -52,3 +52,18 @@ def test_a_control_node_is_in_the_group_the_gpu_plays_leave_out():
     rig = Host("rig01", "10.0.0.5", 22, "user", "/k/id", None, None, ("all", "k3s_agent"), {})
     children = yaml.load(build_inventory([vps, rig], "one-time-key"), Loader=_Loader)["all"]["children"]
     assert children["m2p_control_nodes"] == {"hosts": {"vps": None}}
+
+
+def test_every_rig_names_its_python_so_no_task_discovers_one():
+    """Never Ansible's interpreter discovery: under Mitogen's strategy a task delegated to another rig (an agent's
+    join token, made on its server) got the discovered interpreter of the rig the task was for, and a python3.11
+    agent ran /usr/bin/python3.11 on a python3.8 HiveOS server (Molecule's convert scenario under Mitogen).  Named:
+    the rig's own /usr/bin/python3 (as the agent's unit runs), the one the inventory names, or the inventory's own
+    ansible_python_interpreter as it is."""
+    plain = Host("plain", "10.0.0.5", 22, "user", "/k/id", None, None, ("all",), {})
+    named = Host("named", "10.0.0.6", 22, "user", "/k/id", None, None, ("all",),
+                 {"m2p_python_interpreter": "/opt/python3.10/bin/python3"})
+    own = Host("own", "10.0.0.7", 22, "user", "/k/id", None, None, ("all",), {"ansible_python_interpreter": "python3"})
+    hosts = yaml.load(build_inventory([plain, named, own], "one-time-key"), Loader=_Loader)["all"]["hosts"]
+    assert {name: hv["ansible_python_interpreter"] for name, hv in hosts.items()} == {
+        "plain": "/usr/bin/python3", "named": "/opt/python3.10/bin/python3", "own": "python3"}

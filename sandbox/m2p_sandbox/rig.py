@@ -543,6 +543,11 @@ def stop(rig: Rig | Path, timeout: float = 30.0, why: str = "", at_once: bool = 
     if left:
         processes.kill_all(left, signal.SIGKILL)
         processes.wait_gone(left, 5)
+    if isinstance(rig, Rig) and not _still_holds(rig):
+        # Its supervisor tore it down and freed the slot, and another worker's rig holds it already: a teardown of
+        # the folder now would kill, unmount and remove that rig (a CI run: "could not unmount .../merged ()", the
+        # new rig's root mounted there between this teardown's unmount and its check).
+        return
     teardown(rig_dir)
 
 

@@ -192,3 +192,30 @@ def test_a_rig_whose_user_sessions_unit_failed_is_given_up_at_once_for_the_retry
     with pytest.raises(SandboxError, match=r"us1 \(m2p00012\) refuses logins for good: systemd-user-sessions\.service "
                                            r"failed inside it \(/run/nologin stays\): .*status=1/FAILURE"):
         sandbox.wait_ssh(rig, timeout=30)
+
+
+def test_a_stop_never_tears_down_the_rig_that_took_the_slot_while_it_waited(monkeypatch, tmp_path):
+    """A stop signals the rig's supervisor and waits for it; the supervisor tears its rig down and frees the slot,
+    and another worker's rig takes it before the stop's own teardown runs: that teardown must not touch the new rig
+    (a CI run: "could not unmount .../merged ()", the new rig's root mounted there meanwhile).  The supervisor and
+    the other worker are stand-ins here."""
+    from m2p_sandbox import processes
+    from m2p_sandbox import rig as sandbox
+
+    monkeypatch.setenv("M2P_SANDBOX_ROOT", str(tmp_path))
+    slot_dir = sandbox.rigs_dir() / "m2p00012"
+    slot_dir.mkdir(parents=True)
+    mine, theirs = _rig_of_slot_12(slot_dir, "det1", 17856), _rig_of_slot_12(slot_dir, "flaky1", 17862)
+    torn: list[str] = []
+    monkeypatch.setattr(sandbox, "_supervisors", lambda rig_dir: [4242])
+    monkeypatch.setattr(sandbox, "teardown", lambda rig_dir: torn.append(Rig.from_dir(rig_dir).name))
+    monkeypatch.setattr(processes, "kill_all", lambda pids, sig: theirs.save())  # torn down, slot taken, meanwhile
+    monkeypatch.setattr(processes, "wait_gone", lambda pids, timeout: [])
+    Rig = sandbox.Rig
+    mine.save()
+    sandbox.stop(mine, at_once=True)
+    assert torn == []
+    monkeypatch.setattr(processes, "kill_all", lambda pids, sig: None)  # the slot still its own: torn down as before
+    mine.save()
+    sandbox.stop(mine)
+    assert torn == ["det1"]

@@ -20,7 +20,7 @@ from m2p_sandbox import flavours
 from m2p_sandbox import rig as sandbox
 from m2p_sandbox.bundle import build_test_bundle
 
-from .conftest import infra_host, m2p, outcomes, rig_entry, run, ssh
+from .conftest import infra_host, m2p, outcomes, rig_entry, run, ssh, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +51,9 @@ def test_old_pythons_convert_refuse_and_revert(boot_rigs, tmp_path):
     common = ["-i", str(inv), "--bundle", str(bundle), "--accept-new", "--known-hosts", str(tmp_path / "kh")]
     with ssh(old36) as client:
         assert run(client, "python3 -V")[1].startswith("Python 3.6.")
+    # HiveOS's boot starts the miner late, after sshd answers (the stand-in's hive.service): on loaded cores a CI
+    # run read the rig a moment before it did.
+    wait_for("the miner HiveOS's boot starts", lambda: rig_state(old36)["miner"] == "True", timeout=60)
     before = rig_state(old36)
     assert before == {"miner": "True", "m2p state": "False", "k3s": "False", "toolkit": "", "python3-apt": "False"}
 

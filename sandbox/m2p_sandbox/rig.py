@@ -651,7 +651,8 @@ def sweep() -> list[str]:
         # A rig still being prepared has no supervisor yet: leave young ones alone.
         orphaned = not processes.supervisor_pids(rig_dir) and _age(rig_dir) > PREPARE_GRACE
         if owner_dead or orphaned:
-            stop(rig_dir, why="swept: " + ("its owner died" if owner_dead else "no supervisor"))
+            # The rig as read, not its folder: its supervisor may free the slot meanwhile, for another rig to take.
+            stop(rig or rig_dir, why="swept: " + ("its owner died" if owner_dead else "no supervisor"))
             swept.append(rig_dir.name)
     return swept
 

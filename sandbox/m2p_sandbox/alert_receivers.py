@@ -26,14 +26,13 @@ import json
 import socketserver
 import ssl
 import tempfile
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from m2p_sandbox import pki
-from m2p_sandbox.served import Served, reply_json
+from m2p_sandbox.served import Served, reply_json, serve_in_background
 
 
 def _handler(owner: Any) -> type[BaseHTTPRequestHandler]:
@@ -255,8 +254,7 @@ class SmtpStandin:
             self.context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
         self.server = _SmtpServer(("127.0.0.1", 0), _SmtpHandler)
         self.server.owner = self
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.thread = serve_in_background(self.server)
 
     @property
     def port(self) -> int:

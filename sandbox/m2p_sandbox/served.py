@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,15 +45,24 @@ class _Server(ThreadingHTTPServer):
             conn.close()
 
 
+# serve_forever looks for a shutdown every poll_interval (0.5 s by default): each stand-in's close waited that long,
+# 65 s of a suite's unit tests.
+SHUTDOWN_POLL_S = 0.05
+
+
+def serve_in_background(server: socketserver.BaseServer) -> threading.Thread:
+    """Run ``server``'s loop on a daemon thread that sees a ``shutdown()`` within SHUTDOWN_POLL_S."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True)
+    thread.start()
+    return thread
+
+
 class Served:
     server: _Server
 
     def _serve_on(self, host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
         self.server = _Server((host, port), handler)
-        # serve_forever looks for a shutdown every poll_interval (0.5 s by default): each stand-in's close waited
-        # that long, 65 s of a suite's unit tests.
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.thread = serve_in_background(self.server)
 
     @property
     def url(self) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from m2p_sandbox.served import serve_in_background
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def trex_api() -> Iterator[Callable[[Callable[[], str]], tuple[int, list[str]]]]
 
         server = http.server.HTTPServer(("127.0.0.1", 0), Summary)
         servers.append(server)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        serve_in_background(server)
         return server.server_port, asked
 
     yield start

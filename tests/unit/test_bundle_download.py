@@ -17,13 +17,13 @@ import http.server
 import io
 import shutil
 import tarfile
-import threading
 
 import pytest
 
 from m2p_sandbox import bundle as standin
 from m2p_sandbox import helm
 from m2p_sandbox.registry import RegistryStandin
+from m2p_sandbox.served import serve_in_background
 from miner2provider.cli import main
 from miner2provider.core.errors import BundleError
 from miner2provider.fleet.bundle import charts, images, pins
@@ -108,7 +108,7 @@ def site(tmp_path_factory):
     (root / "ngf" / "values.yaml").write_bytes(ngf_values)
     handler = functools.partial(Quiet, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    serve_in_background(server)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     named = [pins.DEVICE_PLUGIN_IMAGE, *(i for a in helm.shared_charts().glob("*.tgz") for i in chart_images(a.name))]
     refs = [images.parse_ref(i) for i in named]

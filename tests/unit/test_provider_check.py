@@ -349,8 +349,8 @@ def test_the_ingress_rig_is_asked_its_route_toward_the_dns_answer_and_the_echo(t
     """_SIGHT run here by sh, as the rig's shell runs it: a stand-in ``ip`` prints iproute2's output, and the
     echo is a loopback listener answering with an address as plain text."""
     from http.server import BaseHTTPRequestHandler, HTTPServer
-    from threading import Thread
 
+    from m2p_sandbox.served import serve_in_background
     from miner2provider.core.inventory import Host
     from miner2provider.detect.ssh import Result
     from miner2provider.fleet import provider as provider_run
@@ -371,7 +371,7 @@ def test_the_ingress_rig_is_asked_its_route_toward_the_dns_answer_and_the_echo(t
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Echo)
-    Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    serve_in_background(server)
     scripts = []
 
     def here(host, script, opts, **kw):

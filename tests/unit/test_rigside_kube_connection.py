@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 
 import pytest
 
+from m2p_sandbox.served import serve_in_background
 from miner2provider.rigside import kube
 
 
@@ -40,7 +40,7 @@ class Counting(http.server.BaseHTTPRequestHandler):
 def server():
     Counting.connections, Counting.drop_after_one = 0, False
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    serve_in_background(httpd)
     yield httpd
     httpd.shutdown()
     httpd.server_close()

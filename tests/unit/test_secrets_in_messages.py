@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from m2p_sandbox.served import serve_in_background
 from miner2provider.core import inventory
 from miner2provider.core.inventory import Host, Secret
 from miner2provider.detect.ssh import MASK, WHOLE_ONLY, SshOptions, redact, run_one
@@ -110,7 +111,6 @@ def test_an_http_api_is_refused_everywhere_and_redirects_keep_no_token(monkeypat
     check, `schedule apply --api-server` and `dashboard --kube-api`, even with the switch that once let the
     sandbox's plain-HTTP stand-in through (M2P_STANDIN_PLAIN_HTTP=1, gone: the stand-in speaks TLS)."""
     import http.server
-    import threading
 
     from miner2provider.cli import app
     from miner2provider.core import checks
@@ -149,7 +149,7 @@ def test_an_http_api_is_refused_everywhere_and_redirects_keep_no_token(monkeypat
             self.end_headers()
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    serve_in_background(server)
     try:
         (tmp_path / "token").write_text("agent-token-xyz")
         client = KubeClient(f"http://127.0.0.1:{server.server_port}", str(tmp_path / "token"))
